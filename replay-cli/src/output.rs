@@ -1,0 +1,182 @@
+//! Rendering journals and reports for people (and JSON for programs).
+//!
+//! Names are escaped for the terminal (control characters, bidi overrides and other invisible
+//! characters become `\u{...}` escapes) because an agent chooses them; `--json` keeps them exact.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+use aether_journal::BPath;
+use aether_journal::journal::JournalContents;
+use aether_journal::record::{Before, CaptureHow, Node, Op, Record};
+use aether_journal::session::Session;
+use aether_journal::undo::Report;
+
+/// Writes `text` to stdout; a closed pipe is not an error (`| head` is fine).
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+/// Escapes a name for display in a terminal.
+pub fn escape(p: &BPath) -> String {
+    let mut out = String::new();
+    for chunk in p.as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let invisible = c.is_control()
+                || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}');
+            match c {
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\\' => out.push_str("\\\\"),
+                c if invisible => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+fn prog_name(r: &Record) -> String {
+    let p = r.prog.as_bytes();
+    let base = p.rsplit(|&c| c == b'/').next().unwrap_or(p);
+    escape(&BPath::new(base.to_vec()))
+}
+
+fn describe_before(b: &Before) -> String {
+    match b {
+        Before::Absent => "did not exist".into(),
+        Before::Irreversible { reason } => format!("IRREVERSIBLE: {reason}"),
+        Before::Contents(s) => match &s.node {
+            Node::File { size, how, .. } => format!(
+                "{size}-byte file, mode {:o}, kept by {}",
+                s.mode,
+                match how {
+                    CaptureHow::Link => "link",
+                    CaptureHow::Copy => "copy",
+                    CaptureHow::Reflink => "clone",
+                }
+            ),
+            Node::Prefix { len } => format!("{len}-byte file about to be appended to (length kept)"),
+            Node::Symlink { target } => format!("symlink to {}", escape(target)),
+            Node::Dir => format!("directory, mode {:o}", s.mode),
+            Node::Special { kind, .. } => format!("{}, mode {:o}", kind.name(), s.mode),
+        },
+    }
+}
+
+/// The human form of `log`.
+pub fn log_text(s: &Session, j: &JournalContents) -> String {
+    let mut out = String::new();
+    let h = s.header();
+    let cmd: Vec<String> = h.root_command.iter().map(escape).collect();
+    let _ = writeln!(out, "session {} ({}), started {}: {}", h.id, s.dir().display(), h.created, cmd.join(" "));
+    for r in &j.records {
+        let what = match &r.op {
+            Op::Change { path, before } => format!("{}  [{}]", escape(path), describe_before(before)),
+            Op::Rename { from, to, to_before, .. } => {
+                format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
+            }
+            Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
+        };
+        let time = r.time.get(11..19).unwrap_or(&r.time);
+        let _ = writeln!(out, "#{:<5} {time} {:>7} {:<10} {:<10} {what}", r.seq, r.pid, prog_name(r), r.call);
+    }
+    for p in &j.problems {
+        let _ = writeln!(out, "!! {}", p.describe());
+    }
+    if let Some(t) = j.torn_tail_message() {
+        let _ = writeln!(out, "note: {t}");
+    }
+    let _ = writeln!(out, "{} record(s)", j.records.len());
+    out
+}
+
+/// The JSON form of `log`.
+pub fn log_json(s: &Session, j: &JournalContents) -> String {
+    let records: Vec<serde_json::Value> = j
+        .records
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["kind"] = v["op"]["kind"].clone();
+            v
+        })
+        .collect();
+    let problems: Vec<serde_json::Value> =
+        j.problems.iter().map(|p| serde_json::json!({"seq": p.seq(), "message": p.describe()})).collect();
+    let doc = serde_json::json!({
+        "session": s.header(),
+        "dir": s.dir().to_string_lossy(),
+        "state": s.state().name(),
+        "records": records,
+        "problems": problems,
+        "torn_tail": j.torn_tail,
+    });
+    format!("{doc}\n")
+}
+
+/// The human form of an undo report.
+pub fn report_text(s: &Session, r: &Report) -> String {
+    let mut out = String::new();
+    let h = s.header();
+    if r.already_undone {
+        let _ = writeln!(out, "session {} was already undone; nothing was changed.", h.id);
+        return out;
+    }
+    let verb = if r.dry_run { "Dry run of undo for" } else { "Undo of" };
+    let _ = writeln!(out, "{verb} session {} ({})", h.id, s.dir().display());
+    for o in &r.outcomes {
+        let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
+        let path = o.path.as_ref().map(escape).unwrap_or_default();
+        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), o.why);
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    let m = r.summary();
+    let _ = writeln!(
+        out,
+        "{} restored, {} removed, {} recreated, {} unchanged, {} skipped, {} failed, {} conflict",
+        m.restored, m.removed, m.recreated, m.unchanged, m.skipped, m.failed, m.conflict
+    );
+    if r.dry_run {
+        let _ = writeln!(out, "Dry run: nothing was changed.");
+    }
+    if r.complete {
+        let _ = writeln!(
+            out,
+            "{}",
+            if r.dry_run {
+                "An undo would be complete."
+            } else {
+                "Undo complete: every recorded step was undone exactly."
+            }
+        );
+    } else {
+        let bad = m.skipped + m.failed + m.conflict;
+        let _ = writeln!(
+            out,
+            "Undo INCOMPLETE: {bad} step(s) {} not be undone exactly; each is listed above with its reason.",
+            if r.dry_run { "would" } else { "could" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_escaping_neutralises_controls_bidi_and_invalid_bytes() {
+        let p = BPath::new(b"a\nb\x1b[31m\xe2\x80\xaeevil\xff".to_vec());
+        assert_eq!(escape(&p), "a\\nb\\u{1b}[31m\\u{202e}evil\\xff");
+        assert_eq!(escape(&BPath::from("plain name.txt")), "plain name.txt");
+    }
+}

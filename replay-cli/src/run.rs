@@ -1,0 +1,104 @@
+//! `aether-journal run`: create a session and run a command under the shim.
+//!
+//! What this cannot do: journal a command whose environment drops `LD_PRELOAD` before the
+//! shim is loaded, or a statically linked one; the shim records those it can detect.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use aether_journal::BPath;
+use aether_journal::config::{ENV_DIR, ENV_POLICY, ENV_SHIM, ENV_SWITCH};
+use aether_journal::session::{self, Header, Session};
+
+/// The shim's file name.
+pub const SHIM_NAME: &str = "libaether_journal.so";
+
+/// Finds the shim: `AETHER_JOURNAL_SHIM`, or next to this executable.
+pub fn find_shim() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(ENV_SHIM).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(std::fs::canonicalize(&p).unwrap_or(p))
+        } else {
+            Err(format!("{ENV_SHIM} names {}, which is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
+    let candidate = exe.with_file_name(SHIM_NAME);
+    if candidate.is_file() {
+        Ok(candidate)
+    } else {
+        Err(format!(
+            "the shim {SHIM_NAME} is not next to {} and {ENV_SHIM} is not set; build it with `cargo build --release`",
+            exe.display()
+        ))
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_else(|_| "/".into()).join(p) }
+}
+
+/// Runs the command; returns its exit status (128 + signal number when it was killed).
+pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Result<u8, String> {
+    let shim = find_shim()?;
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let id = session::new_session_id();
+    let root = session::sessions_root();
+    let dir = match journal {
+        Some(d) => absolute(&d),
+        None => root.clone().ok_or("neither XDG_STATE_HOME nor HOME is set: pass --journal DIR")?.join(&id),
+    };
+    let header = Header::new(
+        id,
+        command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect(),
+        BPath::from(cwd.as_path()),
+        "cli",
+    );
+    let s = Session::create(&dir, &header).map_err(|e| e.to_string())?;
+    if let Some(root) = &root {
+        // So that `log`/`undo` without --journal find sessions kept elsewhere.
+        let _ = session::register(root, &s);
+    }
+    let mut preload = OsString::from(shim.as_os_str());
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload.push(":");
+        preload.push(existing);
+    }
+    let mut err = std::io::stderr().lock();
+    if std::env::var_os(ENV_SWITCH).is_some_and(|v| v == "off") {
+        let _ = writeln!(
+            err,
+            "aether-journal: note: {ENV_SWITCH}=off is set in the environment; it is cleared for this run"
+        );
+    }
+    let _ = writeln!(err, "aether-journal: session {}", s.dir().display());
+    drop(err);
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env("LD_PRELOAD", preload).env(ENV_DIR, s.dir()).env_remove(ENV_SWITCH);
+    if strict {
+        cmd.env(ENV_POLICY, "strict");
+    }
+    let status = match cmd.status() {
+        Ok(st) => st,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", command[0].to_string_lossy());
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+        }
+    };
+    let records = s.read_journal().map(|j| j.records.len()).unwrap_or(0);
+    let _ = writeln!(
+        std::io::stderr(),
+        "aether-journal: {records} step(s) journaled in {}; review with `aether-journal log --journal {0}`, rewind with `aether-journal undo --journal {0}`",
+        s.dir().display()
+    );
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (None, None) => 1,
+    })
+}

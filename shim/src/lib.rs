@@ -1,0 +1,73 @@
+//! `libaether_journal.so`: the LD_PRELOAD shim.
+//!
+//! Only interposition lives here: each hook classifies its call, captures the prior state
+//! through the core library (`aether-journal`), calls the real libc function exactly once, and
+//! records the outcome. See `hooks.rs` for the table of hooked symbols and the shape every hook
+//! follows, `ops.rs` for what each call journals, and `state.rs` for the session store.
+//!
+//! The second rule of the project binds every line here: the hooked program must observe
+//! nothing different. Same return values, same errno, nothing on fds 0-2, no panic across FFI,
+//! no lock held across `fork`, nothing held across `exec` (it may run in a `vfork` child).
+//!
+//! What this library cannot do: see into statically linked programs, programs whose
+//! environment lost `LD_PRELOAD`, or system calls made without going through libc's exported
+//! names (raw `syscall` instructions, io_uring). README.md lists these limits.
+
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+// Under `cargo test` nothing is exported (the test binary must not interpose its own libc
+// calls), so the hooks look unused.
+#![cfg_attr(test, allow(dead_code))]
+
+mod guard;
+mod hooks;
+mod ops;
+mod real;
+mod state;
+
+use std::ffi::{c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use guard::{Guard, errno, set_errno};
+
+/// Runs once when the library is loaded, before the program's `main`: reads the configuration
+/// (the environment may be cleared later, e.g. by `env -i`) and silences panic output.
+///
+/// # Safety
+/// Called by the dynamic loader with the program's `argc`/`argv`.
+unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+    let Some(guard) = Guard::enter() else { return };
+    let saved = errno();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11).
+        std::panic::set_hook(Box::new(|_| {}));
+        // SAFETY: the loader passes the program's argc/argv.
+        let args = unsafe { state::collect_argv(argc, argv) };
+        state::init_from_ctor(args);
+    }));
+    drop(guard);
+    set_errno(saved);
+}
+
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) = shim_init;
+
+/// Self-test for the test suite: the number of hooked symbols that do not resolve to a real
+/// definition in the libraries loaded after this one (0 when every hook has its original).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn aether_journal_unresolved_hooks() -> c_int {
+    hooks::HOOKS.iter().filter(|h| h.addr().is_null()).count() as c_int
+}
+
+/// Self-test: the number of entries in the hook table.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn aether_journal_hook_count() -> c_int {
+    hooks::HOOKS.len() as c_int
+}
+
+/// Self-test: the name of hook `i` (null past the end), so that a test can list the table.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn aether_journal_hook_name(i: c_int) -> *const c_char {
+    usize::try_from(i).ok().and_then(|i| hooks::HOOKS.get(i)).map_or(std::ptr::null(), |h| h.name().as_ptr())
+}

@@ -1,0 +1,379 @@
+//! The logic half of every hook: classify the call, capture the prior state through the core
+//! library, and journal it. Plain Rust on byte paths and raw descriptor numbers; the FFI half
+//! (`hooks.rs`) turns C arguments into these and calls the real function.
+//!
+//! Each `before_*` function runs before the real call and returns a [`Pending`] that the
+//! wrapper hands to [`after`] with the call's result. Nothing here ever decides whether the
+//! real call runs: it always does, exactly once.
+//!
+//! What this module cannot do: journal a call whose target it cannot name (resolution failed
+//! for a reason the real call will not share). That case is journaled as irreversible with the
+//! lexical path and the error, never skipped.
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use journal::BPath;
+use journal::capture::{Capturer, Intent, ident_of};
+use journal::record::{Before, CaptureHow, Node, Op, Reason};
+use journal::resolve::{Target, Unresolved, fd_path, getcwd, resolve};
+use rustix::fs::{AtFlags, CWD, FileType, Stat};
+use rustix::io::Errno;
+
+use crate::state::Store;
+
+/// What a hook must do once the real call has returned.
+pub enum Pending {
+    /// Nothing.
+    Nothing,
+    /// A blob was hard-linked to a file the call was about to remove. If the call fails the
+    /// link is dropped again, so that the file's link count is what it would have been.
+    Linked(String),
+}
+
+/// Which kinds of node an unlink-like call accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Removes {
+    /// unlink, unlinkat without AT_REMOVEDIR.
+    NonDir,
+    /// rmdir, unlinkat with AT_REMOVEDIR.
+    Dir,
+    /// remove.
+    Either,
+}
+
+fn capturer(store: &Store) -> Capturer<'_> {
+    Capturer {
+        blobs: store.blobs.as_fd(),
+        budget: store.settings.budget,
+        counters: &store.counters,
+        sync: store.settings.sync,
+    }
+}
+
+/// A resolved target, or why there is none.
+enum Resolved<'a> {
+    Target(Target<'a>),
+    /// The call will fail without touching anything.
+    WillFail,
+    /// The path must not be journaled (session directory, /proc, /sys, /dev).
+    Excluded,
+    /// Resolution failed on its own: journal the lexical path as irreversible.
+    Unknown(BPath, String),
+}
+
+/// Errors from looking at a target that the real call will meet too.
+fn call_will_fail(e: Errno) -> bool {
+    matches!(e, Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::LOOP | Errno::NAMETOOLONG | Errno::BADF)
+}
+
+/// Resolves `path` relative to `dirfd` as the kernel will for the real call.
+fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<'a> {
+    let (base, base_path) = if path.first() == Some(&b'/') {
+        (CWD, b"/".to_vec())
+    } else if dirfd == libc::AT_FDCWD {
+        match getcwd() {
+            Ok(cwd) => (CWD, cwd),
+            Err(e) => return Resolved::Unknown(BPath::new(path.to_vec()), format!("getcwd: {e}")),
+        }
+    } else {
+        match fd_path(dirfd) {
+            // SAFETY: `dirfd` is the caller's descriptor, open for the duration of the call
+            // that passed it to us; we only use it for the *at calls that resolve this path.
+            Ok(p) if p.first() == Some(&b'/') => (unsafe { BorrowedFd::borrow_raw(dirfd) }, p),
+            Ok(_) => return Resolved::WillFail,
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) || e.raw_os_error() == Some(libc::ENOENT) => {
+                return Resolved::WillFail;
+            }
+            Err(e) => return Resolved::Unknown(BPath::new(path.to_vec()), format!("descriptor {dirfd}: {e}")),
+        }
+    };
+    match resolve(base, &base_path, path, follow) {
+        Ok(t) if store.excluded(t.abs.as_bytes()) => Resolved::Excluded,
+        Ok(t) => Resolved::Target(t),
+        Err(Unresolved::CallWillFail(_)) => Resolved::WillFail,
+        Err(Unresolved::Failed { lexical, error }) => {
+            if store.excluded(lexical.as_bytes()) {
+                Resolved::Excluded
+            } else {
+                Resolved::Unknown(lexical, error.to_string())
+            }
+        }
+    }
+}
+
+fn irreversible(store: &Store, call: &str, path: BPath, step: &str, error: String) {
+    let reason = Reason::CaptureFailed { step: step.into(), error };
+    store.record(call, Op::Change { path, before: Before::Irreversible { reason } });
+}
+
+/// `lstat` of a target; `Err(true)` when the real call will fail, `Err(false)` after an
+/// irreversible record was made for an unexpected error.
+fn stat_target(store: &Store, call: &str, t: &Target<'_>) -> Result<Option<Stat>, ()> {
+    match rustix::fs::statat(t.parent.as_fd(), t.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) if call_will_fail(e) => Err(()),
+        Err(e) => {
+            irreversible(store, call, t.abs.clone(), "stat", std::io::Error::from(e).to_string());
+            Err(())
+        }
+    }
+}
+
+/// Journals an unnamed or unresolvable target where needed; returns the target otherwise.
+fn target_or_record<'a>(store: &Store, call: &str, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>> {
+    match locate(store, dirfd, path, follow) {
+        Resolved::Target(t) => Some(t),
+        Resolved::WillFail | Resolved::Excluded => None,
+        Resolved::Unknown(p, why) => {
+            irreversible(store, call, p, "resolve the path", why);
+            None
+        }
+    }
+}
+
+fn pending_of(before: &Before) -> Pending {
+    match before {
+        Before::Contents(s) => match &s.node {
+            Node::File { blob, how: CaptureHow::Link, .. } => Pending::Linked(blob.clone()),
+            _ => Pending::Nothing,
+        },
+        _ => Pending::Nothing,
+    }
+}
+
+/// Whether open flags can change anything (the read-only fast path is the negation).
+#[inline(always)]
+pub fn open_mutates(flags: i32) -> bool {
+    flags & libc::O_PATH == 0
+        && flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0
+}
+
+/// Before open/openat/creat/fopen and friends.
+pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i32) -> Pending {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        // An unnamed file: nothing appears in the tree unless it is linked in later.
+        return Pending::Nothing;
+    }
+    let creat = flags & libc::O_CREAT != 0;
+    let excl = flags & libc::O_EXCL != 0;
+    let follow = flags & libc::O_NOFOLLOW == 0 && !(creat && excl);
+    let Some(t) = target_or_record(store, call, dirfd, path, follow) else { return Pending::Nothing };
+    let st = match stat_target(store, call, &t) {
+        Ok(Some(st)) => st,
+        Ok(None) => {
+            if creat {
+                store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+            }
+            return Pending::Nothing;
+        }
+        Err(()) => return Pending::Nothing,
+    };
+    if creat && excl {
+        return Pending::Nothing; // EEXIST
+    }
+    let acc = flags & libc::O_ACCMODE;
+    let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+    let ft = FileType::from_raw_mode(st.st_mode);
+    let intent = match ft {
+        FileType::RegularFile if flags & libc::O_TRUNC != 0 => Intent::Overwrite,
+        FileType::RegularFile if acc == libc::O_WRONLY && flags & libc::O_APPEND != 0 => Intent::Append,
+        FileType::RegularFile if writes => Intent::Overwrite,
+        FileType::Fifo | FileType::Socket | FileType::CharacterDevice | FileType::BlockDevice if writes => {
+            Intent::Overwrite
+        }
+        // Directories, symlinks (O_NOFOLLOW: ELOOP) and read-only opens change nothing.
+        _ => return Pending::Nothing,
+    };
+    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, intent);
+    store.record(call, Op::Change { path: t.abs, before });
+    Pending::Nothing
+}
+
+/// Before truncate/truncate64.
+pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
+    let Some(t) = target_or_record(store, call, libc::AT_FDCWD, path, true) else { return Pending::Nothing };
+    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Pending::Nothing;
+    }
+    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
+    store.record(call, Op::Change { path: t.abs, before });
+    Pending::Nothing
+}
+
+/// Before a call that changes a file through a descriptor (ftruncate): the descriptor is
+/// resolved to its path, and the file captured there if that name still leads to it.
+pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
+    // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
+    let Ok(fst) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) else { return Pending::Nothing };
+    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile {
+        return Pending::Nothing;
+    }
+    let Ok(path) = fd_path(fd) else { return Pending::Nothing };
+    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") {
+        // An unlinked file: it is not in the tree, and a capture made when it was opened or
+        // removed inside the session already covers it.
+        return Pending::Nothing;
+    }
+    let Some(t) = target_or_record(store, call, libc::AT_FDCWD, &path, false) else { return Pending::Nothing };
+    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    if ident_of(&st) != ident_of(&fst) {
+        return Pending::Nothing;
+    }
+    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
+    store.record(call, Op::Change { path: t.abs, before });
+    Pending::Nothing
+}
+
+/// Before rename/renameat/renameat2.
+pub fn before_rename(
+    store: &Store,
+    call: &str,
+    olddir: i32,
+    old: &[u8],
+    newdir: i32,
+    new: &[u8],
+    flags: u32,
+) -> Pending {
+    let from = locate(store, olddir, old, false);
+    let to = locate(store, newdir, new, false);
+    let (from, to) = match (from, to) {
+        (Resolved::WillFail, _) | (_, Resolved::WillFail) | (Resolved::Excluded, Resolved::Excluded) => {
+            return Pending::Nothing;
+        }
+        (Resolved::Unknown(p, why), _) | (_, Resolved::Unknown(p, why)) => {
+            irreversible(store, call, p, "resolve the path", why);
+            return Pending::Nothing;
+        }
+        // One end outside the journaled world: what matters is the end inside it.
+        (Resolved::Excluded, Resolved::Target(t)) | (Resolved::Target(t), Resolved::Excluded) => {
+            let Ok(Some(st)) = stat_target(store, call, &t) else {
+                if matches!(stat_target(store, call, &t), Ok(None)) {
+                    store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+                }
+                return Pending::Nothing;
+            };
+            let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Destroy);
+            let pending = pending_of(&before);
+            store.record(call, Op::Change { path: t.abs, before });
+            return pending;
+        }
+        (Resolved::Target(f), Resolved::Target(t)) => (f, t),
+    };
+    let Ok(Some(fst)) = stat_target(store, call, &from) else { return Pending::Nothing };
+    let moved = Some(ident_of(&fst));
+    if flags & libc::RENAME_EXCHANGE != 0 {
+        store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
+        return Pending::Nothing;
+    }
+    let (to_before, pending) = match stat_target(store, call, &to) {
+        Err(()) => return Pending::Nothing,
+        Ok(None) => (Before::Absent, Pending::Nothing),
+        Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => return Pending::Nothing, // EEXIST
+        // Two names of one inode: rename does nothing at all.
+        Ok(Some(tst)) if ident_of(&tst) == ident_of(&fst) => return Pending::Nothing,
+        Ok(Some(tst)) => {
+            let before = capturer(store).capture_stat(to.parent.as_fd(), &to.name, &tst, Intent::Destroy);
+            let pending = pending_of(&before);
+            (before, pending)
+        }
+    };
+    store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before });
+    pending
+}
+
+/// Before unlink/unlinkat/rmdir/remove.
+pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes: Removes) -> Pending {
+    let Some(t) = target_or_record(store, call, dirfd, path, false) else { return Pending::Nothing };
+    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    match removes {
+        Removes::NonDir if is_dir => return Pending::Nothing, // EISDIR
+        Removes::Dir if !is_dir => return Pending::Nothing,   // ENOTDIR
+        _ => {}
+    }
+    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Destroy);
+    let pending = pending_of(&before);
+    store.record(call, Op::Change { path: t.abs, before });
+    pending
+}
+
+/// Before mkdir/mkdirat.
+pub fn before_mkdir(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pending {
+    let Some(t) = target_or_record(store, call, dirfd, path, false) else { return Pending::Nothing };
+    if let Ok(None) = stat_target(store, call, &t) {
+        store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+    }
+    Pending::Nothing
+}
+
+/// After a call that created a name we could only learn from its result (the mkstemp
+/// family, mkdtemp): it did not exist before, so undo removes it.
+pub fn after_created(store: &Store, call: &str, path: &[u8]) {
+    if let Some(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
+        store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+    }
+}
+
+/// After the real call: undo what the capture did to the world if the call failed.
+pub fn after(store: &Store, pending: Pending, succeeded: bool) {
+    match pending {
+        Pending::Nothing => {}
+        Pending::Linked(blob) => {
+            if !succeeded {
+                let _ = rustix::fs::unlinkat(store.blobs.as_fd(), blob.as_str(), AtFlags::empty());
+            }
+        }
+    }
+}
+
+/// Translates an `fopen` mode string into `open` flags (`None` for an invalid mode, which
+/// makes fopen fail with EINVAL).
+pub fn fopen_flags(mode: &[u8]) -> Option<i32> {
+    let (&first, rest) = mode.split_first()?;
+    let (mut acc, mut extra) = match first {
+        b'r' => (libc::O_RDONLY, 0),
+        b'w' => (libc::O_WRONLY, libc::O_CREAT | libc::O_TRUNC),
+        b'a' => (libc::O_WRONLY, libc::O_CREAT | libc::O_APPEND),
+        _ => return None,
+    };
+    for &c in rest.iter().take_while(|&&c| c != b',') {
+        match c {
+            b'+' => acc = libc::O_RDWR,
+            b'x' => extra |= libc::O_EXCL,
+            b'e' => extra |= libc::O_CLOEXEC,
+            _ => {}
+        }
+    }
+    Some(acc | extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fopen_modes_map_to_the_open_flags_glibc_uses() {
+        assert_eq!(fopen_flags(b"r"), Some(libc::O_RDONLY));
+        assert_eq!(fopen_flags(b"rb"), Some(libc::O_RDONLY));
+        assert_eq!(fopen_flags(b"r+"), Some(libc::O_RDWR));
+        assert_eq!(fopen_flags(b"w"), Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC));
+        assert_eq!(fopen_flags(b"a+"), Some(libc::O_RDWR | libc::O_CREAT | libc::O_APPEND));
+        assert_eq!(fopen_flags(b"wx"), Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL));
+        assert_eq!(fopen_flags(b"r,ccs=UTF-8+"), Some(libc::O_RDONLY));
+        assert_eq!(fopen_flags(b""), None);
+        assert_eq!(fopen_flags(b"z"), None);
+    }
+
+    #[test]
+    fn only_writing_creating_or_truncating_opens_are_mutations() {
+        assert!(!open_mutates(libc::O_RDONLY));
+        assert!(!open_mutates(libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC));
+        assert!(!open_mutates(libc::O_PATH | libc::O_WRONLY));
+        assert!(open_mutates(libc::O_WRONLY));
+        assert!(open_mutates(libc::O_RDONLY | libc::O_CREAT));
+        assert!(open_mutates(libc::O_RDONLY | libc::O_TRUNC));
+        assert!(open_mutates(libc::O_TMPFILE | libc::O_RDWR));
+    }
+}

@@ -1,0 +1,86 @@
+//! Finding the real libc functions behind our hooks.
+//!
+//! Each hook owns a [`Real`]: the symbol name and an `AtomicPtr` filled on first use with
+//! `dlsym(RTLD_NEXT, name)`. Resolution is lazy because hooks run before our constructor
+//! (libselinux's constructor calls `fopen` first; INTERPOSITION.md §6.4), and it is lock-free
+//! so that a `fork` in another thread can never leave it half done.
+//!
+//! What this module cannot do: invent a function libc does not export. A missing symbol makes
+//! the hook fail with `ENOSYS` (never a panic, never an abort of the host; §6.13).
+
+use std::ffi::{CStr, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A lazily resolved pointer to the next definition of a symbol.
+pub struct Real {
+    name: &'static CStr,
+    ptr: AtomicPtr<c_void>,
+}
+
+impl Real {
+    /// A not yet resolved symbol.
+    pub const fn new(name: &'static CStr) -> Real {
+        Real { name, ptr: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+
+    /// The symbol's name.
+    pub fn name(&self) -> &'static CStr {
+        self.name
+    }
+
+    /// The address of the next definition, or null when there is none.
+    pub fn addr(&self) -> *mut c_void {
+        let p = self.ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: RTLD_NEXT with a NUL-terminated name is a valid dlsym call; the result is a
+        // plain address (or null) that we only store.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        self.ptr.store(p, Ordering::Release);
+        p
+    }
+
+    /// The next definition as a function pointer of type `F`.
+    ///
+    /// # Safety
+    /// `F` must be an `unsafe extern "C" fn` type whose signature matches the C declaration of
+    /// the symbol this `Real` names.
+    pub unsafe fn get<F: Copy>(&self) -> Option<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        let p = self.addr();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: F is a function pointer type of pointer size (asserted above) matching the
+        // symbol's signature (the caller's obligation); p is that function's address.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+}
+
+/// The value a hook returns when its real function is missing (after setting `ENOSYS`).
+pub trait Missing {
+    /// `-1` for integers, null for pointers.
+    fn missing() -> Self;
+}
+
+impl Missing for libc::c_int {
+    fn missing() -> Self {
+        crate::guard::set_errno(libc::ENOSYS);
+        -1
+    }
+}
+
+impl Missing for libc::c_long {
+    fn missing() -> Self {
+        crate::guard::set_errno(libc::ENOSYS);
+        -1
+    }
+}
+
+impl<T> Missing for *mut T {
+    fn missing() -> Self {
+        crate::guard::set_errno(libc::ENOSYS);
+        std::ptr::null_mut()
+    }
+}

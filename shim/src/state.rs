@@ -1,0 +1,270 @@
+//! The shim's configuration (read once per process image) and the per-process handle on the
+//! session store (opened at the first mutation, inherited across `fork`).
+//!
+//! What this module cannot do: journal anything when the session directory cannot be created
+//! or opened at all. Hooked calls then run unjournaled; the `lost` counter in the session's
+//! shared counters records every record that could not be written once the store was open.
+
+use std::ffi::{OsStr, c_char};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use journal::BPath;
+use journal::capture::Counters;
+use journal::config::{ENV_DIR, ENV_SWITCH, Settings};
+use journal::journal::JournalWriter;
+use journal::record::{Op, RECORD_VERSION, Record};
+use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
+use rustix::fs::{Mode, OFlags};
+
+/// Settings read once per process image.
+pub struct Config {
+    /// False with `AETHER_JOURNAL=off`, or when no session could be set up.
+    pub enabled: bool,
+    /// The session directory (absolute).
+    pub session_dir: Vec<u8>,
+    /// Budgets, policy, sync.
+    pub settings: Settings,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The configuration, read now if the constructor has not run yet.
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(|| read_config(None))
+}
+
+/// Called from the constructor with the program's arguments.
+pub fn init_from_ctor(argv: Vec<BPath>) {
+    CONFIG.get_or_init(|| read_config(Some(argv)));
+}
+
+fn cmdline() -> Vec<BPath> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(BPath::from).collect())
+        .unwrap_or_default()
+}
+
+fn read_config(argv: Option<Vec<BPath>>) -> Config {
+    let (settings, _warnings) = Settings::from_env();
+    let disabled = Config { enabled: false, session_dir: Vec::new(), settings: settings.clone() };
+    if std::env::var_os(ENV_SWITCH).is_some_and(|v| v == "off") {
+        return disabled;
+    }
+    let cwd = journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
+    if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
+        let dir = journal::bpath::join(&cwd, dir.as_bytes());
+        return Config { enabled: true, session_dir: dir, settings };
+    }
+    // No session yet: this process is the root of a new one. Create it now and export its
+    // directory so that every descendant joins it.
+    let Some(root) = session::sessions_root() else { return disabled };
+    let id = session::new_session_id();
+    let dir = root.join(&id);
+    let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd), "shim");
+    if session::ensure_layout(&dir, &header).is_err() {
+        return disabled;
+    }
+    // SAFETY: this runs in the shim's constructor (or, failing that, on the first hooked call
+    // before any session exists), before the program's main and its threads: nothing else
+    // reads or writes the environment concurrently.
+    unsafe { std::env::set_var(ENV_DIR, &dir) };
+    Config { enabled: true, session_dir: dir.as_os_str().as_bytes().to_vec(), settings }
+}
+
+/// The session's `counters` file, mapped shared by every process of the session.
+pub struct SharedCounters {
+    slots: *const AtomicU64,
+}
+
+// SAFETY: the mapping is never unmapped and is only accessed through atomics.
+unsafe impl Send for SharedCounters {}
+// SAFETY: as above.
+unsafe impl Sync for SharedCounters {}
+
+impl SharedCounters {
+    fn map(fd: &OwnedFd) -> Option<SharedCounters> {
+        // SAFETY: mapping COUNTERS_LEN bytes of a file we made at least that long (see
+        // session::ensure_counters), shared and read-write; the mapping is leaked on purpose
+        // so that the pointer stays valid for the life of the process.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                COUNTERS_LEN,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .ok()?;
+        Some(SharedCounters { slots: p.cast::<AtomicU64>() })
+    }
+
+    fn slot(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: i < COUNTERS_LEN / 8 for every slot we use, the mapping is page-aligned (so
+        // 8-byte aligned) and lives for the process's lifetime.
+        unsafe { &*self.slots.add(i) }
+    }
+
+    /// Counts one record that could not be written.
+    pub fn add_lost(&self) {
+        self.slot(SLOT_LOST).fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Counters for SharedCounters {
+    fn next_id(&self) -> u64 {
+        self.slot(SLOT_LAST_ID).fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn bytes_kept(&self) -> u64 {
+        self.slot(SLOT_BYTES_KEPT).load(Ordering::Relaxed)
+    }
+    fn add_bytes_kept(&self, n: u64) {
+        self.slot(SLOT_BYTES_KEPT).fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// An open session store: what every record and capture goes through.
+pub struct Store {
+    /// Canonical session directory (never journaled).
+    pub session_canon: Vec<u8>,
+    /// The journal, on a high descriptor.
+    pub journal: JournalWriter,
+    /// `blobs/`, on a high descriptor.
+    pub blobs: OwnedFd,
+    /// Shared ids and accounting.
+    pub counters: SharedCounters,
+    /// `/proc/self/exe` of this process image.
+    pub prog: BPath,
+    /// Budgets, policy, sync.
+    pub settings: Settings,
+}
+
+static STORE: AtomicPtr<Store> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Moves a descriptor above the range programs normally use, close-on-exec, so that it never
+/// takes a number the program expects to get from `open`.
+fn to_high_fd(fd: OwnedFd) -> OwnedFd {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
+    let min = if soft > 2048 { 1000 } else { (soft / 2).max(10) as i32 };
+    rustix::io::fcntl_dupfd_cloexec(&fd, min as _).unwrap_or(fd)
+}
+
+fn open_store(cfg: &Config) -> Option<Store> {
+    let dir = Path::new(OsStr::from_bytes(&cfg.session_dir));
+    if !dir.join(session::JOURNAL_FILE).exists() {
+        let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let cwd = journal::resolve::getcwd().unwrap_or_default();
+        let header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+        session::ensure_layout(dir, &header).ok()?;
+    }
+    let counters_file = session::ensure_counters(&dir.join(COUNTERS_FILE)).ok()?;
+    let counters_fd: OwnedFd = counters_file.into();
+    let counters = SharedCounters::map(&counters_fd)?;
+    drop(counters_fd);
+    let jfd = rustix::fs::open(
+        dir.join(session::JOURNAL_FILE),
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let journal = JournalWriter::from_fd(to_high_fd(jfd));
+    let blobs = rustix::fs::open(
+        dir.join(session::BLOBS_DIR),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let blobs = to_high_fd(blobs);
+    let session_canon = journal::resolve::fd_path(blobs.as_raw_fd())
+        .ok()
+        .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
+        .unwrap_or_else(|| cfg.session_dir.clone());
+    let prog =
+        rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
+    Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone() })
+}
+
+/// The process's store, opened on first use. `None` when the shim is disabled or the store
+/// cannot be opened.
+pub fn store() -> Option<&'static Store> {
+    let p = STORE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
+        return Some(unsafe { &*p });
+    }
+    let cfg = config();
+    if !cfg.enabled {
+        return None;
+    }
+    let fresh = Box::into_raw(Box::new(open_store(cfg)?));
+    // Lock-free: whoever loses the race frees its own copy (closing its descriptors), so a
+    // fork can never catch another thread halfway through a lock.
+    match STORE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: we just stored `fresh`, a leaked Box that is never freed.
+        Ok(_) => Some(unsafe { &*fresh }),
+        Err(winner) => {
+            // SAFETY: `fresh` came from Box::into_raw above and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as for the first branch.
+            Some(unsafe { &*winner })
+        }
+    }
+}
+
+impl Store {
+    /// Appends a record for `op`, made by `call`. A record that cannot be written is counted
+    /// as lost, so that no undo of this session can claim completeness.
+    pub fn record(&self, call: &str, op: Op) -> u64 {
+        let seq = self.counters.next_id();
+        let rec = Record {
+            v: RECORD_VERSION,
+            seq,
+            time: session::now_rfc3339(),
+            pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
+            ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+            prog: self.prog.clone(),
+            call: call.to_string(),
+            op,
+        };
+        if self.journal.append(&rec).is_err() {
+            self.counters.add_lost();
+        } else if self.settings.sync {
+            let _ = rustix::fs::fsync(self.blobs.as_fd());
+            let _ = self.journal.sync();
+        }
+        seq
+    }
+
+    /// Whether a path must never be journaled: the session's own directory, and the
+    /// pseudo-file systems under /proc, /sys and /dev.
+    pub fn excluded(&self, abs: &[u8]) -> bool {
+        let p = BPath::new(abs.to_vec());
+        p.starts_with_dir(&self.session_canon)
+            || p.starts_with_dir(b"/proc")
+            || p.starts_with_dir(b"/sys")
+            || p.starts_with_dir(b"/dev")
+    }
+}
+
+/// Collects a C `argv` into paths (used by the constructor).
+///
+/// # Safety
+/// `argv` must be null or point to `argc` valid NUL-terminated strings.
+pub unsafe fn collect_argv(argc: i32, argv: *const *const c_char) -> Vec<BPath> {
+    if argv.is_null() {
+        return Vec::new();
+    }
+    (0..argc.max(0) as usize)
+        .filter_map(|i| {
+            // SAFETY: i < argc and argv has argc entries (caller's obligation).
+            let p = unsafe { *argv.add(i) };
+            // SAFETY: each non-null entry is a NUL-terminated string (caller's obligation).
+            (!p.is_null()).then(|| BPath::from(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()))
+        })
+        .collect()
+}

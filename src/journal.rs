@@ -1,0 +1,361 @@
+//! The on-disk journal: framing, appending, and reading back.
+//!
+//! # Format (version 1)
+//!
+//! The journal is a file of lines, appended to by every process of a session at once through
+//! `O_APPEND` descriptors. Each record is exactly one line, written with one `write(2)`:
+//!
+//! ```text
+//! line  = CHECK SP JSON LF
+//! CHECK = 16 lowercase hex digits: the first 8 bytes of BLAKE3(JSON)
+//! JSON  = one [`Record`] as a JSON object on one line (UTF-8, no raw LF inside)
+//! ```
+//!
+//! A reader classifies every byte of the file:
+//! - a complete line whose check matches and whose JSON parses is a record;
+//! - a complete line that fails either test is *corrupt* ([`Problem::Corrupt`]), named by its
+//!   byte offset and, where it can still be read, its `seq`;
+//! - a record whose `"v"` is not one this build knows is [`Problem::UnknownVersion`];
+//! - bytes after the last LF are a *torn tail*: a record whose write was cut short (the process
+//!   died mid-write). Because a record is written before its call proceeds, the call it
+//!   describes never ran, so a torn tail is reported but does not make an undo incomplete.
+//!
+//! The reader never truncates, rewrites or repairs the file.
+//!
+//! What this module cannot do: order records that were never written. A process killed
+//! between its record and its call leaves a record for a call that did not happen; undo
+//! copes with that by checking the file system (see [`crate::undo`]).
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use crate::record::{RECORD_VERSION, Record};
+
+/// Length of the hex check that starts every line.
+pub const CHECK_LEN: usize = 16;
+
+/// Computes the check for a JSON payload.
+pub fn check_of(json: &[u8]) -> [u8; CHECK_LEN] {
+    let hash = blake3::hash(json);
+    let mut out = [0u8; CHECK_LEN];
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in hash.as_bytes()[..CHECK_LEN / 2].iter().enumerate() {
+        out[2 * i] = HEX[(b >> 4) as usize];
+        out[2 * i + 1] = HEX[(b & 15) as usize];
+    }
+    out
+}
+
+/// Encodes a record as one journal line (with its trailing LF).
+pub fn encode_line(rec: &Record) -> Vec<u8> {
+    let mut line = Vec::with_capacity(512);
+    line.extend_from_slice(&[b'0'; CHECK_LEN]);
+    line.push(b' ');
+    // Serialising our own types into a Vec cannot fail: no maps with non-string keys, no
+    // custom serializers that error.
+    if serde_json::to_writer(&mut line, rec).is_err() {
+        line.truncate(CHECK_LEN + 1);
+        line.extend_from_slice(b"{}");
+    }
+    let check = check_of(&line[CHECK_LEN + 1..]);
+    line[..CHECK_LEN].copy_from_slice(&check);
+    line.push(b'\n');
+    line
+}
+
+/// Appends records to a session's journal.
+#[derive(Debug)]
+pub struct JournalWriter {
+    fd: OwnedFd,
+}
+
+impl JournalWriter {
+    /// Wraps a descriptor opened with `O_WRONLY | O_APPEND`.
+    pub fn from_fd(fd: OwnedFd) -> Self {
+        JournalWriter { fd }
+    }
+
+    /// Opens `path` for appending (creating it with mode 0600 if needed).
+    pub fn open(path: &Path) -> io::Result<Self> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            path,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(JournalWriter { fd })
+    }
+
+    /// The descriptor (the shim moves it to a high number so it never collides with the
+    /// program's own descriptors).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Appends one record with a single `write(2)`.
+    pub fn append(&self, rec: &Record) -> io::Result<()> {
+        self.append_line(&encode_line(rec))
+    }
+
+    /// Appends an already encoded line.
+    pub fn append_line(&self, line: &[u8]) -> io::Result<()> {
+        let mut rest = line;
+        while !rest.is_empty() {
+            match rustix::io::write(self.fd.as_fd(), rest) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "journal write returned 0")),
+                Ok(n) => rest = &rest[n..],
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `fdatasync` of the journal (used with `AETHER_JOURNAL_SYNC=1`).
+    pub fn sync(&self) -> io::Result<()> {
+        rustix::fs::fdatasync(self.fd.as_fd())?;
+        Ok(())
+    }
+}
+
+/// Something wrong with part of a journal file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A complete line that is not a valid record.
+    Corrupt {
+        /// Byte offset of the line.
+        offset: u64,
+        /// 1-based line number.
+        line: u64,
+        /// The record's `seq`, when it could still be read from the damaged line.
+        seq: Option<u64>,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A record written by a format version this build does not know.
+    UnknownVersion {
+        /// Byte offset of the line.
+        offset: u64,
+        /// 1-based line number.
+        line: u64,
+        /// The record's `seq`, if present.
+        seq: Option<u64>,
+        /// The version it declares.
+        version: u64,
+    },
+}
+
+impl Problem {
+    /// The record's sequence number when known.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Problem::Corrupt { seq, .. } | Problem::UnknownVersion { seq, .. } => *seq,
+        }
+    }
+
+    /// A sentence naming the damaged record and what is wrong.
+    pub fn describe(&self) -> String {
+        let name = |offset: &u64, line: &u64, seq: &Option<u64>| match seq {
+            Some(s) => format!("the record at byte {offset} (line {line}, seq {s})"),
+            None => format!("the record at byte {offset} (line {line})"),
+        };
+        match self {
+            Problem::Corrupt { offset, line, seq, what } => {
+                format!("{} is corrupt: {what}; the step it describes cannot be undone", name(offset, line, seq))
+            }
+            Problem::UnknownVersion { offset, line, seq, version } => format!(
+                "{} uses record format version {version}, which this build (version {RECORD_VERSION}) cannot read; the step it describes cannot be undone",
+                name(offset, line, seq)
+            ),
+        }
+    }
+}
+
+/// Everything read from a journal file.
+#[derive(Clone, Debug, Default)]
+pub struct JournalContents {
+    /// Valid records, ordered by `seq` (oldest first).
+    pub records: Vec<Record>,
+    /// Damaged or unreadable lines, in file order.
+    pub problems: Vec<Problem>,
+    /// Byte offset of an incomplete final record, if the file ends in one.
+    pub torn_tail: Option<u64>,
+    /// Size of the file that was read.
+    pub bytes: u64,
+}
+
+impl JournalContents {
+    /// The sentence used for a torn tail.
+    pub fn torn_tail_message(&self) -> Option<String> {
+        self.torn_tail.map(|at| {
+            format!(
+                "the journal ends in an incomplete record at byte {at} (a process died while writing it; the call it describes never ran)"
+            )
+        })
+    }
+}
+
+/// Reads a journal file.
+pub fn read_journal(path: &Path) -> io::Result<JournalContents> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_journal(&data))
+}
+
+/// Parses journal bytes (see the module docs for the classification).
+pub fn parse_journal(data: &[u8]) -> JournalContents {
+    let mut out = JournalContents { bytes: data.len() as u64, ..Default::default() };
+    let mut offset = 0usize;
+    let mut line_no = 0u64;
+    while offset < data.len() {
+        let Some(nl) = data[offset..].iter().position(|&b| b == b'\n') else {
+            out.torn_tail = Some(offset as u64);
+            break;
+        };
+        line_no += 1;
+        let line = &data[offset..offset + nl];
+        match parse_line(line) {
+            Ok(rec) => out.records.push(rec),
+            Err(mut p) => {
+                match &mut p {
+                    Problem::Corrupt { offset: o, line: l, .. }
+                    | Problem::UnknownVersion { offset: o, line: l, .. } => {
+                        *o = offset as u64;
+                        *l = line_no;
+                    }
+                }
+                out.problems.push(p);
+            }
+        }
+        offset += nl + 1;
+    }
+    out.records.sort_by_key(|r| r.seq);
+    out
+}
+
+fn corrupt(seq: Option<u64>, what: impl Into<String>) -> Problem {
+    Problem::Corrupt { offset: 0, line: 0, seq, what: what.into() }
+}
+
+/// Best-effort `seq` from a damaged line, so that the message can name the record.
+fn salvage_seq(json: &[u8]) -> Option<u64> {
+    let key = b"\"seq\":";
+    let at = json.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits: Vec<u8> = json[at..].iter().copied().take_while(u8::is_ascii_digit).collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+fn parse_line(line: &[u8]) -> Result<Record, Problem> {
+    if line.len() < CHECK_LEN + 2 || line[CHECK_LEN] != b' ' {
+        return Err(corrupt(salvage_seq(line), "the line does not start with a 16-digit check and a space"));
+    }
+    let (check, json) = (&line[..CHECK_LEN], &line[CHECK_LEN + 1..]);
+    if check != check_of(json) {
+        return Err(corrupt(salvage_seq(json), "its checksum does not match its content"));
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| corrupt(salvage_seq(json), format!("invalid JSON ({e})")))?;
+    let seq = value.get("seq").and_then(|s| s.as_u64());
+    match value.get("v").and_then(|v| v.as_u64()) {
+        Some(v) if v == RECORD_VERSION as u64 => {}
+        Some(v) => return Err(Problem::UnknownVersion { offset: 0, line: 0, seq, version: v }),
+        None => return Err(corrupt(seq, "it has no format version")),
+    }
+    serde_json::from_value(value).map_err(|e| corrupt(seq, format!("not a record this build understands ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpath::BPath;
+    use crate::record::{Before, Op};
+
+    fn rec(seq: u64) -> Record {
+        Record {
+            v: RECORD_VERSION,
+            seq,
+            time: "2026-11-29T00:00:00.000000000Z".into(),
+            pid: 1,
+            ppid: 0,
+            prog: BPath::from("/bin/sh"),
+            call: "open".into(),
+            op: Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
+        }
+    }
+
+    #[test]
+    fn a_record_is_exactly_one_line_and_reads_back() {
+        let line = encode_line(&rec(3));
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(*line.last().unwrap(), b'\n');
+        let j = parse_journal(&line);
+        assert_eq!(j.records, vec![rec(3)]);
+        assert!(j.problems.is_empty() && j.torn_tail.is_none());
+    }
+
+    #[test]
+    fn records_are_returned_in_sequence_order_whatever_the_file_order() {
+        let mut data = encode_line(&rec(5));
+        data.extend(encode_line(&rec(2)));
+        let seqs: Vec<u64> = parse_journal(&data).records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![2, 5]);
+    }
+
+    #[test]
+    fn a_torn_final_record_is_reported_with_its_offset_not_as_corruption() {
+        let mut data = encode_line(&rec(1));
+        let first = data.len();
+        let second = encode_line(&rec(2));
+        data.extend_from_slice(&second[..second.len() / 2]);
+        let j = parse_journal(&data);
+        assert_eq!(j.records.len(), 1);
+        assert!(j.problems.is_empty());
+        assert_eq!(j.torn_tail, Some(first as u64));
+        assert!(j.torn_tail_message().unwrap().contains(&format!("at byte {first}")));
+    }
+
+    #[test]
+    fn a_corrupt_record_mid_file_is_named_and_the_rest_still_read() {
+        let mut data = encode_line(&rec(1));
+        let at = data.len();
+        let mut bad = encode_line(&rec(2));
+        let idx = bad.len() - 5;
+        bad[idx] ^= 0x01;
+        data.extend(bad);
+        data.extend(encode_line(&rec(3)));
+        let j = parse_journal(&data);
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(j.problems.len(), 1);
+        match &j.problems[0] {
+            Problem::Corrupt { offset, line, seq, .. } => {
+                assert_eq!((*offset, *line, *seq), (at as u64, 2, Some(2)));
+            }
+            p => panic!("unexpected {p:?}"),
+        }
+        assert!(j.problems[0].describe().contains("checksum"));
+    }
+
+    #[test]
+    fn an_unknown_format_version_is_its_own_problem() {
+        let json = br#"{"v":99,"seq":4}"#;
+        let mut line = check_of(json).to_vec();
+        line.push(b' ');
+        line.extend_from_slice(json);
+        line.push(b'\n');
+        let j = parse_journal(&line);
+        assert_eq!(j.problems, vec![Problem::UnknownVersion { offset: 0, line: 1, seq: Some(4), version: 99 }]);
+        assert!(j.problems[0].describe().contains("version 99"));
+    }
+
+    #[test]
+    fn garbage_never_panics_the_reader() {
+        for data in [&b"\n\n\n"[..], b"zzzzzzzzzzzzzzzz {\n", b"\xff\xfe\n", b"0123456789abcdef \n"] {
+            let j = parse_journal(data);
+            assert!(j.records.is_empty());
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The journal's data model: one [`Record`] per mutation, each carrying the prior state of
+//! the path it is about to change.
+//!
+//! A record is written *before* the call it describes proceeds, so it says what the path was
+//! ([`Before`]), not what the call did. Undo works out from the file system at undo time whether
+//! the call took effect (a rename whose source is still in place did not), which is why one
+//! append per mutation is enough.
+//!
+//! What this module cannot do: describe effects outside the file system precisely enough to
+//! reverse them. Those are recorded as [`Before::Irreversible`] with a [`Reason`], and every
+//! undo that meets one reports itself incomplete.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpath::BPath;
+
+/// Version of the record format written by this build (`"v"` in every record).
+pub const RECORD_VERSION: u32 = 1;
+
+/// One journaled step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Record format version; see [`RECORD_VERSION`].
+    pub v: u32,
+    /// Session-wide sequence number, taken after the prior state was captured and before the
+    /// call proceeds: undo replays in descending `seq`.
+    pub seq: u64,
+    /// Wall-clock time the record was made, RFC 3339 with nanoseconds, UTC.
+    pub time: String,
+    /// Process that made the call.
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// The program (`/proc/self/exe` of the caller).
+    pub prog: BPath,
+    /// The libc entry point that was called (`openat`, `__open_2`, `renameat2`, ...).
+    pub call: String,
+    /// What the call is about to do, with the prior state needed to reverse it.
+    pub op: Op,
+}
+
+/// What a journaled call is about to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    /// `path`'s content or existence is about to change: an open for writing, a truncate, an
+    /// unlink, an rmdir, a mkdir, a create. Undo makes `path` match `before` again.
+    Change {
+        /// Absolute path with a symlink-free parent directory.
+        path: BPath,
+        /// What `path` was before the call.
+        before: Before,
+    },
+    /// `from` is about to be renamed to `to` (rename, renameat, renameat2). Undo moves it
+    /// back when the move took effect, then makes `to` match `to_before`.
+    Rename {
+        /// Source path.
+        from: BPath,
+        /// Destination path.
+        to: BPath,
+        /// renameat2 flags (`RENAME_NOREPLACE` = 1, `RENAME_EXCHANGE` = 2, `RENAME_WHITEOUT` = 4).
+        flags: u32,
+        /// Identity of the source before the call, when it existed.
+        moved: Option<Ident>,
+        /// What the destination was before the call (it may be clobbered).
+        to_before: Before,
+    },
+    /// The call described by record `of_seq` failed, so it changed nothing. Written after the
+    /// call, only where undo could not tell that from the file system alone.
+    CallFailed {
+        /// The record this outcome belongs to.
+        of_seq: u64,
+        /// The errno the call failed with.
+        errno: i32,
+    },
+}
+
+impl Op {
+    /// The path the step is mainly about (`to` for a rename's clobbered destination is
+    /// reported separately by undo).
+    pub fn primary_path(&self) -> Option<&BPath> {
+        match self {
+            Op::Change { path, .. } => Some(path),
+            Op::Rename { from, .. } => Some(from),
+            Op::CallFailed { .. } => None,
+        }
+    }
+}
+
+/// What a path was before a journaled call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Before {
+    /// The path held this node, and enough of it was kept to put it back.
+    Contents(Snapshot),
+    /// The path did not exist: undo removes whatever the session left there.
+    Absent,
+    /// The prior state could not be kept; undo reports this step as skipped with the reason.
+    Irreversible {
+        /// Why it could not be kept.
+        reason: Reason,
+    },
+}
+
+/// A kept prior state: the node and its metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The node itself.
+    pub node: Node,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Last modification time, `[seconds, nanoseconds]`.
+    pub mtime: [i64; 2],
+    /// Last access time, `[seconds, nanoseconds]`.
+    pub atime: [i64; 2],
+    /// Identity of the node when it was captured.
+    pub ident: Ident,
+}
+
+/// Device and inode number: what makes two names the same file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Ident {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+/// The kind of node a snapshot holds, and where its content went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Node {
+    /// A regular file whose bytes are kept in a blob.
+    File {
+        /// Blob name inside the session's `blobs/` directory.
+        blob: String,
+        /// Size in bytes at capture time.
+        size: u64,
+        /// BLAKE3 of the content (hex), when it was computed at capture time.
+        hash: Option<String>,
+        /// How the blob was made.
+        how: CaptureHow,
+    },
+    /// A regular file about to be appended to: its first `len` bytes stay as they are, so
+    /// undo only truncates back to `len`.
+    Prefix {
+        /// Size in bytes before the append.
+        len: u64,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its target, exactly as stored.
+        target: BPath,
+    },
+    /// A directory (its entries have records of their own).
+    Dir,
+    /// A FIFO, socket or device node, recreated with `mknod`.
+    Special {
+        /// `fifo`, `socket`, `char` or `block`.
+        kind: SpecialKind,
+        /// Device number for device nodes.
+        rdev: u64,
+    },
+}
+
+/// How a file's prior content was kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureHow {
+    /// The doomed inode itself was hard-linked into the store (unlink, rename over): undo
+    /// moves it back, so its inode, metadata and bytes are exactly the original.
+    Link,
+    /// The bytes were copied (and hashed while copying).
+    Copy,
+    /// The bytes were cloned with `FICLONE` (copy-on-write; hashed lazily).
+    Reflink,
+}
+
+/// Kinds of special file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecialKind {
+    /// Named pipe.
+    Fifo,
+    /// Unix-domain socket node.
+    Socket,
+    /// Character device.
+    Char,
+    /// Block device.
+    Block,
+}
+
+impl SpecialKind {
+    /// Lower-case name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpecialKind::Fifo => "FIFO",
+            SpecialKind::Socket => "socket",
+            SpecialKind::Char => "character device",
+            SpecialKind::Block => "block device",
+        }
+    }
+}
+
+/// Why a prior state could not be kept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum Reason {
+    /// The file is larger than `AETHER_JOURNAL_MAX_FILE`.
+    OverFileBudget {
+        /// The file's size.
+        size: u64,
+        /// The per-file limit in force.
+        limit: u64,
+    },
+    /// Keeping the file would take the session past `AETHER_JOURNAL_MAX_TOTAL`.
+    OverTotalBudget {
+        /// The file's size.
+        size: u64,
+        /// Bytes the session had already kept.
+        used: u64,
+        /// The session limit in force.
+        limit: u64,
+    },
+    /// Data written into a FIFO, socket or device is consumed elsewhere and cannot be unsent.
+    SpecialFile {
+        /// What the node is.
+        kind: SpecialKind,
+    },
+    /// Capturing the prior state failed.
+    CaptureFailed {
+        /// What was being done (`read`, `copy into the store`, ...).
+        step: String,
+        /// The error.
+        error: String,
+    },
+    /// The shim hit an internal error while journaling this call (it still let the call run).
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn human_size(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, scale) in UNITS {
+        if n >= scale {
+            return format!("{:.1} {unit}", n as f64 / scale as f64);
+        }
+    }
+    format!("{n} bytes")
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::OverFileBudget { size, limit } => write!(
+                f,
+                "file of {} ({size} bytes) is over the per-file capture budget of {} ({limit} bytes, AETHER_JOURNAL_MAX_FILE); its prior contents were not kept",
+                human_size(*size),
+                human_size(*limit)
+            ),
+            Reason::OverTotalBudget { size, used, limit } => write!(
+                f,
+                "keeping this file of {} ({size} bytes) would take the session past its capture budget of {} ({limit} bytes, AETHER_JOURNAL_MAX_TOTAL; {used} bytes already kept); its prior contents were not kept",
+                human_size(*size),
+                human_size(*limit)
+            ),
+            Reason::SpecialFile { kind } => {
+                write!(f, "data written to a {} is consumed by whatever reads it and cannot be unsent", kind.name())
+            }
+            Reason::CaptureFailed { step, error } => {
+                write!(f, "the prior state could not be captured ({step}: {error})")
+            }
+            Reason::Internal { message } => {
+                write!(f, "the shim failed while journaling this call ({message})")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(op: Op) -> Record {
+        Record {
+            v: RECORD_VERSION,
+            seq: 7,
+            time: "2026-11-29T19:45:12.000000001Z".into(),
+            pid: 42,
+            ppid: 1,
+            prog: BPath::from("/usr/bin/rm"),
+            call: "unlinkat".into(),
+            op,
+        }
+    }
+
+    #[test]
+    fn every_prior_state_round_trips_through_json() {
+        let snap = Snapshot {
+            node: Node::File { blob: "b1".into(), size: 3, hash: Some("ab".into()), how: CaptureHow::Copy },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: [1, 2],
+            atime: [3, 4],
+            ident: Ident { dev: 1, ino: 2 },
+        };
+        for before in [
+            Before::Contents(snap.clone()),
+            Before::Absent,
+            Before::Irreversible { reason: Reason::OverFileBudget { size: 10, limit: 5 } },
+            Before::Contents(Snapshot {
+                node: Node::Symlink { target: BPath::new(b"t\xff".to_vec()) },
+                ..snap.clone()
+            }),
+            Before::Contents(Snapshot { node: Node::Dir, ..snap.clone() }),
+            Before::Contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
+            Before::Contents(Snapshot { node: Node::Special { kind: SpecialKind::Fifo, rdev: 0 }, ..snap.clone() }),
+        ] {
+            let r = sample(Op::Change { path: BPath::from("/x"), before });
+            let text = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_json_names_the_prior_state_in_the_words_of_the_format() {
+        let r = sample(Op::Change { path: BPath::from("/x"), before: Before::Absent });
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""op":{"kind":"change","path":"/x","before":{"state":"absent"}}"#), "{text}");
+    }
+
+    #[test]
+    fn budget_reasons_name_both_numbers() {
+        let msg = Reason::OverFileBudget { size: 2 << 30, limit: 1 << 30 }.to_string();
+        assert!(msg.contains("2147483648") && msg.contains("1073741824"), "{msg}");
+        let msg = Reason::OverTotalBudget { size: 10, used: 20, limit: 25 }.to_string();
+        assert!(msg.contains("10 bytes") && msg.contains("25 bytes"), "{msg}");
+    }
+}

@@ -1,0 +1,240 @@
+//! Turning the path a program passed (relative to its cwd or to a directory descriptor, through
+//! symlinks and `..`) into the absolute, symlink-free name the journal records, plus a
+//! descriptor for the directory it lives in.
+//!
+//! The kernel resolves the program's own call; this module resolves the *same* path the same
+//! way beforehand, so that the capture and the record name the object the call will act on.
+//! The parent directory is opened with `O_PATH` and named through `/proc/self/fd`, which gives
+//! its canonical path; the final component is kept as written (it is the name that changes).
+//!
+//! What this module cannot do: see a path change between its resolution and the program's own
+//! call (another process renaming a parent in between). It also needs `/proc`; without it the
+//! name is joined lexically and may contain symlinks.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::bpath::{BPath, join};
+
+/// Longest chain of symlinks followed (the kernel's own limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// A directory descriptor that is either the caller's or one we opened.
+#[derive(Debug)]
+pub enum DirFd<'a> {
+    /// The caller's descriptor (or `AT_FDCWD`).
+    Borrowed(BorrowedFd<'a>),
+    /// Opened by the resolver; closed on drop.
+    Owned(OwnedFd),
+}
+
+impl AsFd for DirFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Borrowed(b) => *b,
+            DirFd::Owned(o) => o.as_fd(),
+        }
+    }
+}
+
+/// A resolved target: the directory it lives in, its name there, and its absolute path.
+#[derive(Debug)]
+pub struct Target<'a> {
+    /// The parent directory.
+    pub parent: DirFd<'a>,
+    /// The final component (never empty, never `.` or `..`).
+    pub name: Vec<u8>,
+    /// Canonical parent path joined with `name`.
+    pub abs: BPath,
+}
+
+/// Why a path was not resolved.
+#[derive(Debug)]
+pub enum Unresolved {
+    /// The program's own call will fail the same way (a missing or inaccessible parent, a
+    /// final `.` or `..`, an empty path): there is nothing to journal.
+    CallWillFail(Errno),
+    /// Resolution failed for a reason of its own; the lexical path is the best name we have.
+    Failed {
+        /// Lexical absolute path.
+        lexical: BPath,
+        /// What failed.
+        error: io::Error,
+    },
+}
+
+/// Canonical path of an open descriptor, read from `/proc/self/fd/N`.
+pub fn fd_path(fd: RawFd) -> io::Result<Vec<u8>> {
+    let link = format!("/proc/self/fd/{fd}");
+    Ok(rustix::fs::readlinkat(CWD, link.as_str(), Vec::new())?.into_bytes())
+}
+
+/// The current working directory.
+pub fn getcwd() -> io::Result<Vec<u8>> {
+    Ok(rustix::process::getcwd(Vec::new())?.into_bytes())
+}
+
+fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
+    let end = path.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
+    let trimmed = &path[..end];
+    match trimmed.iter().rposition(|&c| c == b'/') {
+        Some(i) => (if i == 0 { &path[..1] } else { &trimmed[..i] }, &trimmed[i + 1..]),
+        None => (&b""[..], trimmed),
+    }
+}
+
+/// Resolves `path` as the kernel would for a call made relative to `base` (whose canonical
+/// path is `base_path`; `AT_FDCWD` with the cwd for plain calls). With `follow`, a final
+/// symlink is followed (as `open` without `O_NOFOLLOW` does), up to 40 links.
+pub fn resolve<'a>(
+    base: BorrowedFd<'a>,
+    base_path: &[u8],
+    path: &[u8],
+    follow: bool,
+) -> Result<Target<'a>, Unresolved> {
+    if path.is_empty() {
+        return Err(Unresolved::CallWillFail(Errno::NOENT));
+    }
+    let mut target = resolve_once(base, base_path, path)?;
+    if !follow {
+        return Ok(target);
+    }
+    for _ in 0..MAX_SYMLINKS {
+        let st = match rustix::fs::statat(target.parent.as_fd(), target.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(_) => return Ok(target),
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+            return Ok(target);
+        }
+        let link = rustix::fs::readlinkat(target.parent.as_fd(), target.name.as_slice(), Vec::new())
+            .map_err(|e| Unresolved::Failed { lexical: target.abs.clone(), error: e.into() })?
+            .into_bytes();
+        let dir_path = target.abs.split_parent().map(|(p, _)| p.to_vec()).unwrap_or_else(|| b"/".to_vec());
+        // The link's target is resolved relative to the directory holding the link.
+        let next = match target.parent {
+            DirFd::Owned(fd) => resolve_once_owned(fd, &dir_path, &link)?,
+            DirFd::Borrowed(b) => resolve_once(b, &dir_path, &link)?,
+        };
+        target = next;
+    }
+    Err(Unresolved::CallWillFail(Errno::LOOP))
+}
+
+fn resolve_once_owned<'a>(dir: OwnedFd, dir_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
+    let (dir_part, name) = split_last(path);
+    if dir_part.is_empty() {
+        // The target lives in `dir` itself: keep our own descriptor alive.
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(Unresolved::CallWillFail(Errno::INVAL));
+        }
+        let abs = BPath::new(join(dir_path, name));
+        return Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs });
+    }
+    let t = resolve_once(dir.as_fd(), dir_path, path)?;
+    match t.parent {
+        DirFd::Owned(parent) => Ok(Target { parent: DirFd::Owned(parent), name: t.name, abs: t.abs }),
+        DirFd::Borrowed(_) => Err(Unresolved::CallWillFail(Errno::INVAL)),
+    }
+}
+
+fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
+    let (dir_part, name) = split_last(path);
+    if name.is_empty() || name == b"." || name == b".." {
+        // `/`, `x/.`, `..`: no mutating call can succeed on these names.
+        return Err(Unresolved::CallWillFail(Errno::INVAL));
+    }
+    let lexical = || BPath::new(join(base_path, path));
+    if dir_part.is_empty() {
+        let abs = join(base_path, name);
+        return Ok(Target { parent: DirFd::Borrowed(base), name: name.to_vec(), abs: BPath::new(abs) });
+    }
+    let dir =
+        match rustix::fs::openat(base, dir_part, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e @ (Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::LOOP | Errno::NAMETOOLONG)) => {
+                return Err(Unresolved::CallWillFail(e));
+            }
+            Err(e) => return Err(Unresolved::Failed { lexical: lexical(), error: e.into() }),
+        };
+    let canonical = match fd_path(dir.as_raw_fd()) {
+        Ok(p) if p.first() == Some(&b'/') => p,
+        // No /proc, or an unreachable directory: the lexical name is the best we have.
+        _ => join(base_path, dir_part),
+    };
+    let abs = join(&canonical, name);
+    Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs: BPath::new(abs) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn tmp() -> (tempfile::TempDir, Vec<u8>) {
+        let t = tempfile::tempdir().unwrap();
+        let canon = std::fs::canonicalize(t.path()).unwrap().as_os_str().as_bytes().to_vec();
+        (t, canon)
+    }
+
+    #[test]
+    fn a_path_through_a_symlinked_directory_is_recorded_by_its_real_parent() {
+        let (t, canon) = tmp();
+        std::fs::create_dir(t.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", t.path().join("via")).unwrap();
+        let tgt = resolve(CWD, b"/", &join(&canon, b"via/f"), false).unwrap();
+        assert_eq!(tgt.abs.as_bytes(), join(&canon, b"real/f"));
+        assert_eq!(tgt.name, b"f");
+    }
+
+    #[test]
+    fn dotdot_is_resolved_by_the_kernel_not_lexically() {
+        let (t, canon) = tmp();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a/b", t.path().join("l")).unwrap();
+        // l/.. is a, not the temp dir.
+        let tgt = resolve(CWD, b"/", &join(&canon, b"l/../x"), false).unwrap();
+        assert_eq!(tgt.abs.as_bytes(), join(&canon, b"a/x"));
+    }
+
+    #[test]
+    fn a_final_symlink_is_followed_only_when_asked() {
+        let (t, canon) = tmp();
+        std::fs::write(t.path().join("target"), b"x").unwrap();
+        std::os::unix::fs::symlink("target", t.path().join("link")).unwrap();
+        let p = join(&canon, b"link");
+        assert_eq!(resolve(CWD, b"/", &p, false).unwrap().abs.as_bytes(), p);
+        assert_eq!(resolve(CWD, b"/", &p, true).unwrap().abs.as_bytes(), join(&canon, b"target"));
+    }
+
+    #[test]
+    fn a_dangling_symlink_resolves_to_the_file_open_would_create() {
+        let (t, canon) = tmp();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::os::unix::fs::symlink("d/new", t.path().join("link")).unwrap();
+        let tgt = resolve(CWD, b"/", &join(&canon, b"link"), true).unwrap();
+        assert_eq!(tgt.abs.as_bytes(), join(&canon, b"d/new"));
+    }
+
+    #[test]
+    fn a_missing_parent_means_the_call_will_fail() {
+        let (_t, canon) = tmp();
+        assert!(matches!(
+            resolve(CWD, b"/", &join(&canon, b"nope/f"), false),
+            Err(Unresolved::CallWillFail(Errno::NOENT))
+        ));
+        assert!(matches!(resolve(CWD, b"/", b"", false), Err(Unresolved::CallWillFail(_))));
+        assert!(matches!(resolve(CWD, b"/", &join(&canon, b".."), false), Err(Unresolved::CallWillFail(_))));
+    }
+
+    #[test]
+    fn a_relative_name_joins_the_base_path() {
+        let (t, canon) = tmp();
+        let dir = std::fs::File::open(t.path()).unwrap();
+        let tgt = resolve(dir.as_fd(), &canon, b"name\nwith newline", false).unwrap();
+        assert_eq!(tgt.abs.as_bytes(), join(&canon, b"name\nwith newline"));
+    }
+}

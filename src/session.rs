@@ -1,0 +1,503 @@
+//! Session directories: where a session's header, journal, counters and captured contents live.
+//!
+//! # Layout (session format version 1)
+//!
+//! ```text
+//! <session>/                 mode 0700
+//!   session.json             header: format, version, id, created, root command, cwd, shim version
+//!   journal                  append-only records (see crate::journal), mode 0600
+//!   counters                 4096 bytes shared by every process of the session (see below)
+//!   blobs/                   mode 0700: captured prior contents, one file per capture
+//!   state.json               present once the session was undone or kept
+//! ```
+//!
+//! `counters` is mapped `MAP_SHARED` by every hooked process. Little-endian `u64` slots:
+//! offset 0 magic `AJCOUNT1`, 8 the last id handed out (blob names and record sequence
+//! numbers), 16 bytes kept in `blobs/`, 24 records that could not be written (a session with
+//! a non-zero value here can never undo completely).
+//!
+//! Copied blobs are created with mode 0600. A blob captured by hard-linking the doomed inode
+//! keeps that inode's own mode (changing it would be visible to the program through any
+//! descriptor it still holds); the 0700 directories keep it unreachable to other users.
+//!
+//! What this module cannot do: protect a session directory from its own session's processes.
+//! A hooked `rm -rf ~` reaches it like any other path unless the shim refuses that call.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpath::BPath;
+use crate::journal::{JournalContents, read_journal};
+
+/// `format` value of every session header.
+pub const SESSION_FORMAT: &str = "aether-journal-session";
+/// Session format version written by this build.
+pub const SESSION_VERSION: u32 = 1;
+/// Header file name.
+pub const HEADER_FILE: &str = "session.json";
+/// Journal file name.
+pub const JOURNAL_FILE: &str = "journal";
+/// Blob directory name.
+pub const BLOBS_DIR: &str = "blobs";
+/// Shared counters file name.
+pub const COUNTERS_FILE: &str = "counters";
+/// State file name.
+pub const STATE_FILE: &str = "state.json";
+/// Size of the counters file.
+pub const COUNTERS_LEN: usize = 4096;
+/// Magic at the start of the counters file.
+pub const COUNTERS_MAGIC: &[u8; 8] = b"AJCOUNT1";
+/// Slot index (in `u64`s) of the last id handed out.
+pub const SLOT_LAST_ID: usize = 1;
+/// Slot index of the bytes kept.
+pub const SLOT_BYTES_KEPT: usize = 2;
+/// Slot index of the records that could not be written.
+pub const SLOT_LOST: usize = 3;
+
+/// The versioned session header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always [`SESSION_FORMAT`].
+    pub format: String,
+    /// Session format version.
+    pub version: u32,
+    /// Session id (also the directory name for sessions under the state directory).
+    pub id: String,
+    /// Creation time, RFC 3339 UTC.
+    pub created: String,
+    /// The command the session was started for.
+    pub root_command: Vec<BPath>,
+    /// Working directory it started in.
+    pub cwd: BPath,
+    /// Version of the shim (or CLI) that created the session.
+    pub shim_version: String,
+    /// `cli` when `aether-journal run` created it, `shim` when the first hooked process did.
+    pub created_by: String,
+}
+
+impl Header {
+    /// A header for a session created now.
+    pub fn new(id: String, root_command: Vec<BPath>, cwd: BPath, created_by: &str) -> Header {
+        Header {
+            format: SESSION_FORMAT.into(),
+            version: SESSION_VERSION,
+            id,
+            created: now_rfc3339_seconds(),
+            root_command,
+            cwd,
+            shim_version: env!("CARGO_PKG_VERSION").into(),
+            created_by: created_by.into(),
+        }
+    }
+}
+
+/// Current time as RFC 3339 with nanoseconds.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
+}
+
+/// Current time as RFC 3339 with whole seconds.
+pub fn now_rfc3339_seconds() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// A new session id: UTC time, pid and random bits, sortable by creation time.
+pub fn new_session_id() -> String {
+    let stamp: String = now_rfc3339_seconds().chars().filter(|c| !matches!(c, '-' | ':')).collect();
+    let mut rnd = [0u8; 3];
+    let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
+    format!("{stamp}-{}-{:02x}{:02x}{:02x}", std::process::id(), rnd[0], rnd[1], rnd[2])
+}
+
+/// Where sessions are created by default: `${XDG_STATE_HOME:-$HOME/.local/state}/aether-journal`.
+pub fn sessions_root_from(xdg_state_home: Option<&[u8]>, home: Option<&[u8]>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let base = match xdg_state_home.filter(|x| x.first() == Some(&b'/')) {
+        Some(x) => PathBuf::from(std::ffi::OsStr::from_bytes(x)),
+        None => PathBuf::from(std::ffi::OsStr::from_bytes(home.filter(|h| !h.is_empty())?)).join(".local/state"),
+    };
+    Some(base.join("aether-journal"))
+}
+
+/// [`sessions_root_from`] applied to this process's environment.
+pub fn sessions_root() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let x = std::env::var_os("XDG_STATE_HOME");
+    let h = std::env::var_os("HOME");
+    sessions_root_from(x.as_ref().map(|v| v.as_bytes()), h.as_ref().map(|v| v.as_bytes()))
+}
+
+/// The lifecycle state of a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Recording, or finished but neither undone nor kept.
+    Active,
+    /// Completely undone.
+    Undone,
+    /// Accepted by the user.
+    Kept,
+}
+
+impl State {
+    /// The lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Active => "active",
+            State::Undone => "undone",
+            State::Kept => "kept",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    state: State,
+    changed: String,
+}
+
+/// Errors opening a session directory.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The directory does not exist.
+    #[error("no session at {0}: the directory does not exist")]
+    NotFound(PathBuf),
+    /// The directory has no header.
+    #[error("{0} is not an aether-journal session: it has no {HEADER_FILE}")]
+    NotASession(PathBuf),
+    /// The header is damaged.
+    #[error("the session header {path} cannot be read: {why}")]
+    BadHeader {
+        /// Header path.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The header declares a version this build does not know.
+    #[error("the session at {path} uses session format version {version}; this build reads version {SESSION_VERSION}")]
+    UnknownVersion {
+        /// Session directory.
+        path: PathBuf,
+        /// Declared version.
+        version: u64,
+    },
+    /// No session exists yet.
+    #[error("no sessions found under {0}")]
+    NoSessions(PathBuf),
+    /// Any other I/O error, with the path involved.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> SessionError + '_ {
+    move |source| SessionError::Io { path: path.to_path_buf(), source }
+}
+
+/// An existing session directory.
+#[derive(Clone, Debug)]
+pub struct Session {
+    dir: PathBuf,
+    header: Header,
+}
+
+fn mkdir_0700(path: &Path) -> io::Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the directories, journal and counters of a session at `dir` if they are missing
+/// (several processes may do this at once), and writes `header` unless one exists.
+pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+            fs::DirBuilder::new().mode(0o700).recursive(true).create(parent)?;
+        }
+    }
+    mkdir_0700(dir)?;
+    mkdir_0700(&dir.join(BLOBS_DIR))?;
+    let journal = dir.join(JOURNAL_FILE);
+    fs::OpenOptions::new().append(true).create(true).mode(0o600).open(&journal)?;
+    ensure_counters(&dir.join(COUNTERS_FILE))?;
+    let header_path = dir.join(HEADER_FILE);
+    if !header_path.exists() {
+        write_atomically(&header_path, &serde_json::to_vec_pretty(header).map_err(io::Error::other)?)?;
+    }
+    Ok(())
+}
+
+/// Makes sure the counters file exists, is [`COUNTERS_LEN`] bytes long and carries its magic.
+/// Idempotent, and safe to race with itself.
+pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    if f.metadata()?.len() < COUNTERS_LEN as u64 {
+        f.set_len(COUNTERS_LEN as u64)?;
+    }
+    let mut magic = [0u8; 8];
+    f.read_exact_at(&mut magic, 0)?;
+    if &magic != COUNTERS_MAGIC {
+        f.write_all_at(COUNTERS_MAGIC, 0)?;
+    }
+    Ok(f)
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, mode 0600.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.write_all(b"\n")?;
+    }
+    fs::rename(&tmp, path)
+}
+
+/// The counters of a session, read without mapping the file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// The last id handed out.
+    pub last_id: u64,
+    /// Bytes kept in `blobs/`.
+    pub bytes_kept: u64,
+    /// Records that could not be written.
+    pub lost_records: u64,
+}
+
+impl Session {
+    /// Creates a new session directory (which must not already hold a session).
+    pub fn create(dir: &Path, header: &Header) -> Result<Session, SessionError> {
+        if dir.join(HEADER_FILE).exists() {
+            return Err(SessionError::Io {
+                path: dir.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::AlreadyExists, "a session already exists there"),
+            });
+        }
+        ensure_layout(dir, header).map_err(io_at(dir))?;
+        Session::open(dir)
+    }
+
+    /// Opens an existing session directory.
+    pub fn open(dir: &Path) -> Result<Session, SessionError> {
+        if !dir.exists() {
+            return Err(SessionError::NotFound(dir.to_path_buf()));
+        }
+        let header_path = dir.join(HEADER_FILE);
+        let text = match fs::read(&header_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SessionError::NotASession(dir.to_path_buf())),
+            Err(e) => return Err(SessionError::Io { path: header_path, source: e }),
+        };
+        let value: serde_json::Value = serde_json::from_slice(&text)
+            .map_err(|e| SessionError::BadHeader { path: header_path.clone(), why: e.to_string() })?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(SESSION_FORMAT) {
+            return Err(SessionError::BadHeader {
+                path: header_path,
+                why: format!("\"format\" is not {SESSION_FORMAT:?}"),
+            });
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v == SESSION_VERSION as u64 => {}
+            Some(v) => return Err(SessionError::UnknownVersion { path: dir.to_path_buf(), version: v }),
+            None => return Err(SessionError::BadHeader { path: header_path, why: "no \"version\"".into() }),
+        }
+        let header: Header = serde_json::from_value(value)
+            .map_err(|e| SessionError::BadHeader { path: header_path, why: e.to_string() })?;
+        Ok(Session { dir: dir.to_path_buf(), header })
+    }
+
+    /// The session directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Path of the journal file.
+    pub fn journal_path(&self) -> PathBuf {
+        self.dir.join(JOURNAL_FILE)
+    }
+
+    /// Path of the blob directory.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.dir.join(BLOBS_DIR)
+    }
+
+    /// Reads the journal.
+    pub fn read_journal(&self) -> Result<JournalContents, SessionError> {
+        let p = self.journal_path();
+        read_journal(&p).map_err(io_at(&p))
+    }
+
+    /// Reads the shared counters (zeros when the file is missing or short).
+    pub fn counters(&self) -> Counters {
+        let data = fs::read(self.dir.join(COUNTERS_FILE)).unwrap_or_default();
+        let slot = |i: usize| {
+            data.get(i * 8..i * 8 + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0)
+        };
+        Counters { last_id: slot(SLOT_LAST_ID), bytes_kept: slot(SLOT_BYTES_KEPT), lost_records: slot(SLOT_LOST) }
+    }
+
+    /// The lifecycle state.
+    pub fn state(&self) -> State {
+        fs::read(self.dir.join(STATE_FILE))
+            .ok()
+            .and_then(|t| serde_json::from_slice::<StateFile>(&t).ok())
+            .map(|s| s.state)
+            .unwrap_or(State::Active)
+    }
+
+    /// Records a new lifecycle state.
+    pub fn set_state(&self, state: State) -> Result<(), SessionError> {
+        let p = self.dir.join(STATE_FILE);
+        let body = serde_json::to_vec(&StateFile { state, changed: now_rfc3339_seconds() }).map_err(io::Error::other);
+        body.and_then(|b| write_atomically(&p, &b)).map_err(io_at(&p))
+    }
+}
+
+/// Every session under `root` (directories and symlinks to directories with a readable
+/// header), newest first. Entries that are not sessions are ignored; damaged ones are returned
+/// as errors so that a listing can name them.
+pub fn list_sessions(root: &Path) -> Vec<Result<Session, SessionError>> {
+    let Ok(rd) = fs::read_dir(root) else { return Vec::new() };
+    let mut out: Vec<Result<Session, SessionError>> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| Session::open(&e.path()))
+        .filter(|r| !matches!(r, Err(SessionError::NotASession(_))))
+        .collect();
+    out.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => (&b.header.created, &b.header.id).cmp(&(&a.header.created, &a.header.id)),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => std::cmp::Ordering::Equal,
+    });
+    out
+}
+
+/// The newest readable session under `root`.
+pub fn latest_session(root: &Path) -> Result<Session, SessionError> {
+    list_sessions(root).into_iter().find_map(|s| s.ok()).ok_or_else(|| SessionError::NoSessions(root.to_path_buf()))
+}
+
+/// Adds a symlink `root/<id>` to a session kept elsewhere, so that commands without
+/// `--journal` find it.
+pub fn register(root: &Path, session: &Session) -> io::Result<()> {
+    fs::DirBuilder::new().mode(0o700).recursive(true).create(root)?;
+    let link = root.join(&session.header.id);
+    if link.exists() || link.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    let target = fs::canonicalize(&session.dir)?;
+    if target.parent() == Some(&fs::canonicalize(root)?) {
+        return Ok(());
+    }
+    std::os::unix::fs::symlink(target, link)
+}
+
+/// Checks that a directory is a safe place to write restores from: owned by us, not writable
+/// by others.
+pub fn check_ownership(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if md.uid() != me {
+        return Err(format!(
+            "the session directory {} is owned by uid {}, not by you (uid {me}); refusing to use it",
+            dir.display(),
+            md.uid()
+        ));
+    }
+    if md.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "the session directory {} is writable by other users (mode {:o}); refusing to use it",
+            dir.display(),
+            md.permissions().mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(id: &str) -> Header {
+        Header::new(id.into(), vec![BPath::from("bash")], BPath::from("/"), "cli")
+    }
+
+    #[test]
+    fn a_new_session_directory_is_private() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("s");
+        let s = Session::create(&dir, &header("s")).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(s.dir()), 0o700);
+        assert_eq!(mode(&s.blobs_dir()), 0o700);
+        assert_eq!(mode(&s.journal_path()), 0o600);
+        assert_eq!(mode(&dir.join(HEADER_FILE)), 0o600);
+        assert_eq!(fs::metadata(dir.join(COUNTERS_FILE)).unwrap().len(), COUNTERS_LEN as u64);
+        assert_eq!(s.state(), State::Active);
+        assert_eq!(s.header().version, SESSION_VERSION);
+    }
+
+    #[test]
+    fn an_unknown_session_version_is_refused_by_name() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Session::create(&t.path().join("s"), &header("s")).unwrap();
+        let mut h = serde_json::to_value(s.header()).unwrap();
+        h["version"] = 7.into();
+        fs::write(s.dir().join(HEADER_FILE), serde_json::to_vec(&h).unwrap()).unwrap();
+        let err = Session::open(s.dir()).unwrap_err();
+        assert!(matches!(err, SessionError::UnknownVersion { version: 7, .. }), "{err}");
+    }
+
+    #[test]
+    fn state_changes_are_persisted() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Session::create(&t.path().join("s"), &header("s")).unwrap();
+        s.set_state(State::Undone).unwrap();
+        assert_eq!(Session::open(s.dir()).unwrap().state(), State::Undone);
+    }
+
+    #[test]
+    fn the_latest_session_is_the_newest_by_creation() {
+        let t = tempfile::tempdir().unwrap();
+        let mut a = header("a");
+        a.created = "2026-01-01T00:00:00Z".into();
+        let mut b = header("b");
+        b.created = "2026-02-01T00:00:00Z".into();
+        Session::create(&t.path().join("a"), &a).unwrap();
+        Session::create(&t.path().join("b"), &b).unwrap();
+        fs::create_dir(t.path().join("not-a-session")).unwrap();
+        assert_eq!(latest_session(t.path()).unwrap().header().id, "b");
+    }
+
+    #[test]
+    fn the_state_root_follows_xdg_then_home() {
+        assert_eq!(sessions_root_from(Some(b"/x"), Some(b"/h")), Some(PathBuf::from("/x/aether-journal")));
+        assert_eq!(
+            sessions_root_from(Some(b"rel"), Some(b"/h")),
+            Some(PathBuf::from("/h/.local/state/aether-journal"))
+        );
+        assert_eq!(sessions_root_from(None, None), None);
+    }
+}

@@ -1,0 +1,1181 @@
+//! Planning and executing an undo, and the report it produces.
+//!
+//! Records are replayed newest first. Each one makes its path match the prior state the record
+//! kept, deciding from the file system at undo time what is needed: a rename whose source is
+//! still in place did not take effect; a file recorded [`Before::Absent`] that is not there was
+//! never created. Such steps report [`Outcome::Unchanged`] and do not make the undo incomplete.
+//!
+//! Every target is reached through its parent directory opened with `RESOLVE_NO_SYMLINKS`, and
+//! the final component is never followed: a symlink planted at or above a journaled path after
+//! the session cannot redirect a restore; the step is reported [`Outcome::Conflict`].
+//!
+//! The report names every step. [`Report::complete`] is true only when every step ended
+//! restored, removed, recreated or unchanged, and nothing was unreadable or lost.
+//!
+//! What this module cannot do: reverse what the journal marks irreversible, or restore bytes it
+//! cannot verify. A blob that is missing, or whose content no longer matches its recorded hash,
+//! is never written back: the step fails and says so.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, Timestamps};
+use rustix::io::Errno;
+use serde::Serialize;
+
+use crate::bpath::BPath;
+use crate::capture::{hash_fd, ident_of, write_all};
+use crate::journal::JournalContents;
+use crate::record::{Before, CaptureHow, Node, Op, Record, Snapshot, SpecialKind};
+use crate::session::{Session, SessionError, State};
+
+/// What happened to one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The path's prior contents (or node) were put back over what the session left.
+    Restored,
+    /// A path the session created was removed.
+    Removed,
+    /// A path the session deleted was created again.
+    Recreated,
+    /// The path was already in its prior state (the call failed, or an earlier step of this
+    /// undo already put it back).
+    Unchanged,
+    /// The step cannot be reversed (an irreversible record); `why` says what it was.
+    Skipped,
+    /// Reversing the step failed; `why` says how. The path is not in its prior state.
+    Failed,
+    /// The path changed in a way the journal does not explain (a symlink planted in its way);
+    /// it was left alone.
+    Conflict,
+}
+
+impl Outcome {
+    /// Whether the step counts as undone exactly.
+    pub fn is_success(self) -> bool {
+        matches!(self, Outcome::Restored | Outcome::Removed | Outcome::Recreated | Outcome::Unchanged)
+    }
+
+    /// The lower-case name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Restored => "restored",
+            Outcome::Removed => "removed",
+            Outcome::Recreated => "recreated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Skipped => "skipped",
+            Outcome::Failed => "failed",
+            Outcome::Conflict => "conflict",
+        }
+    }
+}
+
+/// The report line for one step (a rename can produce two: the move, and the destination).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepReport {
+    /// The record's sequence number (absent for a record too damaged to name one).
+    pub seq: Option<u64>,
+    /// What happened.
+    pub outcome: Outcome,
+    /// The path concerned.
+    pub path: Option<BPath>,
+    /// What was done, or why it could not be.
+    pub why: String,
+}
+
+/// Counts of outcomes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Steps restored.
+    pub restored: usize,
+    /// Steps removed.
+    pub removed: usize,
+    /// Steps recreated.
+    pub recreated: usize,
+    /// Steps already in their prior state.
+    pub unchanged: usize,
+    /// Irreversible steps.
+    pub skipped: usize,
+    /// Steps that failed.
+    pub failed: usize,
+    /// Steps left alone because of a conflict.
+    pub conflict: usize,
+    /// All report lines.
+    pub total: usize,
+}
+
+/// The result of an undo (or a dry run).
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// True only when every step ended restored, removed, recreated or unchanged.
+    pub complete: bool,
+    /// Nothing was changed: this is what an undo would do.
+    pub dry_run: bool,
+    /// The session had already been undone; nothing was done.
+    pub already_undone: bool,
+    /// One line per step, newest first, then damaged records.
+    pub outcomes: Vec<StepReport>,
+    /// Things worth knowing that are not steps (a torn tail).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Counts of each outcome.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary { total: self.outcomes.len(), ..Default::default() };
+        for o in &self.outcomes {
+            *match o.outcome {
+                Outcome::Restored => &mut s.restored,
+                Outcome::Removed => &mut s.removed,
+                Outcome::Recreated => &mut s.recreated,
+                Outcome::Unchanged => &mut s.unchanged,
+                Outcome::Skipped => &mut s.skipped,
+                Outcome::Failed => &mut s.failed,
+                Outcome::Conflict => &mut s.conflict,
+            } += 1;
+        }
+        s
+    }
+
+    /// The report as the JSON object `undo --json` prints (a documented contract).
+    pub fn to_json(&self) -> serde_json::Value {
+        let outcomes: Vec<serde_json::Value> = self
+            .outcomes
+            .iter()
+            .map(|o| {
+                let mut v = serde_json::json!({
+                    "seq": o.seq,
+                    "outcome": o.outcome.name(),
+                    "path": o.path.as_ref().map(|p| p.display_lossy()),
+                    "why": o.why,
+                });
+                if let Some(b64) = o.path.as_ref().and_then(|p| p.b64_if_not_utf8()) {
+                    v["path_b64"] = b64.into();
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({
+            "complete": self.complete,
+            "dry_run": self.dry_run,
+            "already_undone": self.already_undone,
+            "outcomes": outcomes,
+            "notes": self.notes,
+            "summary": self.summary(),
+        })
+    }
+}
+
+/// Options for [`undo_session`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UndoOptions {
+    /// Report what would be done without changing anything.
+    pub dry_run: bool,
+}
+
+/// Undoes a whole session (or reports what an undo would do) and, when the undo is complete,
+/// marks the session undone.
+pub fn undo_session(session: &Session, opts: UndoOptions) -> Result<Report, SessionError> {
+    match session.state() {
+        State::Undone => {
+            return Ok(Report {
+                complete: true,
+                already_undone: true,
+                dry_run: opts.dry_run,
+                notes: vec!["this session was already undone; nothing was changed".into()],
+                ..Default::default()
+            });
+        }
+        State::Kept => {
+            return Err(SessionError::Io {
+                path: session.dir().to_path_buf(),
+                source: io::Error::other(
+                    "this session was kept: its captured contents were released and it cannot be undone",
+                ),
+            });
+        }
+        State::Active => {}
+    }
+    let journal = session.read_journal()?;
+    let blobs = session.blobs_dir();
+    let mut report =
+        undo_records(&journal, &blobs, opts).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    let lost = session.counters().lost_records;
+    if lost > 0 {
+        report.outcomes.push(StepReport {
+            seq: None,
+            outcome: Outcome::Failed,
+            path: None,
+            why: format!(
+                "{lost} step(s) ran without a journal record (the session store could not be written); they cannot be undone"
+            ),
+        });
+        report.complete = false;
+    }
+    if report.complete && !opts.dry_run {
+        session.set_state(State::Undone)?;
+    }
+    Ok(report)
+}
+
+/// Undoes the records of `journal` using the blobs in `blobs_dir`.
+pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptions) -> io::Result<Report> {
+    let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let exec = Executor { blobs, dry_run: opts.dry_run };
+    let failed_calls: HashSet<u64> = journal
+        .records
+        .iter()
+        .filter_map(|r| match r.op {
+            Op::CallFailed { of_seq, .. } => Some(of_seq),
+            _ => None,
+        })
+        .collect();
+    let mut report = Report { dry_run: opts.dry_run, ..Default::default() };
+    for rec in journal.records.iter().rev() {
+        if failed_calls.contains(&rec.seq) {
+            report.outcomes.push(StepReport {
+                seq: Some(rec.seq),
+                outcome: Outcome::Unchanged,
+                path: rec.op.primary_path().cloned(),
+                why: format!("the {} call failed, so it changed nothing", rec.call),
+            });
+            continue;
+        }
+        exec.undo_record(rec, &mut report.outcomes);
+    }
+    for p in &journal.problems {
+        report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
+    }
+    report.notes.extend(journal.torn_tail_message());
+    report.complete = report.outcomes.iter().all(|o| o.outcome.is_success());
+    Ok(report)
+}
+
+struct Executor {
+    blobs: OwnedFd,
+    dry_run: bool,
+}
+
+/// Result of one restore action: outcome and explanation.
+type Done = (Outcome, String);
+
+fn failed(why: impl Into<String>) -> Done {
+    (Outcome::Failed, why.into())
+}
+
+fn describe_errno(e: Errno) -> String {
+    io::Error::from(e).to_string()
+}
+
+/// Opens a directory by absolute path without following any symlink on the way.
+pub fn open_dir_nofollow(path: &[u8]) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+    {
+        Err(Errno::NOSYS) => {}
+        other => return other,
+    }
+    // Kernels before 5.6: walk the components one at a time.
+    let mut dir = rustix::fs::open("/", flags, Mode::empty())?;
+    for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty() && *c != b".") {
+        if comp == b".." {
+            return Err(Errno::LOOP);
+        }
+        dir = rustix::fs::openat(&dir, comp, flags | OFlags::NOFOLLOW, Mode::empty())?;
+    }
+    Ok(dir)
+}
+
+fn lstat(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Option<Stat>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn file_type(st: &Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
+}
+
+fn type_name(st: &Stat) -> &'static str {
+    match file_type(st) {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "an unknown kind of file",
+    }
+}
+
+/// Removes whatever non-directory or empty directory is at `name`.
+fn remove_any(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<(), Errno> {
+    let flags = if file_type(st) == FileType::Directory { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    rustix::fs::unlinkat(dir, name, flags)
+}
+
+fn timestamps(snap: &Snapshot) -> Timestamps {
+    Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: snap.atime[0], tv_nsec: snap.atime[1] as _ },
+        last_modification: rustix::fs::Timespec { tv_sec: snap.mtime[0], tv_nsec: snap.mtime[1] as _ },
+    }
+}
+
+/// Sets owner, then mode (chown can clear set-id bits), then times on an open file. Returns a
+/// description of what could not be set back.
+fn set_meta_fd(fd: BorrowedFd<'_>, snap: &Snapshot) -> Option<String> {
+    let mut problems = Vec::new();
+    let st = rustix::fs::fstat(fd).ok();
+    if st.is_none_or(|s| s.st_uid != snap.uid || s.st_gid != snap.gid) {
+        let owner = Some(rustix::fs::Uid::from_raw(snap.uid));
+        let group = Some(rustix::fs::Gid::from_raw(snap.gid));
+        if let Err(e) = rustix::fs::fchown(fd, owner, group) {
+            problems.push(format!("owner {}:{} could not be set back ({})", snap.uid, snap.gid, describe_errno(e)));
+        }
+    }
+    if let Err(e) = rustix::fs::fchmod(fd, Mode::from_raw_mode(snap.mode)) {
+        problems.push(format!("mode {:o} could not be set back ({})", snap.mode, describe_errno(e)));
+    }
+    if let Err(e) = rustix::fs::futimens(fd, &timestamps(snap)) {
+        problems.push(format!("times could not be set back ({})", describe_errno(e)));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// Same as [`set_meta_fd`] by name without following a symlink (owner and times only for
+/// symlinks, whose mode Linux ignores).
+fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot, is_link: bool) -> Option<String> {
+    let mut problems = Vec::new();
+    let st = lstat(dir, name).ok().flatten();
+    if st.is_none_or(|s| s.st_uid != snap.uid || s.st_gid != snap.gid) {
+        let owner = Some(rustix::fs::Uid::from_raw(snap.uid));
+        let group = Some(rustix::fs::Gid::from_raw(snap.gid));
+        if let Err(e) = rustix::fs::chownat(dir, name, owner, group, AtFlags::SYMLINK_NOFOLLOW) {
+            problems.push(format!("owner {}:{} could not be set back ({})", snap.uid, snap.gid, describe_errno(e)));
+        }
+    }
+    if !is_link {
+        if let Err(e) = rustix::fs::chmodat(dir, name, Mode::from_raw_mode(snap.mode), AtFlags::empty()) {
+            problems.push(format!("mode {:o} could not be set back ({})", snap.mode, describe_errno(e)));
+        }
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+fn meta_matches(st: &Stat, snap: &Snapshot) -> bool {
+    st.st_mode & 0o7777 == snap.mode && st.st_uid == snap.uid && st.st_gid == snap.gid
+}
+
+impl Executor {
+    fn undo_record(&self, rec: &Record, out: &mut Vec<StepReport>) {
+        let seq = Some(rec.seq);
+        match &rec.op {
+            Op::Change { path, before } => {
+                let (outcome, why) = self.undo_change(path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
+            }
+            Op::Rename { from, to, flags, moved, to_before } => {
+                let exchange = flags & 2 != 0;
+                let (outcome, why) = if exchange {
+                    self.undo_exchange(from, to, moved.as_ref())
+                } else {
+                    self.undo_move(from, to, *flags)
+                };
+                let moved_back = outcome == Outcome::Restored;
+                out.push(StepReport { seq, outcome, path: Some(from.clone()), why });
+                // When the move did not happen the destination was never clobbered; an
+                // exchange destroys nothing.
+                if !exchange && moved_back && !matches!(to_before, Before::Absent) {
+                    let (outcome, why) = self.undo_change(to, to_before);
+                    out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
+                }
+            }
+            Op::CallFailed { .. } => {}
+        }
+    }
+
+    fn parent_of<'p>(&self, path: &'p BPath) -> Result<(OwnedFd, &'p [u8]), Done> {
+        let Some((parent, name)) = path.split_parent() else {
+            return Err(failed("the path has no parent directory"));
+        };
+        match open_dir_nofollow(parent) {
+            Ok(fd) => Ok((fd, name)),
+            Err(Errno::LOOP) | Err(Errno::XDEV) => Err((
+                Outcome::Conflict,
+                format!(
+                    "a symlink now stands in the path to {}; it was not followed and nothing was restored",
+                    String::from_utf8_lossy(parent)
+                ),
+            )),
+            Err(e @ (Errno::NOENT | Errno::NOTDIR)) => Err(failed(format!(
+                "its directory {} no longer exists ({})",
+                String::from_utf8_lossy(parent),
+                describe_errno(e)
+            ))),
+            Err(e) => Err(failed(format!("cannot open its directory: {}", describe_errno(e)))),
+        }
+    }
+
+    fn undo_change(&self, path: &BPath, before: &Before) -> Done {
+        if let Before::Irreversible { reason } = before {
+            return (Outcome::Skipped, reason.to_string());
+        }
+        if self.dry_run {
+            return match before {
+                Before::Absent => (Outcome::Removed, "would remove it if it exists".into()),
+                Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
+                Before::Irreversible { .. } => unreachable!("handled above"),
+            };
+        }
+        let (dir, name) = match self.parent_of(path) {
+            Ok(x) => x,
+            Err((Outcome::Failed, _)) if matches!(before, Before::Absent) => {
+                return (Outcome::Unchanged, "already absent (its directory is gone too)".into());
+            }
+            Err(done) => return done,
+        };
+        let cur = match lstat(dir.as_fd(), name) {
+            Ok(c) => c,
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        match before {
+            Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+            Before::Contents(snap) => self.restore(dir.as_fd(), name, cur.as_ref(), snap),
+            Before::Irreversible { .. } => unreachable!("handled above"),
+        }
+    }
+
+    fn remove_created(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Done {
+        let Some(st) = cur else {
+            return (Outcome::Unchanged, "already absent".into());
+        };
+        match remove_any(dir, name, st) {
+            Ok(()) => (Outcome::Removed, format!("removed {} the session created", type_name(st))),
+            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
+                let entries = list_some(dir, name);
+                failed(format!(
+                    "the directory was created during the session but still holds entries the journal did not create ({entries}); it was left in place"
+                ))
+            }
+            Err(e) => failed(format!("could not remove it: {}", describe_errno(e))),
+        }
+    }
+
+    fn restore(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>, snap: &Snapshot) -> Done {
+        match &snap.node {
+            Node::File { blob, size, hash, how } => {
+                self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
+            }
+            Node::Prefix { len } => self.restore_prefix(dir, name, cur, snap, *len),
+            Node::Symlink { target } => self.restore_symlink(dir, name, cur, snap, target),
+            Node::Dir => self.restore_dir(dir, name, cur, snap),
+            Node::Special { kind, rdev } => self.restore_special(dir, name, cur, snap, *kind, *rdev),
+        }
+    }
+
+    /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
+    fn clear(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
+        let Some(st) = cur else { return Ok(false) };
+        match remove_any(dir, name, st) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed(format!(
+                "a non-empty directory now stands where it was ({}); it was left in place",
+                list_some(dir, name)
+            ))),
+            Err(e) => Err(failed(format!("could not remove {} in its place: {}", type_name(st), describe_errno(e)))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn restore_file(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        blob: &str,
+        size: u64,
+        hash: Option<&str>,
+        how: CaptureHow,
+    ) -> Done {
+        if how == CaptureHow::Link {
+            if cur.is_some_and(|st| ident_of(st) == snap.ident) {
+                return (Outcome::Unchanged, "the original file is still in place".into());
+            }
+            let bst = match lstat(self.blobs.as_fd(), blob.as_bytes()) {
+                Ok(Some(st)) => st,
+                Ok(None) => return failed(format!("its captured contents (blob {blob}) are missing from the store")),
+                Err(e) => return failed(format!("cannot examine blob {blob}: {}", describe_errno(e))),
+            };
+            if ident_of(&bst) != snap.ident || file_type(&bst) != FileType::RegularFile {
+                return failed(format!(
+                    "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
+                ));
+            }
+            let replaced = match cur {
+                Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
+                    Ok(_) => true,
+                    Err(done) => return done,
+                },
+                Some(_) => true,
+                None => false,
+            };
+            return match rustix::fs::renameat(self.blobs.as_fd(), blob, dir, name) {
+                Ok(()) => {
+                    if replaced {
+                        (
+                            Outcome::Restored,
+                            format!("put the original file back over what the session left ({size} bytes)"),
+                        )
+                    } else {
+                        (Outcome::Recreated, format!("put the original file back ({size} bytes)"))
+                    }
+                }
+                Err(e) => failed(format!("could not move the captured file back: {}", describe_errno(e))),
+            };
+        }
+
+        let src = match rustix::fs::openat(
+            self.blobs.as_fd(),
+            blob,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
+                return failed(format!("its captured contents (blob {blob}) are missing from the store"));
+            }
+            Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+        };
+        let (blob_hash, blob_len) = match hash_fd(&src) {
+            Ok(x) => x,
+            Err(e) => return failed(format!("cannot read blob {blob}: {e}")),
+        };
+        if blob_len != size || hash.is_some_and(|h| h != blob_hash) {
+            return failed(format!(
+                "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
+                &blob_hash[..16],
+                hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
+            ));
+        }
+        // Already identical?
+        if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
+            let same = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .ok()
+            .and_then(|fd| hash_fd(&fd).ok())
+            .is_some_and(|(h, _)| h == blob_hash);
+            if same
+                && meta_matches(st, snap)
+                && st.st_mtime == snap.mtime[0]
+                && st.st_mtime_nsec as i64 == snap.mtime[1]
+            {
+                return (Outcome::Unchanged, "its contents and metadata are already as before".into());
+            }
+        }
+        // Write in place when a regular file is there (keeps its inode and hard links),
+        // otherwise create it afresh.
+        let (dst, outcome) = match cur {
+            Some(st) if file_type(st) == FileType::RegularFile => match open_write_in_place(dir, name, st) {
+                Ok(fd) => (fd, Outcome::Restored),
+                Err(e) => return failed(format!("cannot open it for writing: {}", describe_errno(e))),
+            },
+            other => {
+                let replaced = match self.clear(dir, name, other) {
+                    Ok(r) => r,
+                    Err(done) => return done,
+                };
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                match rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)) {
+                    Ok(fd) => (fd, if replaced { Outcome::Restored } else { Outcome::Recreated }),
+                    Err(e) => return failed(format!("cannot create it: {}", describe_errno(e))),
+                }
+            }
+        };
+        if let Err(e) = copy_from_start(&src, &dst) {
+            return failed(format!("writing the captured contents back failed: {e}"));
+        }
+        if let Some(problem) = set_meta_fd(dst.as_fd(), snap) {
+            return failed(format!("contents restored ({size} bytes), but {problem}"));
+        }
+        let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
+        (outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
+    }
+
+    fn restore_prefix(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>, snap: &Snapshot, len: u64) -> Done {
+        let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile) else {
+            return failed(format!(
+                "only its length before an append ({len} bytes) was kept, and it is no longer a regular file; its contents cannot be restored"
+            ));
+        };
+        let now = st.st_size as u64;
+        if now < len {
+            return failed(format!(
+                "only its length before an append ({len} bytes) was kept, but it is now shorter ({now} bytes): bytes from before the session are gone"
+            ));
+        }
+        if now == len
+            && st.st_mtime == snap.mtime[0]
+            && st.st_mtime_nsec as i64 == snap.mtime[1]
+            && meta_matches(st, snap)
+        {
+            return (Outcome::Unchanged, format!("already {len} bytes long, as before the append"));
+        }
+        let fd = match open_write_in_place(dir, name, st) {
+            Ok(fd) => fd,
+            Err(e) => return failed(format!("cannot open it for truncation: {}", describe_errno(e))),
+        };
+        if let Err(e) = rustix::fs::ftruncate(&fd, len) {
+            return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+        }
+        if let Some(problem) = set_meta_fd(fd.as_fd(), snap) {
+            return failed(format!("truncated back to {len} bytes, but {problem}"));
+        }
+        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes)"))
+    }
+
+    fn restore_symlink(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        target: &BPath,
+    ) -> Done {
+        if let Some(st) = cur.filter(|st| file_type(st) == FileType::Symlink) {
+            let same = rustix::fs::readlinkat(dir, name, Vec::new()).is_ok_and(|t| t.as_bytes() == target.as_bytes());
+            if same && st.st_uid == snap.uid && st.st_gid == snap.gid {
+                return (Outcome::Unchanged, "the symlink is already as before".into());
+            }
+        }
+        let replaced = match self.clear(dir, name, cur) {
+            Ok(r) => r,
+            Err(done) => return done,
+        };
+        if let Err(e) = rustix::fs::symlinkat(target.as_bytes(), dir, name) {
+            return failed(format!("cannot recreate the symlink: {}", describe_errno(e)));
+        }
+        let times = timestamps(snap);
+        let _ = rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW);
+        if let Some(problem) = set_meta_at(dir, name, snap, true) {
+            return failed(format!("symlink recreated, but {problem}"));
+        }
+        let what = format!("symlink to {} put back", target.display_lossy());
+        (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+    }
+
+    fn restore_dir(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>, snap: &Snapshot) -> Done {
+        match cur {
+            Some(st) if file_type(st) == FileType::Directory => {
+                if meta_matches(st, snap) {
+                    return (Outcome::Unchanged, "the directory is already there, as before".into());
+                }
+                match set_meta_at(dir, name, snap, false) {
+                    None => (Outcome::Restored, format!("set the directory's mode back to {:o}", snap.mode)),
+                    Some(p) => failed(p),
+                }
+            }
+            other => {
+                let replaced = match self.clear(dir, name, other) {
+                    Ok(r) => r,
+                    Err(done) => return done,
+                };
+                if let Err(e) = rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+                    return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
+                }
+                if let Some(problem) = set_meta_at(dir, name, snap, false) {
+                    return failed(format!("directory recreated, but {problem}"));
+                }
+                let what = format!("recreated the directory with mode {:o}", snap.mode);
+                (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+            }
+        }
+    }
+
+    fn restore_special(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        kind: SpecialKind,
+        rdev: u64,
+    ) -> Done {
+        let ft = match kind {
+            SpecialKind::Fifo => FileType::Fifo,
+            SpecialKind::Socket => FileType::Socket,
+            SpecialKind::Char => FileType::CharacterDevice,
+            SpecialKind::Block => FileType::BlockDevice,
+        };
+        if let Some(st) = cur.filter(|st| file_type(st) == ft && st.st_rdev == rdev) {
+            if meta_matches(st, snap) {
+                return (Outcome::Unchanged, format!("the {} is already there", kind.name()));
+            }
+        }
+        let replaced = match self.clear(dir, name, cur) {
+            Ok(r) => r,
+            Err(done) => return done,
+        };
+        if let Err(e) = rustix::fs::mknodat(dir, name, ft, Mode::from_raw_mode(0o600), rdev) {
+            return failed(format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
+        }
+        if let Some(problem) = set_meta_at(dir, name, snap, false) {
+            return failed(format!("{} recreated, but {problem}", kind.name()));
+        }
+        (if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
+    }
+
+    fn undo_move(&self, from: &BPath, to: &BPath, flags: u32) -> Done {
+        if self.dry_run {
+            return (Outcome::Restored, format!("would move {} back to this name", to.display_lossy()));
+        }
+        let (fdir, fname) = match self.parent_of(from) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let (tdir, tname) = match self.parent_of(to) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let fcur = match lstat(fdir.as_fd(), fname) {
+            Ok(c) => c,
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        if let Some(st) = &fcur {
+            let whiteout = flags & 4 != 0 && file_type(st) == FileType::CharacterDevice && st.st_rdev == 0;
+            if !whiteout {
+                return (Outcome::Unchanged, "the source is in place: the rename did not take effect".into());
+            }
+            if let Err(e) = rustix::fs::unlinkat(fdir.as_fd(), fname, AtFlags::empty()) {
+                return failed(format!("cannot remove the whiteout left by the rename: {}", describe_errno(e)));
+            }
+        }
+        match lstat(tdir.as_fd(), tname) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return failed(format!(
+                    "it was renamed to {}, which no longer exists: the renamed file is gone",
+                    to.display_lossy()
+                ));
+            }
+            Err(e) => return failed(format!("cannot examine {}: {}", to.display_lossy(), describe_errno(e))),
+        }
+        match rustix::fs::renameat_with(tdir.as_fd(), tname, fdir.as_fd(), fname, RenameFlags::NOREPLACE) {
+            Ok(()) => (Outcome::Restored, format!("moved back from {}", to.display_lossy())),
+            Err(e) => failed(format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e))),
+        }
+    }
+
+    fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {
+        if self.dry_run {
+            return (Outcome::Restored, format!("would exchange it with {} again", b.display_lossy()));
+        }
+        let (adir, aname) = match self.parent_of(a) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let (bdir, bname) = match self.parent_of(b) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let ast = lstat(adir.as_fd(), aname).ok().flatten();
+        let bst = lstat(bdir.as_fd(), bname).ok().flatten();
+        let Some(moved) = moved else {
+            return failed("the exchanged file's identity was not recorded");
+        };
+        if ast.as_ref().is_some_and(|st| ident_of(st) == *moved) {
+            return (Outcome::Unchanged, "the exchange did not take effect".into());
+        }
+        if !bst.as_ref().is_some_and(|st| ident_of(st) == *moved) {
+            return failed(format!(
+                "neither {} nor {} holds the exchanged file any more",
+                a.display_lossy(),
+                b.display_lossy()
+            ));
+        }
+        match rustix::fs::renameat_with(adir.as_fd(), aname, bdir.as_fd(), bname, RenameFlags::EXCHANGE) {
+            Ok(()) => (Outcome::Restored, format!("exchanged back with {}", b.display_lossy())),
+            Err(e) => failed(format!("cannot exchange it back: {}", describe_errno(e))),
+        }
+    }
+}
+
+/// Opens an existing regular file for rewriting without following a symlink, making it
+/// writable for the moment if its owner's mode forbids writing (undo sets the mode back).
+fn open_write_in_place(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Err(Errno::ACCESS) if st.st_uid == rustix::process::geteuid().as_raw() => {
+            rustix::fs::chmodat(dir, name, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o200), AtFlags::empty())?;
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        }
+        other => other,
+    }
+}
+
+fn copy_from_start(src: &OwnedFd, dst: &OwnedFd) -> io::Result<()> {
+    rustix::fs::seek(src, rustix::fs::SeekFrom::Start(0))?;
+    rustix::fs::ftruncate(dst, 0)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match rustix::io::read(src, &mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        write_all(dst, &buf[..n])?;
+    }
+}
+
+fn list_some(dir: BorrowedFd<'_>, name: &[u8]) -> String {
+    let Ok(fd) = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return "unreadable".into();
+    };
+    let Ok(mut d) = rustix::fs::Dir::read_from(&fd) else { return "unreadable".into() };
+    let mut names = Vec::new();
+    let mut more = 0;
+    while let Some(Ok(e)) = d.read() {
+        let n = e.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        if names.len() < 5 {
+            names.push(String::from_utf8_lossy(n).into_owned());
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 { format!("{} and {more} more", names.join(", ")) } else { names.join(", ") }
+}
+
+fn describe_node(node: &Node) -> String {
+    match node {
+        Node::File { size, how, .. } => format!(
+            "its prior contents ({size} bytes, {})",
+            match how {
+                CaptureHow::Link => "the original file",
+                CaptureHow::Copy => "a copy",
+                CaptureHow::Reflink => "a clone",
+            }
+        ),
+        Node::Prefix { len } => format!("its length before the append ({len} bytes)"),
+        Node::Symlink { target } => format!("the symlink to {}", target.display_lossy()),
+        Node::Dir => "the directory".into(),
+        Node::Special { kind, .. } => format!("the {}", kind.name()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::tests::TestCounters;
+    use crate::capture::{Capturer, Intent};
+    use crate::config::Budget;
+    use crate::journal::JournalContents;
+    use crate::record::{RECORD_VERSION, Reason};
+    use std::fs;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Fixture {
+        _t: tempfile::TempDir,
+        work: PathBuf,
+        blobs: PathBuf,
+        counters: TestCounters,
+        records: Vec<Record>,
+    }
+
+    use std::path::PathBuf;
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let t = tempfile::tempdir().unwrap();
+            let root = fs::canonicalize(t.path()).unwrap();
+            fs::create_dir(root.join("blobs")).unwrap();
+            fs::create_dir(root.join("work")).unwrap();
+            Fixture {
+                work: root.join("work"),
+                blobs: root.join("blobs"),
+                _t: t,
+                counters: TestCounters::default(),
+                records: vec![],
+            }
+        }
+        fn p(&self, name: &str) -> PathBuf {
+            self.work.join(name)
+        }
+        fn bp(&self, name: &str) -> BPath {
+            BPath::from(self.p(name).as_path())
+        }
+        /// Captures `name` as the shim would before a call with `intent`, and journals it.
+        fn change(&mut self, name: &str, intent: Intent) {
+            let blobs = fs::File::open(&self.blobs).unwrap();
+            let work = fs::File::open(&self.work).unwrap();
+            let cap =
+                Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &self.counters, sync: false };
+            let before = cap.capture(work.as_fd(), name.as_bytes(), intent);
+            let path = self.bp(name);
+            self.push(Op::Change { path, before });
+        }
+        fn push(&mut self, op: Op) {
+            let seq = self.records.len() as u64 + 1;
+            self.records.push(Record {
+                v: RECORD_VERSION,
+                seq,
+                time: String::new(),
+                pid: 1,
+                ppid: 0,
+                prog: BPath::from("/bin/test"),
+                call: "test".into(),
+                op,
+            });
+        }
+        fn undo(&self) -> Report {
+            let j = JournalContents { records: self.records.clone(), ..Default::default() };
+            undo_records(&j, &self.blobs, UndoOptions::default()).unwrap()
+        }
+        fn outcomes(r: &Report) -> Vec<Outcome> {
+            r.outcomes.iter().map(|o| o.outcome).collect()
+        }
+    }
+
+    #[test]
+    fn an_overwritten_file_is_restored_in_place_with_its_mode() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"old").unwrap();
+        fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+        f.change("a", Intent::Overwrite);
+        fs::write(f.p("a"), b"new and longer").unwrap();
+        fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o777)).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored]);
+        assert_eq!(fs::read(f.p("a")).unwrap(), b"old");
+        assert_eq!(fs::metadata(f.p("a")).unwrap().permissions().mode() & 0o7777, 0o640);
+    }
+
+    #[test]
+    fn a_created_file_is_removed_and_a_never_created_one_is_unchanged() {
+        let mut f = Fixture::new();
+        f.change("new", Intent::Overwrite);
+        f.change("never", Intent::Overwrite);
+        fs::write(f.p("new"), b"x").unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Removed]);
+        assert!(!f.p("new").exists());
+    }
+
+    #[test]
+    fn a_deleted_file_is_recreated_as_the_same_inode() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"keep me").unwrap();
+        let ino = fs::metadata(f.p("a")).unwrap().ino();
+        f.change("a", Intent::Destroy);
+        fs::remove_file(f.p("a")).unwrap();
+        let r = f.undo();
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated]);
+        assert_eq!(fs::read(f.p("a")).unwrap(), b"keep me");
+        assert_eq!(fs::metadata(f.p("a")).unwrap().ino(), ino);
+        assert_eq!(fs::read_dir(&f.blobs).unwrap().count(), 0, "the blob was moved back, not copied");
+        // A second run finds it in place.
+        let r2 = f.undo();
+        assert_eq!(Fixture::outcomes(&r2), vec![Outcome::Unchanged]);
+    }
+
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_removed_directory_tree_comes_back_in_order() {
+        let mut f = Fixture::new();
+        fs::create_dir(f.p("d")).unwrap();
+        fs::set_permissions(f.p("d"), fs::Permissions::from_mode(0o751)).unwrap();
+        fs::write(f.p("d/x"), b"1").unwrap();
+        std::os::unix::fs::symlink("x", f.p("d/l")).unwrap();
+        // rm -rf order: children, then the directory.
+        f.change("d/x", Intent::Destroy);
+        fs::remove_file(f.p("d/x")).unwrap();
+        f.change("d/l", Intent::Destroy);
+        fs::remove_file(f.p("d/l")).unwrap();
+        f.change("d", Intent::Destroy);
+        fs::remove_dir(f.p("d")).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated; 3]);
+        assert_eq!(fs::metadata(f.p("d")).unwrap().permissions().mode() & 0o7777, 0o751);
+        assert_eq!(fs::read(f.p("d/x")).unwrap(), b"1");
+        assert_eq!(fs::read_link(f.p("d/l")).unwrap(), PathBuf::from("x"));
+    }
+
+    #[test]
+    fn a_rename_over_a_file_is_moved_back_and_the_target_restored() {
+        let mut f = Fixture::new();
+        fs::write(f.p("tmp"), b"new").unwrap();
+        fs::write(f.p("dst"), b"old").unwrap();
+        let blobs = fs::File::open(&f.blobs).unwrap();
+        let work = fs::File::open(&f.work).unwrap();
+        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &f.counters, sync: false };
+        let to_before = cap.capture(work.as_fd(), b"dst", Intent::Destroy);
+        let moved = Some(ident_of(&rustix::fs::stat(f.p("tmp")).unwrap()));
+        let (from, to) = (f.bp("tmp"), f.bp("dst"));
+        f.push(Op::Rename { from, to, flags: 0, moved, to_before });
+        fs::rename(f.p("tmp"), f.p("dst")).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored, Outcome::Recreated]);
+        assert_eq!(fs::read(f.p("tmp")).unwrap(), b"new");
+        assert_eq!(fs::read(f.p("dst")).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_rename_that_failed_leaves_both_names_alone() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"a").unwrap();
+        fs::write(f.p("b"), b"b").unwrap();
+        let (from, to) = (f.bp("a"), f.bp("b"));
+        // e.g. renameat2(RENAME_NOREPLACE) that failed with EEXIST
+        f.push(Op::Rename { from, to, flags: 1, moved: None, to_before: Before::Absent });
+        let r = f.undo();
+        assert!(r.complete);
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
+        assert_eq!(fs::read(f.p("b")).unwrap(), b"b");
+    }
+
+    #[test]
+    fn an_irreversible_step_is_skipped_with_its_reason_and_makes_the_undo_incomplete() {
+        let mut f = Fixture::new();
+        let path = f.bp("big");
+        f.push(Op::Change {
+            path,
+            before: Before::Irreversible { reason: Reason::OverFileBudget { size: 9, limit: 1 } },
+        });
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(r.outcomes[0].outcome, Outcome::Skipped);
+        assert!(r.outcomes[0].why.contains("budget"), "{}", r.outcomes[0].why);
+    }
+
+    #[test]
+    fn a_tampered_blob_is_never_written_back() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"original").unwrap();
+        f.change("a", Intent::Overwrite);
+        fs::write(f.p("a"), b"changed").unwrap();
+        let blob = fs::read_dir(&f.blobs).unwrap().next().unwrap().unwrap().path();
+        fs::write(&blob, b"evil!!!!").unwrap();
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
+        assert!(r.outcomes[0].why.contains("tampered"), "{}", r.outcomes[0].why);
+        assert_eq!(fs::read(f.p("a")).unwrap(), b"changed");
+    }
+
+    #[test]
+    fn a_missing_blob_fails_that_step_and_the_others_are_still_undone() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"1").unwrap();
+        f.change("a", Intent::Overwrite);
+        f.change("b", Intent::Overwrite);
+        fs::write(f.p("a"), b"2").unwrap();
+        fs::write(f.p("b"), b"2").unwrap();
+        for e in fs::read_dir(&f.blobs).unwrap() {
+            fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Removed, Outcome::Failed]);
+        assert!(r.outcomes[1].why.contains("missing"));
+        assert!(!f.p("b").exists());
+    }
+
+    #[test]
+    fn a_symlink_planted_above_a_path_is_a_conflict_and_is_not_followed() {
+        let mut f = Fixture::new();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir(f.p("d")).unwrap();
+        fs::write(f.p("d/a"), b"1").unwrap();
+        f.change("d/a", Intent::Overwrite);
+        // After the session, someone swaps d for a symlink pointing elsewhere.
+        fs::remove_file(f.p("d/a")).unwrap();
+        fs::remove_dir(f.p("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+        let r = f.undo();
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Conflict]);
+        assert!(fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was written through the symlink");
+    }
+
+    #[test]
+    fn an_append_is_undone_by_truncating_to_the_prior_length() {
+        let mut f = Fixture::new();
+        fs::write(f.p("log"), b"line1\n").unwrap();
+        f.change("log", Intent::Append);
+        fs::OpenOptions::new().append(true).open(f.p("log")).unwrap().write_all(b"line2\n").unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(fs::read(f.p("log")).unwrap(), b"line1\n");
+        assert_eq!(f.counters.bytes_kept(), 0);
+    }
+
+    use crate::capture::Counters;
+    use std::io::Write;
+
+    #[test]
+    fn a_created_directory_with_foreign_entries_is_reported_not_deleted() {
+        let mut f = Fixture::new();
+        f.change("d", Intent::Overwrite);
+        fs::create_dir(f.p("d")).unwrap();
+        fs::write(f.p("d/user-file"), b"not journaled").unwrap();
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
+        assert!(r.outcomes[0].why.contains("user-file"), "{}", r.outcomes[0].why);
+        assert!(f.p("d/user-file").exists());
+    }
+
+    #[test]
+    fn non_utf8_names_are_restored_exactly() {
+        let mut f = Fixture::new();
+        let name = std::ffi::OsStr::from_bytes(b"caf\xe9\nname");
+        fs::write(f.work.join(name), b"x").unwrap();
+        let blobs = fs::File::open(&f.blobs).unwrap();
+        let work = fs::File::open(&f.work).unwrap();
+        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &f.counters, sync: false };
+        let before = cap.capture(work.as_fd(), name.as_bytes(), Intent::Destroy);
+        let path = BPath::from(f.work.join(name).as_path());
+        f.push(Op::Change { path, before });
+        fs::remove_file(f.work.join(name)).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(fs::read(f.work.join(name)).unwrap(), b"x");
+        let json = r.to_json();
+        assert!(json["outcomes"][0]["path_b64"].is_string(), "{json}");
+    }
+
+    #[test]
+    fn a_dry_run_changes_nothing() {
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"old").unwrap();
+        f.change("a", Intent::Overwrite);
+        fs::write(f.p("a"), b"new").unwrap();
+        let j = JournalContents { records: f.records.clone(), ..Default::default() };
+        let r = undo_records(&j, &f.blobs, UndoOptions { dry_run: true }).unwrap();
+        assert!(r.dry_run && r.complete);
+        assert_eq!(fs::read(f.p("a")).unwrap(), b"new");
+    }
+}

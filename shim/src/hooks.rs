@@ -20,7 +20,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use libc::{FILE, mode_t, off_t, off64_t};
+use libc::{FILE, dev_t, mode_t, off_t, off64_t};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::ops::{self, Pending, Removes};
@@ -137,8 +137,16 @@ hooks! {
     fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int => h_unlinkat(dirfd, path, flags);
     fn remove(path: *const c_char) -> c_int => h_remove(path);
     fn rmdir(path: *const c_char) -> c_int => h_rmdir(path);
-    fn mkdir(path: *const c_char, mode: mode_t) -> c_int => h_mkdir(path);
-    fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => h_mkdirat(dirfd, path);
+    fn mkdir(path: *const c_char, mode: mode_t) -> c_int => h_create(path);
+    fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => h_createat(dirfd, path);
+    fn link(old: *const c_char, new: *const c_char) -> c_int => h_create(new);
+    fn linkat(olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char, flags: c_int) -> c_int => h_createat(newdirfd, new);
+    fn symlink(target: *const c_char, linkpath: *const c_char) -> c_int => h_create(linkpath);
+    fn symlinkat(target: *const c_char, newdirfd: c_int, linkpath: *const c_char) -> c_int => h_createat(newdirfd, linkpath);
+    fn mknod(path: *const c_char, mode: mode_t, dev: dev_t) -> c_int => h_create(path);
+    fn mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: dev_t) -> c_int => h_createat(dirfd, path);
+    fn mkfifo(path: *const c_char, mode: mode_t) -> c_int => h_create(path);
+    fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => h_createat(dirfd, path);
 }
 
 /// Runs the shim's bookkeeping around one real call.
@@ -355,11 +363,11 @@ fn h_rmdir(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c
     h_unlinkat(call, real, libc::AT_FDCWD, path, libc::AT_REMOVEDIR)
 }
 
-fn h_mkdir(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
-    h_mkdirat(call, real, libc::AT_FDCWD, path)
+fn h_create(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    h_createat(call, real, libc::AT_FDCWD, path)
 }
 
-fn h_mkdirat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>) -> c_int {
+fn h_createat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>) -> c_int {
     let Some(p) = path else { return real() };
-    journaled(call, p, |s| ops::before_mkdir(s, call, dirfd, p), real, int_ok)
+    journaled(call, p, |s| ops::before_create(s, call, dirfd, p), real, int_ok)
 }

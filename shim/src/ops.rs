@@ -299,8 +299,9 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
     pending
 }
 
-/// Before mkdir/mkdirat.
-pub fn before_mkdir(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pending {
+/// Before a call that creates a new name and fails if it exists (mkdir, link, symlink,
+/// mknod, mkfifo and their *at forms): the name was absent, so undo removes it.
+pub fn before_create(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pending {
     let Some(t) = target_or_record(store, call, dirfd, path, false) else { return Pending::Nothing };
     if let Ok(None) = stat_target(store, call, &t) {
         store.record(call, Op::Change { path: t.abs, before: Before::Absent });

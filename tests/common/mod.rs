@@ -1,0 +1,271 @@
+//! Shared helpers for the end-to-end tests: building the shim and CLI, scratch directories,
+//! whole-tree manifests, and running commands under the CLI.
+//!
+//! What these helpers cannot do: make a test pass on a machine without the real tools it
+//! runs. `.ci/run` installs them; a missing tool fails the test that needs it, loudly.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Paths of the built artifacts.
+pub struct Artifacts {
+    pub cli: PathBuf,
+    pub shim: PathBuf,
+}
+
+/// Builds the shim and the CLI (once per test binary) with the profile this test was built
+/// with, so that `cargo test` alone exercises the current code.
+pub fn artifacts() -> &'static Artifacts {
+    static A: OnceLock<Artifacts> = OnceLock::new();
+    A.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test exe");
+        // target/<profile>/deps/<test>-<hash>
+        let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir").to_path_buf();
+        let profile = match profile_dir.file_name().and_then(OsStr::to_str) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => "dev".to_string(),
+        };
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "aether-journal-shim", "-p", "aether-journal-cli", "--profile", &profile])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the shim and CLI failed");
+        let a = Artifacts { cli: profile_dir.join("aether-journal"), shim: profile_dir.join("libaether_journal.so") };
+        assert!(a.cli.is_file() && a.shim.is_file(), "artifacts missing in {}", profile_dir.display());
+        a
+    })
+}
+
+/// A scratch directory named after the test, with `tree/` (the tree under test) and room for
+/// session directories beside it. Removed when dropped unless AETHER_KEEP_SCRATCH is set.
+pub struct Scratch {
+    pub root: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let base = std::env::var_os("AETHER_TEST_SCRATCH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e"));
+        let root = base.join(name);
+        if root.exists() {
+            make_writable(&root);
+            std::fs::remove_dir_all(&root).expect("clean scratch");
+        }
+        std::fs::create_dir_all(root.join("tree")).expect("make scratch");
+        let root = std::fs::canonicalize(&root).expect("canonical scratch");
+        Scratch { root }
+    }
+
+    pub fn tree(&self) -> PathBuf {
+        self.root.join("tree")
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.tree().join(rel)
+    }
+
+    pub fn session(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Runs `sh -c script` in the tree, without the shim (to build fixtures).
+    pub fn sh(&self, script: &str) {
+        let out = Command::new("sh").arg("-c").arg(script).current_dir(self.tree()).output().expect("sh");
+        assert!(out.status.success(), "fixture script failed: {script}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `aether-journal run --journal <session> -- argv...` in the tree.
+    pub fn run(&self, session: &Path, argv: &[&str]) -> Output {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.arg("run").arg("--journal").arg(session).arg("--").args(argv).current_dir(self.tree());
+        isolate(&mut cmd, &self.root);
+        cmd.output().expect("run aether-journal run")
+    }
+
+    /// Like [`Scratch::run`], asserting the command succeeded.
+    pub fn run_ok(&self, session: &Path, argv: &[&str]) -> Output {
+        let out = self.run(session, argv);
+        assert!(
+            out.status.success(),
+            "command under the shim failed: {argv:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Runs the CLI with `args`.
+    pub fn cli(&self, args: &[&OsStr]) -> Output {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.args(args).current_dir(self.tree());
+        isolate(&mut cmd, &self.root);
+        cmd.output().expect("run aether-journal")
+    }
+
+    /// `undo --journal <session> --json`: exit code and parsed report.
+    pub fn undo_json(&self, session: &Path) -> (i32, serde_json::Value) {
+        let out = self.cli(&["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+        let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "undo --json printed no JSON ({e})\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code().unwrap_or(-1), json)
+    }
+
+    /// `log --journal <session> --json`.
+    pub fn log_json(&self, session: &Path) -> serde_json::Value {
+        let out = self.cli(&["log".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+        assert!(out.status.success(), "log failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("log --json")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::env::var_os("AETHER_KEEP_SCRATCH").is_none() && !std::thread::panicking() {
+            make_writable(&self.root);
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// Keeps test sessions out of the user's real state directory.
+pub fn isolate(cmd: &mut Command, root: &Path) {
+    cmd.env("XDG_STATE_HOME", root.join("state")).env_remove("AETHER_JOURNAL_DIR").env_remove("AETHER_JOURNAL");
+}
+
+fn make_writable(p: &Path) {
+    let _ = Command::new("chmod").args(["-R", "u+rwx"]).arg(p).status();
+}
+
+/// One entry of a whole-tree manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: &'static str,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Content hash for files, target for symlinks.
+    pub content: String,
+    /// Modification time of regular files (ns since the epoch).
+    pub mtime: Option<i128>,
+    /// Index of the hard-link group for files with more than one link inside the tree.
+    pub link_group: Option<usize>,
+}
+
+/// Every entry under `root` (relative path bytes -> entry), without following symlinks.
+pub fn manifest(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
+    let mut out = BTreeMap::new();
+    let mut inodes: BTreeMap<(u64, u64), Vec<Vec<u8>>> = BTreeMap::new();
+    walk(root, root, &mut out, &mut inodes);
+    let mut group = 0;
+    for names in inodes.values().filter(|n| n.len() > 1) {
+        for n in names {
+            if let Some(e) = out.get_mut(n) {
+                e.link_group = Some(group);
+            }
+        }
+        group += 1;
+    }
+    out
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, Entry>, inodes: &mut BTreeMap<(u64, u64), Vec<Vec<u8>>>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path()).collect();
+    entries.sort();
+    for p in entries {
+        let md = std::fs::symlink_metadata(&p).expect("lstat");
+        let rel = p.strip_prefix(root).expect("under root").as_os_str().as_bytes().to_vec();
+        let ft = md.file_type();
+        use std::os::unix::fs::FileTypeExt;
+        let (kind, content, mtime) = if ft.is_symlink() {
+            ("symlink", std::fs::read_link(&p).expect("readlink").as_os_str().to_string_lossy().into_owned(), None)
+        } else if ft.is_dir() {
+            ("dir", String::new(), None)
+        } else if ft.is_file() {
+            inodes.entry((md.dev(), md.ino())).or_default().push(rel.clone());
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+            let mtime = md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128;
+            ("file", format!("{} bytes, blake3 {}", bytes.len(), &blake3::hash(&bytes).to_hex()[..16]), Some(mtime))
+        } else if ft.is_fifo() {
+            ("fifo", String::new(), None)
+        } else if ft.is_socket() {
+            ("socket", String::new(), None)
+        } else {
+            ("device", format!("rdev {}", md.rdev()), None)
+        };
+        out.insert(
+            rel,
+            Entry { kind, mode: md.mode() & 0o7777, uid: md.uid(), gid: md.gid(), content, mtime, link_group: None },
+        );
+        if ft.is_dir() {
+            walk(root, &p, out, inodes);
+        }
+    }
+}
+
+/// Asserts two manifests are equal, printing every difference as expected/got.
+pub fn assert_same_tree(before: &BTreeMap<Vec<u8>, Entry>, after: &BTreeMap<Vec<u8>, Entry>) {
+    let mut diff = String::new();
+    for (k, v) in before {
+        match after.get(k) {
+            None => {
+                let _ = writeln!(diff, "missing after undo: {:?}\n  expected {v:?}", String::from_utf8_lossy(k));
+            }
+            Some(w) if w != v => {
+                let _ = writeln!(diff, "differs: {:?}\n  expected {v:?}\n  got      {w:?}", String::from_utf8_lossy(k));
+            }
+            _ => {}
+        }
+    }
+    for (k, w) in after {
+        if !before.contains_key(k) {
+            let _ = writeln!(diff, "left behind: {:?}\n  got {w:?}", String::from_utf8_lossy(k));
+        }
+    }
+    assert!(diff.is_empty(), "the tree after undo is not the tree before the session:\n{diff}");
+}
+
+/// Asserts an undo report is complete, printing it otherwise.
+pub fn assert_complete(code: i32, report: &serde_json::Value) {
+    assert!(
+        code == 0 && report["complete"] == true,
+        "undo was not complete (exit {code}):\n{}",
+        serde_json::to_string_pretty(report).unwrap_or_default()
+    );
+}
+
+/// The Python interpreter to use (Debian's, so that no pyenv shim scripts run in between).
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" }
+}
+
+/// Runs `argv` under the shim, undoes it, and asserts the tree is exactly as before and the
+/// undo complete. Returns the undo report.
+pub fn roundtrip(s: &Scratch, argv: &[&str]) -> serde_json::Value {
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, argv);
+    let (code, report) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &report);
+    report
+}

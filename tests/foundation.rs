@@ -1,0 +1,358 @@
+//! End-to-end tests of the foundation: real tools under `aether-journal run`, whole-tree
+//! manifests before the session and after `aether-journal undo`.
+
+mod common;
+
+use std::os::unix::ffi::OsStrExt;
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn the_readme_example_is_undone_exactly() {
+    let s = Scratch::new("the_readme_example_is_undone_exactly");
+    s.sh("echo x > e; echo b > b; echo c > c");
+    let report = roundtrip(&s, &["bash", "-c", "echo new > a; rm b; mv c d; sed -i s/x/y/ e"]);
+    assert!(report["summary"]["total"].as_u64().unwrap() >= 5, "{report}");
+}
+
+#[test]
+fn bash_redirections_that_create_truncate_and_append_are_undone() {
+    let s = Scratch::new("bash_redirections_that_create_truncate_and_append_are_undone");
+    s.sh("printf 'one\\n' > trunc; printf 'log\\n' > log; chmod 640 log");
+    roundtrip(
+        &s,
+        &["bash", "-c", "echo new > created; echo x > trunc; echo more >> log; echo again >> log; echo app >> newlog"],
+    );
+}
+
+#[test]
+fn rm_rf_of_a_nested_tree_with_symlinks_and_empty_dirs_is_undone() {
+    let s = Scratch::new("rm_rf_of_a_nested_tree_with_symlinks_and_empty_dirs_is_undone");
+    s.sh("mkdir -p t/a/b/c t/empty t/a/e2; echo 1 > t/a/f1; echo 2 > t/a/b/f2; printf 'bin\\0ary' > t/a/b/c/f3; \
+         ln -s f1 t/a/l1; ln -s ../../nowhere t/a/b/dangling; ln -s /etc t/abs; chmod 600 t/a/f1; chmod 755 t/a/b/c; \
+         chmod 444 t/a/b/f2; chmod 700 t/empty");
+    roundtrip(&s, &["rm", "-rf", "t"]);
+}
+
+#[test]
+fn mv_over_an_existing_file_is_undone() {
+    let s = Scratch::new("mv_over_an_existing_file_is_undone");
+    s.sh("echo source > a; echo victim > b; chmod 600 b");
+    roundtrip(&s, &["mv", "a", "b"]);
+}
+
+#[test]
+fn mv_of_a_directory_is_undone_by_moving_it_back() {
+    let s = Scratch::new("mv_of_a_directory_is_undone_by_moving_it_back");
+    s.sh("mkdir -p d/sub; echo x > d/sub/f; mkdir dest");
+    let ino_before = std::fs::metadata(s.path("d")).unwrap();
+    roundtrip(&s, &["mv", "d", "dest/d2"]);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(s.path("d")).unwrap().ino(), ino_before.ino(), "moved back, not copied");
+}
+
+#[test]
+fn sed_in_place_over_many_files_is_undone() {
+    let s = Scratch::new("sed_in_place_over_many_files_is_undone");
+    s.sh("mkdir src; for i in $(seq 1 60); do printf 'line x %s\\nother\\n' $i > src/f$i.txt; done; chmod 640 src/f7.txt");
+    roundtrip(&s, &["sh", "-c", "sed -i 's/x/y/' src/*.txt"]);
+}
+
+#[test]
+fn tar_extraction_over_existing_files_is_undone() {
+    let s = Scratch::new("tar_extraction_over_existing_files_is_undone");
+    s.sh("mkdir -p stage/p/q && echo new1 > stage/p/f1 && echo new2 > stage/p/q/f2 && echo added > stage/p/q/f3 \
+         && ln -s f1 stage/p/link && (cd stage && tar cf ../pack.tar p) && rm -rf stage \
+         && mkdir -p p/q && echo old1 > p/f1 && echo old2 > p/q/f2 && chmod 600 p/q/f2");
+    roundtrip(&s, &["tar", "xf", "pack.tar"]);
+}
+
+#[test]
+fn python_open_replace_and_rmtree_are_undone() {
+    let s = Scratch::new("python_open_replace_and_rmtree_are_undone");
+    s.sh("echo orig > w; echo target > r; echo src > s; mkdir -p tree/x/y; echo 1 > tree/x/y/z; ln -s x tree/lx");
+    let script = "import os, shutil\n\
+                  open('w','w').write('rewritten')\n\
+                  open('created','w').write('new')\n\
+                  os.replace('s','r')\n\
+                  shutil.rmtree('tree')\n";
+    roundtrip(&s, &[python(), "-c", script]);
+}
+
+#[test]
+fn names_with_a_newline_and_invalid_utf8_round_trip() {
+    let s = Scratch::new("names_with_a_newline_and_invalid_utf8_round_trip");
+    s.sh("printf 'a' > \"$(printf 'new\\nline')\"; printf 'b' > \"$(printf 'caf\\351')\"; mkdir \"$(printf 'd\\377')\"; echo c > \"$(printf 'd\\377')/in\"");
+    let report = roundtrip(
+        &s,
+        &[
+            "bash",
+            "-c",
+            "rm \"$(printf 'new\\nline')\"; echo x > \"$(printf 'caf\\351')\"; rm -r \"$(printf 'd\\377')\"; echo y > \"$(printf 'n\\377w')\"",
+        ],
+    );
+    let exact: Vec<_> = report["outcomes"].as_array().unwrap().iter().filter_map(|o| o["path_b64"].as_str()).collect();
+    assert!(!exact.is_empty(), "non-UTF-8 names carry their exact bytes in --json: {report}");
+}
+
+#[test]
+fn the_journal_records_who_did_what_before_it_happened() {
+    let s = Scratch::new("the_journal_records_who_did_what_before_it_happened");
+    s.sh("echo b > b");
+    let session = s.session("session");
+    s.run_ok(&session, &["bash", "-c", "rm b; mkdir newdir"]);
+    let log = s.log_json(&session);
+    let records = log["records"].as_array().unwrap();
+    let rm = records.iter().find(|r| r["call"] == "unlinkat").expect("rm's unlinkat is journaled");
+    assert!(rm["prog"].as_str().unwrap().ends_with("/rm"), "{rm}");
+    assert!(rm["pid"].as_u64().unwrap() > 0 && rm["ppid"].as_u64().unwrap() > 0, "{rm}");
+    assert_eq!(rm["op"]["path"], s.path("b").to_str().unwrap());
+    assert_eq!(rm["op"]["before"]["state"], "contents");
+    assert_eq!(rm["op"]["before"]["node"]["size"], 2);
+    assert_eq!(rm["op"]["before"]["mode"], 0o644);
+    let mk = records.iter().find(|r| r["call"] == "mkdir").expect("mkdir is journaled");
+    assert_eq!(mk["op"]["before"]["state"], "absent");
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "oldest first, increasing: {seqs:?}");
+    assert_eq!(log["session"]["version"], 1);
+    assert_eq!(log["session"]["root_command"][0], "bash");
+}
+
+#[test]
+fn a_second_undo_changes_nothing_and_says_so() {
+    let s = Scratch::new("a_second_undo_changes_nothing_and_says_so");
+    s.sh("echo old > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > f"]);
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    std::fs::write(s.path("f"), "edited after the undo").unwrap();
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 0);
+    assert_eq!(r["already_undone"], true, "{r}");
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"edited after the undo");
+}
+
+#[test]
+fn a_create_that_failed_counts_as_undone() {
+    let s = Scratch::new("a_create_that_failed_counts_as_undone");
+    let session = s.session("session");
+    // O_CREAT|O_DIRECTORY is rejected with EINVAL: the record says Absent, nothing was created.
+    let script = "import os\ntry:\n    os.open('x', os.O_CREAT|os.O_DIRECTORY|os.O_RDONLY)\nexcept OSError as e:\n    print(e.errno)\n";
+    let out = s.run_ok(&session, &[python(), "-c", script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "22");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_eq!(r["outcomes"][0]["outcome"], "unchanged", "{r}");
+}
+
+#[test]
+fn an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete() {
+    let s = Scratch::new("an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete");
+    s.sh("head -c 5000 /dev/zero > big; echo small > small");
+    let session = s.session("session");
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["run", "--journal"]).arg(&session).args(["--", "sh", "-c", "echo x > big; echo y > small"]);
+    cmd.current_dir(s.tree()).env("AETHER_JOURNAL_MAX_FILE", "4K");
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.status().unwrap().success());
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(r["complete"], false);
+    let skipped: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "skipped").collect();
+    assert_eq!(skipped.len(), 1, "{r}");
+    assert!(skipped[0]["path"].as_str().unwrap().ends_with("/big"));
+    let why = skipped[0]["why"].as_str().unwrap();
+    assert!(why.contains("5000") && why.contains("4096"), "both numbers are named: {why}");
+    assert_eq!(std::fs::read(s.path("small")).unwrap(), b"small\n", "the rest is still undone");
+}
+
+#[test]
+fn the_session_directory_and_its_blobs_are_private() {
+    let s = Scratch::new("the_session_directory_and_its_blobs_are_private");
+    s.sh("echo secret > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo overwritten > f"]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&session), 0o700);
+    assert_eq!(mode(&session.join("blobs")), 0o700);
+    let blobs: Vec<_> = std::fs::read_dir(session.join("blobs")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(blobs.len(), 1);
+    assert_eq!(mode(&blobs[0]), 0o600, "a copied capture is readable by its owner only");
+    assert_eq!(std::fs::read(&blobs[0]).unwrap(), b"secret\n");
+}
+
+#[test]
+fn the_run_command_passes_the_exit_status_through_and_names_the_session() {
+    let s = Scratch::new("the_run_command_passes_the_exit_status_through_and_names_the_session");
+    let session = s.session("session");
+    let out = s.run(&session, &["sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(session.to_str().unwrap()));
+    let out = s.run(&s.session("s2"), &["sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = s.run(&s.session("s3"), &["/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[test]
+fn raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it() {
+    let s = Scratch::new("raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it");
+    s.sh("echo a > a; echo b > b");
+    let before = manifest(&s.tree());
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", "rm a; sh -c 'echo changed > b; python3 -c \"open(\\\"c\\\",\\\"w\\\")\"'"]);
+    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.status().unwrap().success());
+    let root = s.root.join("state/aether-journal");
+    let sessions: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
+    assert_eq!(sessions.len(), 1, "one session for the whole tree of processes");
+    // No --journal: the most recent session.
+    let out = s.cli(&["undo".as_ref(), "--json".as_ref()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn aether_journal_off_disables_the_shim() {
+    let s = Scratch::new("aether_journal_off_disables_the_shim");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "echo x > f"]).current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL", "off");
+    assert!(cmd.status().unwrap().success());
+    assert!(!s.root.join("state/aether-journal").exists(), "no session was created");
+}
+
+/// Runs the same script with and without the shim and returns both outputs.
+fn with_and_without_shim(s: &Scratch, argv: &[&str], setup: &str) -> (std::process::Output, std::process::Output) {
+    let go = |shim: bool| {
+        s.sh(&format!("rm -rf ./* ; {setup}"));
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        if shim {
+            cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", s.session("session"));
+        }
+        cmd.output().unwrap()
+    };
+    (go(false), go(true))
+}
+
+#[test]
+fn failing_calls_return_the_same_errno_with_and_without_the_shim() {
+    let s = Scratch::new("failing_calls_return_the_same_errno_with_and_without_the_shim");
+    let script = r#"
+import os, errno
+def t(name, f):
+    try:
+        r = f()
+        print(name, "ok", type(r).__name__)
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+t("unlink-missing", lambda: os.unlink("missing"))
+t("unlink-dir", lambda: os.unlink("d"))
+t("rmdir-nonempty", lambda: os.rmdir("d"))
+t("rmdir-file", lambda: os.rmdir("f"))
+t("mkdir-exists", lambda: os.mkdir("d"))
+t("open-excl-exists", lambda: os.open("f", os.O_CREAT|os.O_EXCL|os.O_WRONLY))
+t("open-missing-parent", lambda: os.open("nope/f", os.O_CREAT|os.O_WRONLY))
+t("open-nofollow-link", lambda: os.open("l", os.O_WRONLY|os.O_NOFOLLOW))
+t("rename-missing", lambda: os.rename("missing", "x"))
+t("rename-dir-over-nonempty", lambda: os.rename("e", "d"))
+t("truncate-dir", lambda: os.truncate("d", 0))
+t("open-dir-write", lambda: os.open("d", os.O_WRONLY))
+t("open-bad-fd", lambda: os.open("x", os.O_CREAT|os.O_WRONLY, dir_fd=999))
+t("unlink-ok", lambda: os.unlink("f2"))
+fd = os.open("f3", os.O_WRONLY); os.ftruncate(fd, 1); os.close(fd); print("ftruncate ok")
+"#;
+    let (bare, shim) =
+        with_and_without_shim(&s, &[python(), "-c", script], "mkdir d e; touch d/x f f2; echo 123 > f3; ln -s f l");
+    assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+    assert_eq!(String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&bare.stdout));
+    assert_eq!(shim.stderr, bare.stderr, "the shim writes nothing to stderr");
+    assert_eq!(shim.status.code(), bare.status.code());
+}
+
+#[test]
+fn the_shim_writes_nothing_to_stdout_or_stderr_even_when_fd_2_is_reused() {
+    let s = Scratch::new("the_shim_writes_nothing_to_stdout_or_stderr_even_when_fd_2_is_reused");
+    // Close fd 2, so that the next open gets it, then mutate files: nothing may land in it.
+    let script = "import os\nos.close(2)\nfd = os.open('victim', os.O_WRONLY|os.O_CREAT, 0o644)\nassert fd == 2\n\
+                  open('a','w').write('x')\nos.unlink('a')\nos.rename('b','c')\nos.close(fd)\nprint('done')\n";
+    let (bare, shim) = with_and_without_shim(&s, &[python(), "-c", script], "echo b > b");
+    assert_eq!(bare.stdout, b"done\n");
+    assert_eq!(shim.stdout, bare.stdout);
+    assert_eq!(std::fs::read(s.path("victim")).unwrap(), b"", "nothing was written into the program's fd 2");
+}
+
+#[test]
+fn the_hook_table_resolves_every_symbol_against_libc() {
+    let shim = artifacts().shim.to_str().unwrap().to_string();
+    let script = format!(
+        "import ctypes\nl = ctypes.CDLL({shim:?})\nl.aether_journal_hook_name.restype = ctypes.c_char_p\n\
+         names = [l.aether_journal_hook_name(i).decode() for i in range(l.aether_journal_hook_count())]\n\
+         print(l.aether_journal_unresolved_hooks(), len(names), ' '.join(names))\n"
+    );
+    let out = Command::new(python()).args(["-c", &script]).env("AETHER_JOURNAL", "off").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace();
+    assert_eq!(parts.next(), Some("0"), "every hook resolves: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let names: Vec<&str> = parts.skip(1).collect();
+    for required in [
+        "open",
+        "open64",
+        "openat",
+        "openat64",
+        "__open_2",
+        "__open64_2",
+        "__openat_2",
+        "__openat64_2",
+        "creat",
+        "creat64",
+        "fopen",
+        "fopen64",
+        "freopen",
+        "freopen64",
+        "mkstemp",
+        "mkostemp",
+        "mkstemps",
+        "mkostemps",
+        "mkdtemp",
+        "truncate",
+        "truncate64",
+        "ftruncate",
+        "ftruncate64",
+        "rename",
+        "renameat",
+        "renameat2",
+        "unlink",
+        "unlinkat",
+        "remove",
+        "rmdir",
+        "mkdir",
+        "mkdirat",
+    ] {
+        assert!(names.contains(&required), "{required} is hooked");
+    }
+    let exported = Command::new("nm").args(["-D", "--defined-only"]).arg(&artifacts().shim).output().unwrap();
+    let exported = String::from_utf8_lossy(&exported.stdout);
+    for n in &names {
+        assert!(exported.lines().any(|l| l.ends_with(&format!(" T {n}"))), "{n} is exported");
+    }
+}
+
+#[test]
+fn an_unreadable_journal_directory_is_an_error_with_exit_1() {
+    let s = Scratch::new("an_unreadable_journal_directory_is_an_error_with_exit_1");
+    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), s.root.join("nope").as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    let out = s.cli(&["undo".as_ref(), "--bogus".as_ref()]);
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+    let _ = std::ffi::OsStr::from_bytes(b"");
+}

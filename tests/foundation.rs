@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 
 use common::*;
@@ -354,5 +353,4 @@ fn an_unreadable_journal_directory_is_an_error_with_exit_1() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     let out = s.cli(&["undo".as_ref(), "--bogus".as_ref()]);
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
-    let _ = std::ffi::OsStr::from_bytes(b"");
 }

@@ -176,14 +176,12 @@ pub fn manifest(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
     let mut out = BTreeMap::new();
     let mut inodes: BTreeMap<(u64, u64), Vec<Vec<u8>>> = BTreeMap::new();
     walk(root, root, &mut out, &mut inodes);
-    let mut group = 0;
-    for names in inodes.values().filter(|n| n.len() > 1) {
+    for (group, names) in inodes.values().filter(|n| n.len() > 1).enumerate() {
         for n in names {
             if let Some(e) = out.get_mut(n) {
                 e.link_group = Some(group);
             }
         }
-        group += 1;
     }
     out
 }

@@ -354,3 +354,26 @@ fn an_unreadable_journal_directory_is_an_error_with_exit_1() {
     let out = s.cli(&["undo".as_ref(), "--bogus".as_ref()]);
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
+
+#[test]
+fn many_processes_append_records_without_interleaving_or_loss() {
+    let s = Scratch::new("many_processes_append_records_without_interleaving_or_loss");
+    s.sh("for p in 1 2 3 4 5 6 7 8; do echo old > shared$p; done");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let script = "for p in 1 2 3 4 5 6 7 8; do \
+                    (for i in $(seq 1 100); do echo $p > f$p-$i; echo $i >> shared$p; done) & \
+                  done; wait";
+    s.run_ok(&session, &["bash", "-c", script]);
+    let log = s.log_json(&session);
+    assert_eq!(log["problems"].as_array().unwrap().len(), 0, "no damaged records");
+    assert!(log["torn_tail"].is_null());
+    let records = log["records"].as_array().unwrap();
+    assert_eq!(records.len(), 8 * 200, "one record per mutation, none lost");
+    let mut seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    seqs.dedup();
+    assert_eq!(seqs.len(), records.len(), "sequence numbers are unique");
+    let (code, report) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &report);
+}

@@ -67,6 +67,14 @@ pub enum Op {
         /// What the destination was before the call (it may be clobbered).
         to_before: Before,
     },
+    /// A process, or a program about to be executed, that the shim cannot see into: whatever
+    /// it changes is not journaled, so no undo of this session can be complete.
+    Unobserved {
+        /// The program concerned.
+        program: BPath,
+        /// Why it runs unobserved.
+        reason: UnobservedReason,
+    },
     /// The call described by record `of_seq` failed, so it changed nothing. Written after the
     /// call, only where undo could not tell that from the file system alone.
     CallFailed {
@@ -84,6 +92,7 @@ impl Op {
         match self {
             Op::Change { path, .. } => Some(path),
             Op::Rename { from, .. } => Some(from),
+            Op::Unobserved { program, .. } => Some(program),
             Op::CallFailed { .. } => None,
         }
     }
@@ -204,6 +213,72 @@ impl SpecialKind {
             SpecialKind::Socket => "socket",
             SpecialKind::Char => "character device",
             SpecialKind::Block => "block device",
+        }
+    }
+}
+
+/// Why a process or program runs where the shim cannot see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum UnobservedReason {
+    /// The process switched to a user that cannot write the session store, so neither it nor
+    /// its children can journal anything.
+    CredentialsChanged {
+        /// The new effective uid.
+        uid: u32,
+        /// The uid that owns the session store.
+        store_owner: u32,
+    },
+    /// A statically linked executable: no dynamic loader, so no shim.
+    StaticExecutable,
+    /// A set-user-ID or set-group-ID executable: the loader drops LD_PRELOAD for it.
+    SetIdExecutable {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// An executable with file capabilities: the loader drops LD_PRELOAD for it.
+    FileCapabilities,
+    /// An executable for another architecture, which this shim cannot be loaded into.
+    ForeignArchitecture {
+        /// What the ELF header says.
+        machine: String,
+    },
+    /// The program's environment disables the shim (`AETHER_JOURNAL=off` set by the caller).
+    ShimDisabled,
+    /// The shim could not be loaded or could not reach the session store.
+    ShimNotLoaded {
+        /// Why.
+        why: String,
+    },
+}
+
+impl fmt::Display for UnobservedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnobservedReason::CredentialsChanged { uid, store_owner } => write!(
+                f,
+                "it switched to uid {uid}, which cannot write the session store (owned by uid {store_owner}); what it and its children changed afterwards was not journaled"
+            ),
+            UnobservedReason::StaticExecutable => f.write_str(
+                "it is statically linked, so the shim could not be loaded into it; what it changed was not journaled",
+            ),
+            UnobservedReason::SetIdExecutable { mode } => write!(
+                f,
+                "it is set-user-ID or set-group-ID (mode {mode:o}), so the loader ignored LD_PRELOAD; what it changed was not journaled"
+            ),
+            UnobservedReason::FileCapabilities => f.write_str(
+                "it has file capabilities, so the loader ignored LD_PRELOAD; what it changed was not journaled",
+            ),
+            UnobservedReason::ForeignArchitecture { machine } => write!(
+                f,
+                "it is built for another architecture ({machine}), so the shim could not be loaded into it; what it changed was not journaled"
+            ),
+            UnobservedReason::ShimDisabled => {
+                f.write_str("its environment sets AETHER_JOURNAL=off; what it changed was not journaled")
+            }
+            UnobservedReason::ShimNotLoaded { why } => {
+                write!(f, "the shim could not journal it ({why}); what it changed was not journaled")
+            }
         }
     }
 }

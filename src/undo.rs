@@ -396,6 +396,10 @@ impl Executor {
                     out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
                 }
             }
+            Op::Unobserved { program, reason } => {
+                let why = format!("{} ran unobserved: {reason}", program.display_lossy());
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
             Op::CallFailed { .. } => {}
         }
     }
@@ -1165,6 +1169,22 @@ mod tests {
         assert_eq!(fs::read(f.work.join(name)).unwrap(), b"x");
         let json = r.to_json();
         assert!(json["outcomes"][0]["path_b64"].is_string(), "{json}");
+    }
+
+    #[test]
+    fn an_unobserved_process_is_skipped_unless_its_call_failed() {
+        use crate::record::UnobservedReason;
+        let mut f = Fixture::new();
+        let reason = UnobservedReason::CredentialsChanged { uid: 65534, store_owner: 0 };
+        f.push(Op::Unobserved { program: BPath::from("/usr/bin/setpriv"), reason: reason.clone() });
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+        assert!(r.outcomes[0].why.contains("uid 65534"), "{}", r.outcomes[0].why);
+        f.push(Op::CallFailed { of_seq: 1, errno: 1 });
+        let r = f.undo();
+        assert!(r.complete, "the switch failed, so nothing ran unobserved: {r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
     }
 
     #[test]

@@ -377,3 +377,86 @@ fn many_processes_append_records_without_interleaving_or_loss() {
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &report);
 }
+
+#[test]
+fn a_failed_capture_lets_the_call_proceed_and_journals_why() {
+    let s = Scratch::new("a_failed_capture_lets_the_call_proceed_and_journals_why");
+    // A write-only file: its owner may overwrite it but not read it, so its prior contents
+    // cannot be kept. Root can read anything, so as root the whole session (CLI included)
+    // runs as nobody, with a tree and a session directory nobody owns.
+    let as_root = rustix_euid() == 0;
+    s.sh("echo secret > wo; chmod 200 wo; echo ok > readable; mkdir ../sessions");
+    if as_root {
+        s.sh("chown -R 65534:65534 . ../sessions");
+    }
+    let session = s.root.join("sessions/session");
+    let cli = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = if as_root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(&artifacts().cli);
+            c
+        } else {
+            Command::new(&artifacts().cli)
+        };
+        cmd.args(args).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        cmd.env("XDG_STATE_HOME", s.root.join("sessions/state"));
+        cmd.output().unwrap()
+    };
+    let script = "echo overwritten > wo && echo changed > readable && echo done";
+    let out = cli(&[
+        "run".as_ref(),
+        "--journal".as_ref(),
+        session.as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        script.as_ref(),
+    ]);
+    assert_eq!(out.stdout, b"done\n", "the call proceeded: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(s.path("readable")).unwrap(), b"changed\n");
+    let out = cli(&["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("undo --json");
+    assert_eq!(out.status.code(), Some(3), "{r}");
+    let skipped: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "skipped").collect();
+    assert_eq!(skipped.len(), 1, "{r}");
+    assert!(skipped[0]["path"].as_str().unwrap().ends_with("/wo"));
+    assert!(skipped[0]["why"].as_str().unwrap().contains("could not be captured"), "{r}");
+    assert_eq!(std::fs::read(s.path("readable")).unwrap(), b"ok\n", "the rest is undone");
+}
+
+#[test]
+fn writes_inside_the_session_directory_are_not_journaled() {
+    let s = Scratch::new("writes_inside_the_session_directory_are_not_journaled");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo x > \"$AETHER_JOURNAL_DIR/note\"; echo y > /dev/null; echo z > f"]);
+    let log = s.log_json(&session);
+    let paths: Vec<_> = log["records"].as_array().unwrap().iter().map(|r| r["op"]["path"].clone()).collect();
+    assert_eq!(paths, vec![serde_json::Value::from(s.path("f").to_str().unwrap())]);
+}
+
+fn rustix_euid() -> u32 {
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete() {
+    if rustix_euid() != 0 {
+        return; // only root can switch users
+    }
+    let s = Scratch::new("a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete");
+    s.sh("echo before > f; chown 65534 f; chmod 777 .");
+    let session = s.session("session");
+    let out = s.run_ok(
+        &session,
+        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", "echo after > f"],
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"after\n");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "the change made as uid 65534 was not journaled: no complete undo: {r}");
+    let why = r["outcomes"][0]["why"].as_str().unwrap();
+    assert_eq!(r["outcomes"][0]["outcome"], "skipped");
+    assert!(why.contains("uid 65534") && why.contains("setpriv"), "{why}");
+}

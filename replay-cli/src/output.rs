@@ -82,6 +82,7 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
             Op::Rename { from, to, to_before, .. } => {
                 format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
             }
+            Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
             Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
         };
         let time = r.time.get(11..19).unwrap_or(&r.time);

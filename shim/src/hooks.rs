@@ -20,7 +20,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use libc::{FILE, dev_t, mode_t, off_t, off64_t};
+use libc::{FILE, dev_t, mode_t, off_t, off64_t, uid_t};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::ops::{self, Pending, Removes};
@@ -147,6 +147,10 @@ hooks! {
     fn mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: dev_t) -> c_int => h_createat(dirfd, path);
     fn mkfifo(path: *const c_char, mode: mode_t) -> c_int => h_create(path);
     fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => h_createat(dirfd, path);
+    fn setuid(uid: uid_t) -> c_int => h_set_euid(uid);
+    fn seteuid(euid: uid_t) -> c_int => h_set_euid(euid);
+    fn setreuid(ruid: uid_t, euid: uid_t) -> c_int => h_set_euid(euid);
+    fn setresuid(ruid: uid_t, euid: uid_t, suid: uid_t) -> c_int => h_set_euid(euid);
 }
 
 /// Runs the shim's bookkeeping around one real call.
@@ -180,7 +184,7 @@ fn journaled<R>(
             let err = errno();
             if let Some(guard) = Guard::enter() {
                 let ok = succeeded(&result);
-                let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, pending, ok)));
+                let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err)));
                 drop(guard);
             }
             set_errno(err);
@@ -370,4 +374,10 @@ fn h_create(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> 
 fn h_createat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>) -> c_int {
     let Some(p) = path else { return real() };
     journaled(call, p, |s| ops::before_create(s, call, dirfd, p), real, int_ok)
+}
+
+// ----- credentials -----
+
+fn h_set_euid(call: &'static str, real: impl FnOnce() -> c_int, euid: uid_t) -> c_int {
+    journaled(call, b"", |s| ops::before_uid_change(s, call, euid), real, int_ok)
 }

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use journal::BPath;
 use journal::capture::{Capturer, Intent, ident_of};
-use journal::record::{Before, CaptureHow, Node, Op, Reason};
+use journal::record::{Before, CaptureHow, Node, Op, Reason, UnobservedReason};
 use journal::resolve::{Target, Unresolved, fd_path, getcwd, resolve};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
@@ -28,6 +28,9 @@ pub enum Pending {
     /// A blob was hard-linked to a file the call was about to remove. If the call fails the
     /// link is dropped again, so that the file's link count is what it would have been.
     Linked(String),
+    /// A record whose call may fail in a way undo cannot see: if it does, a `call_failed`
+    /// record says so.
+    Recorded(u64),
 }
 
 /// Which kinds of node an unlink-like call accepts.
@@ -145,8 +148,11 @@ fn pending_of(before: &Before) -> Pending {
 /// Whether open flags can change anything (the read-only fast path is the negation).
 #[inline(always)]
 pub fn open_mutates(flags: i32) -> bool {
+    // O_TMPFILE includes the O_DIRECTORY bit, so it is tested whole: a plain directory open
+    // must stay on the fast path (INTERPOSITION.md §6.3).
     flags & libc::O_PATH == 0
-        && flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE) != 0
+        && (flags & (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) != 0
+            || flags & libc::O_TMPFILE == libc::O_TMPFILE)
 }
 
 /// Before open/openat/creat/fopen and friends.
@@ -317,10 +323,27 @@ pub fn after_created(store: &Store, call: &str, path: &[u8]) {
     }
 }
 
+/// Before setuid/seteuid/setreuid/setresuid: a switch to a user that cannot write the
+/// session store (anyone but its owner and root) leaves this process and its children
+/// unobserved. Say so while the store can still be written.
+pub fn before_uid_change(store: &Store, call: &str, new_euid: u32) -> Pending {
+    let current = rustix::process::geteuid().as_raw();
+    if new_euid == u32::MAX || new_euid == current || new_euid == store.owner_uid || new_euid == 0 {
+        return Pending::Nothing;
+    }
+    let reason = UnobservedReason::CredentialsChanged { uid: new_euid, store_owner: store.owner_uid };
+    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
+}
+
 /// After the real call: undo what the capture did to the world if the call failed.
-pub fn after(store: &Store, pending: Pending, succeeded: bool) {
+pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32) {
     match pending {
         Pending::Nothing => {}
+        Pending::Recorded(seq) => {
+            if !succeeded {
+                store.record(call, Op::CallFailed { of_seq: seq, errno });
+            }
+        }
         Pending::Linked(blob) => {
             if !succeeded {
                 let _ = rustix::fs::unlinkat(store.blobs.as_fd(), blob.as_str(), AtFlags::empty());

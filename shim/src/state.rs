@@ -142,6 +142,8 @@ pub struct Store {
     pub prog: BPath,
     /// Budgets, policy, sync.
     pub settings: Settings,
+    /// The uid that owns the session store: only it (and root) can write there.
+    pub owner_uid: u32,
 }
 
 static STORE: AtomicPtr<Store> = AtomicPtr::new(std::ptr::null_mut());
@@ -186,7 +188,8 @@ fn open_store(cfg: &Config) -> Option<Store> {
         .unwrap_or_else(|| cfg.session_dir.clone());
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
-    Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone() })
+    let owner_uid = rustix::fs::fstat(&blobs).map(|st| st.st_uid).unwrap_or(u32::MAX);
+    Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone(), owner_uid })
 }
 
 /// The process's store, opened on first use. `None` when the shim is disabled or the store

@@ -28,7 +28,9 @@ use rustix::io::Errno;
 
 use crate::bpath::BPath;
 use crate::config::Budget;
-use crate::record::{Before, CaptureHow, Ident, Node, Reason, Snapshot, SpecialKind};
+use crate::record::{
+    Before, Bytes, CaptureHow, Ident, MetaBefore, MetaKind, Node, Reason, Snapshot, SpecialKind, Xattr, XattrBefore,
+};
 
 /// Where ids and the running total of kept bytes come from (shared memory in the shim, plain
 /// atomics in tests).
@@ -74,6 +76,7 @@ pub fn snapshot_meta(st: &Stat, node: Node) -> Snapshot {
         mtime: [st.st_mtime, st.st_mtime_nsec as i64],
         atime: [st.st_atime, st.st_atime_nsec as i64],
         ident: ident_of(st),
+        xattrs: None,
     }
 }
 
@@ -111,7 +114,15 @@ impl Capturer<'_> {
     pub fn capture_stat(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
         let ft = FileType::from_raw_mode(st.st_mode);
         match ft {
-            FileType::Directory => Before::Contents(snapshot_meta(st, Node::Dir)),
+            FileType::Directory => {
+                let mut snap = snapshot_meta(st, Node::Dir);
+                if intent == Intent::Destroy {
+                    // An rmdir'd directory is recreated by undo: keep its attributes (ACLs).
+                    snap.xattrs =
+                        open_dir_nofollow_at(parent, name).ok().map(|fd| list_xattrs_fd(&fd).unwrap_or_default());
+                }
+                Before::Contents(snap)
+            }
             FileType::Symlink => match rustix::fs::readlinkat(parent, name, Vec::new()) {
                 Ok(t) => Before::Contents(snapshot_meta(st, Node::Symlink { target: BPath::new(t.into_bytes()) })),
                 Err(e) => failed("read the symlink", io::Error::from(e)),
@@ -154,10 +165,12 @@ impl Capturer<'_> {
             return Before::Contents(snapshot_meta(st, node));
         }
         match self.copy_into_store(parent, name, &blob) {
-            Ok((how, hash, copied, fresh)) => {
+            Ok((how, hash, copied, fresh, xattrs)) => {
                 self.counters.add_bytes_kept(copied);
                 let node = Node::File { blob, size: copied, hash, how };
-                Before::Contents(snapshot_meta(&fresh, node))
+                let mut snap = snapshot_meta(&fresh, node);
+                snap.xattrs = Some(xattrs);
+                Before::Contents(snap)
             }
             Err((step, e)) => {
                 let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
@@ -172,12 +185,13 @@ impl Capturer<'_> {
         parent: BorrowedFd<'_>,
         name: &[u8],
         blob: &str,
-    ) -> Result<(CaptureHow, Option<String>, u64, Stat), (&'static str, io::Error)> {
+    ) -> Result<(CaptureHow, Option<String>, u64, Stat, Vec<Xattr>), (&'static str, io::Error)> {
         let src = open_for_capture(parent, name).map_err(|e| ("open for reading", e))?;
         let st = rustix::fs::fstat(&src).map_err(|e| ("stat", e.into()))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(("open for reading", io::Error::other("the file was replaced while being captured")));
         }
+        let xattrs = list_xattrs_fd(&src).map_err(|e| ("read extended attributes", e))?;
         let dst = rustix::fs::openat(
             self.blobs,
             blob,
@@ -194,7 +208,69 @@ impl Capturer<'_> {
         if self.sync {
             rustix::fs::fsync(&dst).map_err(|e| ("fsync the blob", e.into()))?;
         }
-        Ok((result.0, result.1, result.2, st))
+        Ok((result.0, result.1, result.2, st, xattrs))
+    }
+}
+
+fn open_dir_nofollow_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?)
+}
+
+fn unsupported(e: Errno) -> bool {
+    matches!(e, Errno::NOTSUP | Errno::NOSYS)
+}
+
+/// Every extended attribute of an open file or directory (none where the file system has no
+/// support for them).
+pub fn list_xattrs_fd(fd: impl AsFd) -> io::Result<Vec<Xattr>> {
+    let mut names = vec![0u8; 4096];
+    let n = loop {
+        match rustix::fs::flistxattr(&fd, &mut names[..]) {
+            Ok(n) => break n,
+            Err(Errno::RANGE) if names.len() < 1 << 20 => names.resize(names.len() * 4, 0),
+            Err(e) if unsupported(e) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut out = Vec::new();
+    let mut value = vec![0u8; 65536];
+    for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        match rustix::fs::fgetxattr(&fd, name, &mut value[..]) {
+            Ok(len) => out.push(Xattr { name: BPath::new(name.to_vec()), value: Bytes(value[..len].to_vec()) }),
+            // Removed between the listing and the read.
+            Err(Errno::NODATA) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// The value of one extended attribute of `path` (never following a final symlink); `None`
+/// when it is not set.
+pub fn xattr_value(path: &[u8], name: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let mut value = vec![0u8; 65536];
+    match rustix::fs::lgetxattr(path, name, &mut value[..]) {
+        Ok(len) => Ok(Some(value[..len].to_vec())),
+        Err(Errno::NODATA) => Ok(None),
+        Err(e) if unsupported(e) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The metadata a chmod, chown, utime or xattr call is about to change, from `lstat` (and the
+/// attribute's value, for an xattr call).
+pub fn meta_before(st: &Stat, what: MetaKind, xattr: Option<XattrBefore>) -> MetaBefore {
+    MetaBefore {
+        what,
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        atime: [st.st_atime, st.st_atime_nsec as i64],
+        mtime: [st.st_mtime, st.st_mtime_nsec as i64],
+        ident: ident_of(st),
+        symlink: FileType::from_raw_mode(st.st_mode) == FileType::Symlink,
+        xattr,
     }
 }
 

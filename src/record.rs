@@ -67,6 +67,15 @@ pub enum Op {
         /// What the destination was before the call (it may be clobbered).
         to_before: Before,
     },
+    /// `path`'s metadata (mode, owner, times or one extended attribute) is about to change.
+    /// Undo sets back what the call changes, and only that.
+    Meta {
+        /// Absolute path with a symlink-free parent directory (the node itself, never
+        /// followed).
+        path: BPath,
+        /// The prior metadata.
+        before: MetaBefore,
+    },
     /// A process, or a program about to be executed, that the shim cannot see into: whatever
     /// it changes is not journaled, so no undo of this session can be complete.
     Unobserved {
@@ -90,7 +99,7 @@ impl Op {
     /// reported separately by undo).
     pub fn primary_path(&self) -> Option<&BPath> {
         match self {
-            Op::Change { path, .. } => Some(path),
+            Op::Change { path, .. } | Op::Meta { path, .. } => Some(path),
             Op::Rename { from, .. } => Some(from),
             Op::Unobserved { program, .. } => Some(program),
             Op::CallFailed { .. } => None,
@@ -130,6 +139,89 @@ pub struct Snapshot {
     pub atime: [i64; 2],
     /// Identity of the node when it was captured.
     pub ident: Ident,
+    /// Its extended attributes (ACLs included), when they had to be kept: for a copy that
+    /// may have to be recreated, and for a directory. `None` when not captured (a linked
+    /// capture keeps the inode itself, attributes and all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattrs: Option<Vec<Xattr>>,
+}
+
+/// One extended attribute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xattr {
+    /// Its name (`user.comment`, `system.posix_acl_access`, ...).
+    pub name: BPath,
+    /// Its value.
+    pub value: Bytes,
+}
+
+/// Opaque bytes, base64 in JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Bytes(pub Vec<u8>);
+
+impl Serialize for Bytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine as _;
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use base64::Engine as _;
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map(Bytes)
+            .map_err(|e| serde::de::Error::custom(format!("bad base64: {e}")))
+    }
+}
+
+/// Which part of a node's metadata a call changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetaKind {
+    /// chmod family.
+    Mode,
+    /// chown family (which may also clear set-id bits, so the mode is put back too).
+    Owner,
+    /// utime family.
+    Times,
+    /// setxattr/removexattr family: the attribute named in `xattr`.
+    Xattr,
+}
+
+/// A node's metadata before a chmod, chown, utime or xattr call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaBefore {
+    /// What the call changes.
+    pub what: MetaKind,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Last access time, `[seconds, nanoseconds]`.
+    pub atime: [i64; 2],
+    /// Last modification time, `[seconds, nanoseconds]`.
+    pub mtime: [i64; 2],
+    /// Identity of the node.
+    pub ident: Ident,
+    /// Whether the node is a symlink (whose mode Linux ignores).
+    pub symlink: bool,
+    /// For `what = xattr`: the attribute's name and prior value (`None`: it was not set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattr: Option<XattrBefore>,
+}
+
+/// One extended attribute's prior state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XattrBefore {
+    /// Its name.
+    pub name: BPath,
+    /// Its prior value; `None` when it was not set.
+    pub value: Option<Bytes>,
 }
 
 /// Device and inode number: what makes two names the same file.
@@ -387,6 +479,7 @@ mod tests {
             mtime: [1, 2],
             atime: [3, 4],
             ident: Ident { dev: 1, ino: 2 },
+            xattrs: Some(vec![Xattr { name: BPath::from("user.x"), value: Bytes(vec![0, 255]) }]),
         };
         for before in [
             Before::Contents(snap.clone()),

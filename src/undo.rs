@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::bpath::BPath;
 use crate::capture::{hash_fd, ident_of, write_all};
 use crate::journal::JournalContents;
-use crate::record::{Before, CaptureHow, Node, Op, Record, Snapshot, SpecialKind};
+use crate::record::{Before, CaptureHow, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr};
 use crate::session::{Session, SessionError, State};
 
 /// What happened to one step.
@@ -224,7 +224,7 @@ pub fn undo_session(session: &Session, opts: UndoOptions) -> Result<Report, Sess
 /// Undoes the records of `journal` using the blobs in `blobs_dir`.
 pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptions) -> io::Result<Report> {
     let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    let exec = Executor { blobs, dry_run: opts.dry_run };
+    let exec = Executor { blobs, dry_run: opts.dry_run, deferred: Default::default(), current: Default::default() };
     let failed_calls: HashSet<u64> = journal
         .records
         .iter()
@@ -246,6 +246,7 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptio
         }
         exec.undo_record(rec, &mut report.outcomes);
     }
+    exec.apply_deferred(&mut report.outcomes);
     for p in &journal.problems {
         report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
     }
@@ -257,6 +258,23 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptio
 struct Executor {
     blobs: OwnedFd,
     dry_run: bool,
+    /// Directory metadata, applied after every entry has been put back: a read-only or
+    /// freshly timestamped directory must not be changed again by the restores inside it.
+    deferred: std::cell::RefCell<Vec<Deferred>>,
+    /// The record being undone (for deferred work's report lines).
+    current: std::cell::Cell<Option<u64>>,
+}
+
+/// Directory metadata waiting for the end of the undo.
+struct Deferred {
+    seq: Option<u64>,
+    path: BPath,
+    meta: DeferredMeta,
+}
+
+enum DeferredMeta {
+    Snapshot(Snapshot),
+    Meta(MetaBefore),
 }
 
 /// Result of one restore action: outcome and explanation.
@@ -320,52 +338,264 @@ fn remove_any(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<(), Errno> 
     rustix::fs::unlinkat(dir, name, flags)
 }
 
-fn timestamps(snap: &Snapshot) -> Timestamps {
+fn timestamps(atime: [i64; 2], mtime: [i64; 2]) -> Timestamps {
     Timestamps {
-        last_access: rustix::fs::Timespec { tv_sec: snap.atime[0], tv_nsec: snap.atime[1] as _ },
-        last_modification: rustix::fs::Timespec { tv_sec: snap.mtime[0], tv_nsec: snap.mtime[1] as _ },
+        last_access: rustix::fs::Timespec { tv_sec: atime[0], tv_nsec: atime[1] as _ },
+        last_modification: rustix::fs::Timespec { tv_sec: mtime[0], tv_nsec: mtime[1] as _ },
     }
 }
 
-/// Sets owner, then mode (chown can clear set-id bits), then times on an open file. Returns a
-/// description of what could not be set back.
+/// What metadata to put back on a node; `None` fields are left alone.
+#[derive(Default)]
+struct MetaTarget<'a> {
+    owner: Option<(u32, u32)>,
+    mode: Option<u32>,
+    times: Option<Timestamps>,
+    xattrs: XattrTarget<'a>,
+}
+
+#[derive(Default)]
+enum XattrTarget<'a> {
+    #[default]
+    Leave,
+    /// Exactly this set (others removed).
+    All(&'a [Xattr]),
+    /// One attribute set to a value, or removed.
+    One(&'a [u8], Option<&'a [u8]>),
+}
+
+impl<'a> MetaTarget<'a> {
+    fn of_snapshot(snap: &'a Snapshot) -> Self {
+        MetaTarget {
+            owner: Some((snap.uid, snap.gid)),
+            mode: Some(snap.mode),
+            times: Some(timestamps(snap.atime, snap.mtime)),
+            xattrs: snap.xattrs.as_deref().map_or(XattrTarget::Leave, XattrTarget::All),
+        }
+    }
+
+    fn of_meta(m: &'a MetaBefore) -> Self {
+        match m.what {
+            MetaKind::Mode => MetaTarget { mode: Some(m.mode), ..Default::default() },
+            // chown may have cleared set-id bits: the mode goes back too.
+            MetaKind::Owner => MetaTarget { owner: Some((m.uid, m.gid)), mode: Some(m.mode), ..Default::default() },
+            MetaKind::Times => MetaTarget { times: Some(timestamps(m.atime, m.mtime)), ..Default::default() },
+            MetaKind::Xattr => MetaTarget {
+                xattrs: match &m.xattr {
+                    Some(x) => XattrTarget::One(x.name.as_bytes(), x.value.as_ref().map(|v| v.0.as_slice())),
+                    None => XattrTarget::Leave,
+                },
+                // An access ACL carries the group bits of the mode with it: removing or
+                // replacing it does not put the mode back by itself.
+                mode: m.xattr.as_ref().filter(|x| x.name.as_bytes() == b"system.posix_acl_access").map(|_| m.mode),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// A node metadata can be set on: an open descriptor, or a node opened `O_PATH | O_NOFOLLOW`
+/// relative to its verified parent (reached through `/proc/self/fd`, so never through a
+/// symlink planted in its place).
+enum MetaHandle<'a> {
+    Fd(BorrowedFd<'a>),
+    Node { dir: BorrowedFd<'a>, name: &'a [u8], fd: OwnedFd, symlink: bool },
+}
+
+impl<'a> MetaHandle<'a> {
+    fn open(dir: BorrowedFd<'a>, name: &'a [u8]) -> Result<MetaHandle<'a>, Errno> {
+        let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let symlink = rustix::fs::fstat(&fd).map(|st| file_type(&st) == FileType::Symlink)?;
+        Ok(MetaHandle::Node { dir, name, fd, symlink })
+    }
+
+    fn proc_path(fd: &OwnedFd) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/self/fd/{}", fd.as_raw_fd())
+    }
+
+    fn stat(&self) -> Result<Stat, Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fstat(fd),
+            MetaHandle::Node { fd, .. } => rustix::fs::fstat(fd),
+        }
+    }
+
+    fn chown(&self, uid: u32, gid: u32) -> Result<(), Errno> {
+        let (o, g) = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fchown(fd, o, g),
+            MetaHandle::Node { fd, .. } => rustix::fs::chownat(fd, "", o, g, AtFlags::EMPTY_PATH),
+        }
+    }
+
+    fn chmod(&self, mode: u32) -> Result<(), Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)),
+            // Linux has no mode for symlinks.
+            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { fd, .. } => rustix::fs::chmod(Self::proc_path(fd).as_str(), Mode::from_raw_mode(mode)),
+        }
+    }
+
+    fn set_times(&self, ts: &Timestamps) -> Result<(), Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::futimens(fd, ts),
+            MetaHandle::Node { dir, name, symlink: true, .. } => {
+                rustix::fs::utimensat(*dir, *name, ts, AtFlags::SYMLINK_NOFOLLOW)
+            }
+            MetaHandle::Node { fd, .. } => {
+                rustix::fs::utimensat(CWD, Self::proc_path(fd).as_str(), ts, AtFlags::empty())
+            }
+        }
+    }
+
+    fn list_xattr_names(&self) -> Result<Vec<Vec<u8>>, Errno> {
+        let mut buf = vec![0u8; 65536];
+        let n = match self {
+            MetaHandle::Fd(fd) => rustix::fs::flistxattr(fd, &mut buf[..])?,
+            MetaHandle::Node { symlink: true, .. } => 0,
+            MetaHandle::Node { fd, .. } => rustix::fs::listxattr(Self::proc_path(fd).as_str(), &mut buf[..])?,
+        };
+        Ok(buf[..n].split(|&b| b == 0).filter(|n| !n.is_empty()).map(<[u8]>::to_vec).collect())
+    }
+
+    fn set_xattr(&self, name: &[u8], value: Option<&[u8]>) -> Result<(), Errno> {
+        let flags = rustix::fs::XattrFlags::empty();
+        match (self, value) {
+            (MetaHandle::Node { symlink: true, .. }, _) => Ok(()),
+            (MetaHandle::Fd(fd), Some(v)) => rustix::fs::fsetxattr(fd, name, v, flags),
+            (MetaHandle::Fd(fd), None) => ignore_nodata(rustix::fs::fremovexattr(fd, name)),
+            (MetaHandle::Node { fd, .. }, Some(v)) => {
+                rustix::fs::setxattr(Self::proc_path(fd).as_str(), name, v, flags)
+            }
+            (MetaHandle::Node { fd, .. }, None) => {
+                ignore_nodata(rustix::fs::removexattr(Self::proc_path(fd).as_str(), name))
+            }
+        }
+    }
+
+    /// Puts the target metadata back: owner first, then extended attributes (an access ACL
+    /// rewrites the group bits of the mode), then the mode (chown can clear set-id bits), and
+    /// times last. Returns what could not be set back.
+    fn apply(&self, t: &MetaTarget<'_>) -> Option<String> {
+        let mut problems = Vec::new();
+        let st = self.stat().ok();
+        if let Some((uid, gid)) = t.owner {
+            if st.is_none_or(|s| s.st_uid != uid || s.st_gid != gid) {
+                if let Err(e) = self.chown(uid, gid) {
+                    problems.push(format!("owner {uid}:{gid} could not be set back ({})", describe_errno(e)));
+                }
+            }
+        }
+        match &t.xattrs {
+            XattrTarget::Leave => {}
+            XattrTarget::One(name, value) => {
+                if let Err(e) = self.set_xattr(name, *value) {
+                    let name = String::from_utf8_lossy(name);
+                    problems.push(format!("extended attribute {name} could not be set back ({})", describe_errno(e)));
+                }
+            }
+            XattrTarget::All(list) => match self.list_xattr_names() {
+                Ok(present) => {
+                    for name in present.iter().filter(|n| !list.iter().any(|x| x.name.as_bytes() == n.as_slice())) {
+                        if let Err(e) = self.set_xattr(name, None) {
+                            let name = String::from_utf8_lossy(name);
+                            problems.push(format!(
+                                "extended attribute {name} could not be removed ({})",
+                                describe_errno(e)
+                            ));
+                        }
+                    }
+                    for x in list.iter() {
+                        if let Err(e) = self.set_xattr(x.name.as_bytes(), Some(&x.value.0)) {
+                            let name = x.name.display_lossy();
+                            problems.push(format!(
+                                "extended attribute {name} could not be set back ({})",
+                                describe_errno(e)
+                            ));
+                        }
+                    }
+                }
+                Err(Errno::NOTSUP) => {}
+                Err(e) => problems.push(format!("extended attributes could not be read ({})", describe_errno(e))),
+            },
+        }
+        if let Some(mode) = t.mode {
+            if let Err(e) = self.chmod(mode) {
+                problems.push(format!("mode {mode:o} could not be set back ({})", describe_errno(e)));
+            }
+        }
+        if let Some(ts) = &t.times {
+            if let Err(e) = self.set_times(ts) {
+                problems.push(format!("times could not be set back ({})", describe_errno(e)));
+            }
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+}
+
+/// Whether a node's extended attributes are exactly `want`.
+fn xattrs_equal(h: &MetaHandle<'_>, want: &[Xattr]) -> bool {
+    let Ok(names) = h.list_xattr_names() else { return want.is_empty() };
+    if names.len() != want.len() {
+        return false;
+    }
+    want.iter().all(|x| {
+        names.iter().any(|n| n.as_slice() == x.name.as_bytes())
+            && match h {
+                MetaHandle::Fd(fd) => {
+                    let mut buf = vec![0u8; 65536];
+                    rustix::fs::fgetxattr(fd, x.name.as_bytes(), &mut buf[..]).is_ok_and(|n| buf[..n] == x.value.0[..])
+                }
+                MetaHandle::Node { fd, .. } => {
+                    let mut buf = vec![0u8; 65536];
+                    rustix::fs::getxattr(MetaHandle::proc_path(fd).as_str(), x.name.as_bytes(), &mut buf[..])
+                        .is_ok_and(|n| buf[..n] == x.value.0[..])
+                }
+            }
+    })
+}
+
+fn ignore_nodata(r: Result<(), Errno>) -> Result<(), Errno> {
+    match r {
+        Err(Errno::NODATA) => Ok(()),
+        other => other,
+    }
+}
+
+/// Puts a snapshot's metadata back on an open descriptor.
 fn set_meta_fd(fd: BorrowedFd<'_>, snap: &Snapshot) -> Option<String> {
-    let mut problems = Vec::new();
-    let st = rustix::fs::fstat(fd).ok();
-    if st.is_none_or(|s| s.st_uid != snap.uid || s.st_gid != snap.gid) {
-        let owner = Some(rustix::fs::Uid::from_raw(snap.uid));
-        let group = Some(rustix::fs::Gid::from_raw(snap.gid));
-        if let Err(e) = rustix::fs::fchown(fd, owner, group) {
-            problems.push(format!("owner {}:{} could not be set back ({})", snap.uid, snap.gid, describe_errno(e)));
-        }
-    }
-    if let Err(e) = rustix::fs::fchmod(fd, Mode::from_raw_mode(snap.mode)) {
-        problems.push(format!("mode {:o} could not be set back ({})", snap.mode, describe_errno(e)));
-    }
-    if let Err(e) = rustix::fs::futimens(fd, &timestamps(snap)) {
-        problems.push(format!("times could not be set back ({})", describe_errno(e)));
-    }
-    (!problems.is_empty()).then(|| problems.join("; "))
+    MetaHandle::Fd(fd).apply(&MetaTarget::of_snapshot(snap))
 }
 
-/// Same as [`set_meta_fd`] by name without following a symlink (owner and times only for
-/// symlinks, whose mode Linux ignores).
-fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot, is_link: bool) -> Option<String> {
-    let mut problems = Vec::new();
-    let st = lstat(dir, name).ok().flatten();
-    if st.is_none_or(|s| s.st_uid != snap.uid || s.st_gid != snap.gid) {
-        let owner = Some(rustix::fs::Uid::from_raw(snap.uid));
-        let group = Some(rustix::fs::Gid::from_raw(snap.gid));
-        if let Err(e) = rustix::fs::chownat(dir, name, owner, group, AtFlags::SYMLINK_NOFOLLOW) {
-            problems.push(format!("owner {}:{} could not be set back ({})", snap.uid, snap.gid, describe_errno(e)));
-        }
+/// Puts a snapshot's metadata back on `name` in `dir`, never following a symlink.
+fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot) -> Option<String> {
+    match MetaHandle::open(dir, name) {
+        Ok(h) => h.apply(&MetaTarget::of_snapshot(snap)),
+        Err(e) => Some(format!("its metadata could not be set back ({})", describe_errno(e))),
     }
-    if !is_link {
-        if let Err(e) = rustix::fs::chmodat(dir, name, Mode::from_raw_mode(snap.mode), AtFlags::empty()) {
-            problems.push(format!("mode {:o} could not be set back ({})", snap.mode, describe_errno(e)));
+}
+
+/// Whether the part of the metadata a Meta record is about is already as recorded.
+fn meta_already(st: &Stat, m: &MetaBefore, path: &BPath) -> bool {
+    match m.what {
+        MetaKind::Mode => st.st_mode & 0o7777 == m.mode,
+        MetaKind::Owner => st.st_uid == m.uid && st.st_gid == m.gid && st.st_mode & 0o7777 == m.mode,
+        MetaKind::Times => {
+            st.st_mtime == m.mtime[0]
+                && st.st_mtime_nsec as i64 == m.mtime[1]
+                && st.st_atime == m.atime[0]
+                && st.st_atime_nsec as i64 == m.atime[1]
         }
+        MetaKind::Xattr => m.xattr.as_ref().is_some_and(|x| {
+            // A minimal access ACL is not stored as an attribute at all: it lives in the mode.
+            let acl_mode_ok = x.name.as_bytes() != b"system.posix_acl_access" || st.st_mode & 0o7777 == m.mode;
+            acl_mode_ok
+                && crate::capture::xattr_value(path.as_bytes(), x.name.as_bytes())
+                    .is_ok_and(|now| now.as_deref() == x.value.as_ref().map(|v| v.0.as_slice()))
+        }),
     }
-    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 fn meta_matches(st: &Stat, snap: &Snapshot) -> bool {
@@ -375,6 +605,7 @@ fn meta_matches(st: &Stat, snap: &Snapshot) -> bool {
 impl Executor {
     fn undo_record(&self, rec: &Record, out: &mut Vec<StepReport>) {
         let seq = Some(rec.seq);
+        self.current.set(seq);
         match &rec.op {
             Op::Change { path, before } => {
                 let (outcome, why) = self.undo_change(path, before);
@@ -395,6 +626,10 @@ impl Executor {
                     let (outcome, why) = self.undo_change(to, to_before);
                     out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
                 }
+            }
+            Op::Meta { path, before } => {
+                let (outcome, why) = self.undo_meta(seq, path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
             }
             Op::Unobserved { program, reason } => {
                 let why = format!("{} ran unobserved: {reason}", program.display_lossy());
@@ -450,7 +685,7 @@ impl Executor {
         };
         match before {
             Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
-            Before::Contents(snap) => self.restore(dir.as_fd(), name, cur.as_ref(), snap),
+            Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
             Before::Irreversible { .. } => unreachable!("handled above"),
         }
     }
@@ -471,14 +706,14 @@ impl Executor {
         }
     }
 
-    fn restore(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>, snap: &Snapshot) -> Done {
+    fn restore(&self, dir: BorrowedFd<'_>, name: &[u8], path: &BPath, cur: Option<&Stat>, snap: &Snapshot) -> Done {
         match &snap.node {
             Node::File { blob, size, hash, how } => {
                 self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
             }
             Node::Prefix { len } => self.restore_prefix(dir, name, cur, snap, *len),
             Node::Symlink { target } => self.restore_symlink(dir, name, cur, snap, target),
-            Node::Dir => self.restore_dir(dir, name, cur, snap),
+            Node::Dir => self.restore_dir(dir, name, path, cur, snap),
             Node::Special { kind, rdev } => self.restore_special(dir, name, cur, snap, *kind, *rdev),
         }
     }
@@ -568,7 +803,7 @@ impl Executor {
                 hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
             ));
         }
-        // Already identical?
+        // Already identical? Then only the metadata may need setting back.
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
             let same = rustix::fs::openat(
                 dir,
@@ -579,12 +814,20 @@ impl Executor {
             .ok()
             .and_then(|fd| hash_fd(&fd).ok())
             .is_some_and(|(h, _)| h == blob_hash);
-            if same
-                && meta_matches(st, snap)
-                && st.st_mtime == snap.mtime[0]
-                && st.st_mtime_nsec as i64 == snap.mtime[1]
-            {
-                return (Outcome::Unchanged, "its contents and metadata are already as before".into());
+            if same {
+                let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
+                let handle = match MetaHandle::open(dir, name) {
+                    Ok(h) => h,
+                    Err(e) => return failed(format!("cannot open it: {}", describe_errno(e))),
+                };
+                let xattrs_match = snap.xattrs.as_ref().is_none_or(|want| xattrs_equal(&handle, want));
+                if meta_matches(st, snap) && times_match && xattrs_match {
+                    return (Outcome::Unchanged, "its contents and metadata are already as before".into());
+                }
+                return match handle.apply(&MetaTarget::of_snapshot(snap)) {
+                    None => (Outcome::Restored, "its contents were already as before; set back its metadata".into()),
+                    Some(p) => failed(format!("its contents are as before, but {p}")),
+                };
             }
         }
         // Write in place when a regular file is there (keeps its inode and hard links),
@@ -669,40 +912,115 @@ impl Executor {
         if let Err(e) = rustix::fs::symlinkat(target.as_bytes(), dir, name) {
             return failed(format!("cannot recreate the symlink: {}", describe_errno(e)));
         }
-        let times = timestamps(snap);
-        let _ = rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW);
-        if let Some(problem) = set_meta_at(dir, name, snap, true) {
+        if let Some(problem) = set_meta_at(dir, name, snap) {
             return failed(format!("symlink recreated, but {problem}"));
         }
         let what = format!("symlink to {} put back", target.display_lossy());
         (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
     }
 
-    fn restore_dir(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>, snap: &Snapshot) -> Done {
+    fn restore_dir(&self, dir: BorrowedFd<'_>, name: &[u8], path: &BPath, cur: Option<&Stat>, snap: &Snapshot) -> Done {
         match cur {
             Some(st) if file_type(st) == FileType::Directory => {
-                if meta_matches(st, snap) {
+                let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
+                if meta_matches(st, snap) && times_match && snap.xattrs.is_none() {
                     return (Outcome::Unchanged, "the directory is already there, as before".into());
                 }
-                match set_meta_at(dir, name, snap, false) {
-                    None => (Outcome::Restored, format!("set the directory's mode back to {:o}", snap.mode)),
-                    Some(p) => failed(p),
-                }
+                self.defer(path, DeferredMeta::Snapshot(snap.clone()));
+                (
+                    Outcome::Restored,
+                    format!(
+                        "the directory is there; its mode ({:o}), owner and times are set back at the end",
+                        snap.mode
+                    ),
+                )
             }
             other => {
                 let replaced = match self.clear(dir, name, other) {
                     Ok(r) => r,
                     Err(done) => return done,
                 };
+                // Created owner-writable so that its entries can be restored into it; its own
+                // mode, owner, attributes and times are set at the end.
                 if let Err(e) = rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
                     return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
                 }
-                if let Some(problem) = set_meta_at(dir, name, snap, false) {
-                    return failed(format!("directory recreated, but {problem}"));
-                }
-                let what = format!("recreated the directory with mode {:o}", snap.mode);
+                self.defer(path, DeferredMeta::Snapshot(snap.clone()));
+                let what = format!("recreated the directory (mode {:o})", snap.mode);
                 (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
             }
+        }
+    }
+
+    fn defer(&self, path: &BPath, meta: DeferredMeta) {
+        self.deferred.borrow_mut().push(Deferred { seq: self.current.get(), path: path.clone(), meta });
+    }
+
+    /// Applies deferred directory metadata, in the order it was queued (newest record first,
+    /// so the oldest, the state before the session, is applied last).
+    fn apply_deferred(&self, out: &mut Vec<StepReport>) {
+        for d in self.deferred.take() {
+            let problem = match self.parent_of(&d.path) {
+                Err((_, why)) => Some(why),
+                Ok((dir, name)) => match MetaHandle::open(dir.as_fd(), name) {
+                    Err(e) => Some(format!("the directory cannot be reached ({})", describe_errno(e))),
+                    Ok(h) => match &d.meta {
+                        DeferredMeta::Snapshot(s) => h.apply(&MetaTarget::of_snapshot(s)),
+                        DeferredMeta::Meta(m) => h.apply(&MetaTarget::of_meta(m)),
+                    },
+                },
+            };
+            if let Some(why) = problem {
+                out.push(StepReport {
+                    seq: d.seq,
+                    outcome: Outcome::Failed,
+                    path: Some(d.path),
+                    why: format!("the directory is back, but {why}"),
+                });
+            }
+        }
+    }
+
+    fn undo_meta(&self, _seq: Option<u64>, path: &BPath, m: &MetaBefore) -> Done {
+        let what = match m.what {
+            MetaKind::Mode => format!("mode ({:o})", m.mode),
+            MetaKind::Owner => format!("owner ({}:{})", m.uid, m.gid),
+            MetaKind::Times => "times".to_string(),
+            MetaKind::Xattr => {
+                format!("extended attribute {}", m.xattr.as_ref().map(|x| x.name.display_lossy()).unwrap_or_default())
+            }
+        };
+        if self.dry_run {
+            return (Outcome::Restored, format!("would set back its {what}"));
+        }
+        let (dir, name) = match self.parent_of(path) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let st = match lstat(dir.as_fd(), name) {
+            Ok(Some(st)) => st,
+            Ok(None) => return failed(format!("it no longer exists, so its {what} cannot be set back")),
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        if (file_type(&st) == FileType::Symlink) != m.symlink {
+            return (
+                Outcome::Conflict,
+                format!("a different kind of node ({}) now stands there; its {what} was left alone", type_name(&st)),
+            );
+        }
+        if meta_already(&st, m, path) {
+            return (Outcome::Unchanged, format!("its {what} is already as before"));
+        }
+        if file_type(&st) == FileType::Directory {
+            self.defer(path, DeferredMeta::Meta(m.clone()));
+            return (Outcome::Restored, format!("its {what} is set back at the end"));
+        }
+        match MetaHandle::open(dir.as_fd(), name) {
+            Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
+                None => (Outcome::Restored, format!("set back its {what}")),
+                Some(p) => failed(p),
+            },
+            Err(e) => failed(format!("cannot open it to set back its {what}: {}", describe_errno(e))),
         }
     }
 
@@ -733,7 +1051,7 @@ impl Executor {
         if let Err(e) = rustix::fs::mknodat(dir, name, ft, Mode::from_raw_mode(0o600), rdev) {
             return failed(format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
         }
-        if let Some(problem) = set_meta_at(dir, name, snap, false) {
+        if let Some(problem) = set_meta_at(dir, name, snap) {
             return failed(format!("{} recreated, but {problem}", kind.name()));
         }
         (if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
@@ -1185,6 +1503,64 @@ mod tests {
         let r = f.undo();
         assert!(r.complete, "the switch failed, so nothing ran unobserved: {r:?}");
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
+    }
+
+    fn meta(f: &mut Fixture, name: &str, what: crate::record::MetaKind, xattr: Option<&str>) {
+        let path = f.bp(name);
+        let st = rustix::fs::lstat(f.p(name)).unwrap();
+        let xattr = xattr.map(|n| crate::record::XattrBefore {
+            name: BPath::from(n),
+            value: crate::capture::xattr_value(path.as_bytes(), n.as_bytes()).unwrap().map(crate::record::Bytes),
+        });
+        f.push(Op::Meta { path, before: crate::capture::meta_before(&st, what, xattr) });
+    }
+
+    #[test]
+    fn mode_times_and_xattr_changes_are_set_back_and_only_those() {
+        use crate::record::MetaKind;
+        let mut f = Fixture::new();
+        fs::write(f.p("a"), b"x").unwrap();
+        fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+        rustix::fs::setxattr(f.p("a").as_path(), "user.keep", b"v1", rustix::fs::XattrFlags::empty()).unwrap();
+        let mtime = fs::metadata(f.p("a")).unwrap().modified().unwrap();
+        meta(&mut f, "a", MetaKind::Mode, None);
+        fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o777)).unwrap();
+        meta(&mut f, "a", MetaKind::Times, None);
+        fs::File::options().write(true).open(f.p("a")).unwrap().set_modified(std::time::UNIX_EPOCH).unwrap();
+        meta(&mut f, "a", MetaKind::Xattr, Some("user.keep"));
+        rustix::fs::setxattr(f.p("a").as_path(), "user.keep", b"v2", rustix::fs::XattrFlags::empty()).unwrap();
+        meta(&mut f, "a", MetaKind::Xattr, Some("user.new"));
+        rustix::fs::setxattr(f.p("a").as_path(), "user.new", b"n", rustix::fs::XattrFlags::empty()).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored; 4]);
+        assert_eq!(fs::metadata(f.p("a")).unwrap().permissions().mode() & 0o7777, 0o640);
+        assert_eq!(fs::metadata(f.p("a")).unwrap().modified().unwrap(), mtime);
+        assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.keep").unwrap().unwrap(), b"v1");
+        assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.new").unwrap(), None);
+        assert_eq!(fs::read(f.p("a")).unwrap(), b"x", "contents untouched by metadata undo");
+    }
+
+    #[test]
+    fn a_recreated_directory_gets_its_mode_and_times_only_after_its_entries() {
+        let mut f = Fixture::new();
+        fs::create_dir(f.p("ro")).unwrap();
+        fs::write(f.p("ro/inner"), b"1").unwrap();
+        rustix::fs::setxattr(f.p("ro").as_path(), "user.dir", b"d", rustix::fs::XattrFlags::empty()).unwrap();
+        f.change("ro/inner", Intent::Destroy);
+        fs::remove_file(f.p("ro/inner")).unwrap();
+        fs::set_permissions(f.p("ro"), fs::Permissions::from_mode(0o555)).unwrap();
+        // What the rmdir capture sees, and what must be reinstated once `inner` is back.
+        let mtime = fs::metadata(f.p("ro")).unwrap().modified().unwrap();
+        f.change("ro", Intent::Destroy);
+        fs::remove_dir(f.p("ro")).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        let md = fs::metadata(f.p("ro")).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o555);
+        assert_eq!(md.modified().unwrap(), mtime, "directory mtime set after its entries were put back");
+        assert_eq!(fs::read(f.p("ro/inner")).unwrap(), b"1");
+        assert_eq!(crate::capture::xattr_value(f.bp("ro").as_bytes(), b"user.dir").unwrap().unwrap(), b"d");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::io::Write as _;
 
 use aether_journal::BPath;
 use aether_journal::journal::JournalContents;
-use aether_journal::record::{Before, CaptureHow, Node, Op, Record};
+use aether_journal::record::{Before, CaptureHow, MetaBefore, MetaKind, Node, Op, Record, XattrBefore};
 use aether_journal::session::Session;
 use aether_journal::undo::Report;
 
@@ -70,6 +70,19 @@ fn describe_before(b: &Before) -> String {
     }
 }
 
+fn describe_meta(m: &MetaBefore) -> String {
+    match m.what {
+        MetaKind::Mode => format!("mode was {:o}", m.mode),
+        MetaKind::Owner => format!("owner was {}:{}", m.uid, m.gid),
+        MetaKind::Times => format!("mtime was {}", m.mtime[0]),
+        MetaKind::Xattr => match &m.xattr {
+            Some(XattrBefore { name, value: Some(v) }) => format!("xattr {} was {} bytes", escape(name), v.0.len()),
+            Some(XattrBefore { name, value: None }) => format!("xattr {} was not set", escape(name)),
+            None => "xattr".into(),
+        },
+    }
+}
+
 /// The human form of `log`.
 pub fn log_text(s: &Session, j: &JournalContents) -> String {
     let mut out = String::new();
@@ -82,6 +95,7 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
             Op::Rename { from, to, to_before, .. } => {
                 format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
             }
+            Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
             Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
             Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
         };

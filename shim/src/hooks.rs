@@ -20,7 +20,9 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use libc::{FILE, dev_t, mode_t, off_t, off64_t, uid_t};
+use libc::{FILE, c_void, dev_t, gid_t, mode_t, off_t, off64_t, size_t, timespec, timeval, uid_t, utimbuf};
+
+use journal::record::MetaKind;
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::ops::{self, Pending, Removes};
@@ -147,6 +149,31 @@ hooks! {
     fn mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: dev_t) -> c_int => h_createat(dirfd, path);
     fn mkfifo(path: *const c_char, mode: mode_t) -> c_int => h_create(path);
     fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int => h_createat(dirfd, path);
+    fn fallocate(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int => h_fd_change(fd);
+    fn fallocate64(fd: c_int, mode: c_int, offset: off64_t, len: off64_t) -> c_int => h_fd_change(fd);
+    fn posix_fallocate(fd: c_int, offset: off_t, len: off_t) -> c_int => h_posix_fallocate(fd);
+    fn posix_fallocate64(fd: c_int, offset: off64_t, len: off64_t) -> c_int => h_posix_fallocate(fd);
+    fn chmod(path: *const c_char, mode: mode_t) -> c_int => h_meta_follow_mode(path);
+    fn lchmod(path: *const c_char, mode: mode_t) -> c_int => h_meta_nofollow_mode(path);
+    fn fchmod(fd: c_int, mode: mode_t) -> c_int => h_fd_meta_mode(fd);
+    fn fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int => h_metaat_mode(dirfd, path, flags);
+    fn chown(path: *const c_char, owner: uid_t, group: gid_t) -> c_int => h_meta_follow_owner(path);
+    fn lchown(path: *const c_char, owner: uid_t, group: gid_t) -> c_int => h_meta_nofollow_owner(path);
+    fn fchown(fd: c_int, owner: uid_t, group: gid_t) -> c_int => h_fd_meta_owner(fd);
+    fn fchownat(dirfd: c_int, path: *const c_char, owner: uid_t, group: gid_t, flags: c_int) -> c_int => h_metaat_owner(dirfd, path, flags);
+    fn utime(path: *const c_char, times: *const utimbuf) -> c_int => h_meta_follow_times(path);
+    fn utimes(path: *const c_char, times: *const timeval) -> c_int => h_meta_follow_times(path);
+    fn lutimes(path: *const c_char, times: *const timeval) -> c_int => h_meta_nofollow_times(path);
+    fn futimes(fd: c_int, times: *const timeval) -> c_int => h_fd_meta_times(fd);
+    fn futimesat(dirfd: c_int, path: *const c_char, times: *const timeval) -> c_int => h_futimesat(dirfd, path);
+    fn utimensat(dirfd: c_int, path: *const c_char, times: *const timespec, flags: c_int) -> c_int => h_metaat_times(dirfd, path, flags);
+    fn futimens(fd: c_int, times: *const timespec) -> c_int => h_fd_meta_times(fd);
+    fn setxattr(path: *const c_char, name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int => h_xattr_follow(path, name);
+    fn lsetxattr(path: *const c_char, name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int => h_xattr_nofollow(path, name);
+    fn fsetxattr(fd: c_int, name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int => h_fd_xattr(fd, name);
+    fn removexattr(path: *const c_char, name: *const c_char) -> c_int => h_xattr_follow(path, name);
+    fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int => h_xattr_nofollow(path, name);
+    fn fremovexattr(fd: c_int, name: *const c_char) -> c_int => h_fd_xattr(fd, name);
     fn setuid(uid: uid_t) -> c_int => h_set_euid(uid);
     fn seteuid(euid: uid_t) -> c_int => h_set_euid(euid);
     fn setreuid(ruid: uid_t, euid: uid_t) -> c_int => h_set_euid(euid);
@@ -380,4 +407,127 @@ fn h_createat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, pa
 
 fn h_set_euid(call: &'static str, real: impl FnOnce() -> c_int, euid: uid_t) -> c_int {
     journaled(call, b"", |s| ops::before_uid_change(s, call, euid), real, int_ok)
+}
+
+// ----- descriptors changed in place -----
+
+fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, int_ok)
+}
+
+/// posix_fallocate returns an error number instead of setting errno.
+fn h_posix_fallocate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| *r == 0)
+}
+
+// ----- metadata -----
+
+/// Metadata change by name relative to `dirfd`; `flags` may hold AT_SYMLINK_NOFOLLOW, and
+/// AT_EMPTY_PATH (or a null path for utimensat) makes it a change of `dirfd` itself.
+fn meta_at(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    dirfd: c_int,
+    path: Str<'_>,
+    flags: c_int,
+    what: MetaKind,
+    xattr: Option<&[u8]>,
+) -> c_int {
+    let on_dirfd_itself = match path {
+        None => true,
+        Some(b"") => flags & libc::AT_EMPTY_PATH != 0,
+        Some(_) => false,
+    };
+    match path {
+        _ if on_dirfd_itself => {
+            journaled(call, b"", |s| ops::before_fd_meta(s, call, dirfd, what, xattr), real, int_ok)
+        }
+        // An empty path without AT_EMPTY_PATH fails with ENOENT.
+        None | Some(b"") => real(),
+        Some(p) => {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            journaled(call, p, |s| ops::before_meta(s, call, dirfd, p, follow, what, xattr), real, int_ok)
+        }
+    }
+}
+
+fn h_meta_follow_mode(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), 0, MetaKind::Mode, None)
+}
+
+fn h_meta_nofollow_mode(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), libc::AT_SYMLINK_NOFOLLOW, MetaKind::Mode, None)
+}
+
+fn h_fd_meta_mode(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Mode, None), real, int_ok)
+}
+
+fn h_metaat_mode(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>, flags: c_int) -> c_int {
+    meta_at(call, real, dirfd, path.or(Some(b"")), flags, MetaKind::Mode, None)
+}
+
+fn h_meta_follow_owner(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), 0, MetaKind::Owner, None)
+}
+
+fn h_meta_nofollow_owner(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), libc::AT_SYMLINK_NOFOLLOW, MetaKind::Owner, None)
+}
+
+fn h_fd_meta_owner(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Owner, None), real, int_ok)
+}
+
+fn h_metaat_owner(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    dirfd: c_int,
+    path: Str<'_>,
+    flags: c_int,
+) -> c_int {
+    meta_at(call, real, dirfd, path.or(Some(b"")), flags, MetaKind::Owner, None)
+}
+
+fn h_meta_follow_times(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), 0, MetaKind::Times, None)
+}
+
+fn h_meta_nofollow_times(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), libc::AT_SYMLINK_NOFOLLOW, MetaKind::Times, None)
+}
+
+fn h_fd_meta_times(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Times, None), real, int_ok)
+}
+
+/// utimensat: a null path means `dirfd` itself.
+fn h_metaat_times(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    dirfd: c_int,
+    path: Str<'_>,
+    flags: c_int,
+) -> c_int {
+    meta_at(call, real, dirfd, path, flags, MetaKind::Times, None)
+}
+
+/// futimesat: a null path means `dirfd` itself; symlinks are always followed.
+fn h_futimesat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>) -> c_int {
+    meta_at(call, real, dirfd, path, 0, MetaKind::Times, None)
+}
+
+fn h_xattr_follow(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, name: Str<'_>) -> c_int {
+    let Some(name) = name else { return real() };
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), 0, MetaKind::Xattr, Some(name))
+}
+
+fn h_xattr_nofollow(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, name: Str<'_>) -> c_int {
+    let Some(name) = name else { return real() };
+    meta_at(call, real, libc::AT_FDCWD, path.or(Some(b"")), libc::AT_SYMLINK_NOFOLLOW, MetaKind::Xattr, Some(name))
+}
+
+fn h_fd_xattr(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, name: Str<'_>) -> c_int {
+    let Some(name) = name else { return real() };
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Xattr, Some(name)), real, int_ok)
 }

@@ -13,8 +13,8 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use journal::BPath;
-use journal::capture::{Capturer, Intent, ident_of};
-use journal::record::{Before, CaptureHow, Node, Op, Reason, UnobservedReason};
+use journal::capture::{Capturer, Intent, ident_of, meta_before, xattr_value};
+use journal::record::{Before, Bytes, CaptureHow, MetaKind, Node, Op, Reason, UnobservedReason, XattrBefore};
 use journal::resolve::{Target, Unresolved, fd_path, getcwd, resolve};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
@@ -321,6 +321,69 @@ pub fn after_created(store: &Store, call: &str, path: &[u8]) {
     if let Some(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
         store.record(call, Op::Change { path: t.abs, before: Before::Absent });
     }
+}
+
+/// Before a call that changes a node's metadata by name (chmod, chown, utime, setxattr and
+/// their variants): the part it changes, so undo can set it back.
+pub fn before_meta(
+    store: &Store,
+    call: &str,
+    dirfd: i32,
+    path: &[u8],
+    follow: bool,
+    what: MetaKind,
+    xattr: Option<&[u8]>,
+) -> Pending {
+    let Some(t) = target_or_record(store, call, dirfd, path, follow) else { return Pending::Nothing };
+    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let xattr = match xattr {
+        None => None,
+        Some(name) => match xattr_value(t.abs.as_bytes(), name) {
+            Ok(value) => Some(XattrBefore { name: BPath::new(name.to_vec()), value: value.map(Bytes) }),
+            Err(e) => {
+                irreversible(store, call, t.abs, "read the extended attribute", e.to_string());
+                return Pending::Nothing;
+            }
+        },
+    };
+    store.record(call, Op::Meta { path: t.abs, before: meta_before(&st, what, xattr) });
+    Pending::Nothing
+}
+
+/// Before a call that changes metadata through a descriptor (fchmod, fchown, futimens,
+/// fsetxattr, ...): the descriptor is named through `/proc/self/fd`.
+pub fn before_fd_meta(store: &Store, call: &str, fd: i32, what: MetaKind, xattr: Option<&[u8]>) -> Pending {
+    // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let Ok(st) = rustix::fs::fstat(bfd) else { return Pending::Nothing };
+    let Ok(path) = fd_path(fd) else { return Pending::Nothing };
+    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") || store.excluded(&path) {
+        // Not a named file in the tree (a pipe, a socket, an unlinked file).
+        return Pending::Nothing;
+    }
+    let xattr = match xattr {
+        None => None,
+        Some(name) => {
+            let mut buf = vec![0u8; 65536];
+            let value = match rustix::fs::fgetxattr(bfd, name, &mut buf[..]) {
+                Ok(n) => Some(Bytes(buf[..n].to_vec())),
+                Err(Errno::NODATA) | Err(Errno::NOTSUP) => None,
+                Err(e) => {
+                    irreversible(
+                        store,
+                        call,
+                        BPath::new(path),
+                        "read the extended attribute",
+                        std::io::Error::from(e).to_string(),
+                    );
+                    return Pending::Nothing;
+                }
+            };
+            Some(XattrBefore { name: BPath::new(name.to_vec()), value })
+        }
+    };
+    store.record(call, Op::Meta { path: BPath::new(path), before: meta_before(&st, what, xattr) });
+    Pending::Nothing
 }
 
 /// Before setuid/seteuid/setreuid/setresuid: a switch to a user that cannot write the

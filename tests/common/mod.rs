@@ -169,6 +169,8 @@ pub struct Entry {
     pub mtime: Option<i128>,
     /// Index of the hard-link group for files with more than one link inside the tree.
     pub link_group: Option<usize>,
+    /// Extended attributes (what `getfattr -d -m -` shows), as name=hex(value).
+    pub xattrs: Vec<String>,
 }
 
 /// Every entry under `root` (relative path bytes -> entry), without following symlinks.
@@ -210,14 +212,30 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, Entry>, inodes: &mu
         } else {
             ("device", format!("rdev {}", md.rdev()), None)
         };
-        out.insert(
-            rel,
-            Entry { kind, mode: md.mode() & 0o7777, uid: md.uid(), gid: md.gid(), content, mtime, link_group: None },
-        );
+        let xattrs = xattrs_of(&p);
+        let (mode, uid, gid) = (md.mode() & 0o7777, md.uid(), md.gid());
+        out.insert(rel, Entry { kind, mode, uid, gid, content, mtime, link_group: None, xattrs });
         if ft.is_dir() {
             walk(root, &p, out, inodes);
         }
     }
+}
+
+fn xattrs_of(p: &Path) -> Vec<String> {
+    let mut names = vec![0u8; 65536];
+    let Ok(n) = rustix::fs::llistxattr(p, &mut names[..]) else { return Vec::new() };
+    let mut out: Vec<String> = names[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|name| {
+            let mut v = vec![0u8; 65536];
+            let len = rustix::fs::lgetxattr(p, name, &mut v[..]).unwrap_or(0);
+            let hex: String = v[..len].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{}={hex}", String::from_utf8_lossy(name))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Asserts two manifests are equal, printing every difference as expected/got.
@@ -259,11 +277,29 @@ pub fn python() -> &'static str {
 /// Runs `argv` under the shim, undoes it, and asserts the tree is exactly as before and the
 /// undo complete. Returns the undo report.
 pub fn roundtrip(s: &Scratch, argv: &[&str]) -> serde_json::Value {
+    roundtrip_changing(s, argv, |_| {})
+}
+
+/// Like [`roundtrip`], also checking (with `changed`) the tree the session left, so that a
+/// test proves the session really changed what it claims to.
+pub fn roundtrip_changing(
+    s: &Scratch,
+    argv: &[&str],
+    changed: impl FnOnce(&BTreeMap<Vec<u8>, Entry>),
+) -> serde_json::Value {
     let before = manifest(&s.tree());
     let session = s.session("session");
     s.run_ok(&session, argv);
+    let during = manifest(&s.tree());
+    assert_ne!(before, during, "the session changed nothing: the test proves nothing");
+    changed(&during);
     let (code, report) = s.undo_json(&session);
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &report);
     report
+}
+
+/// Whether the tests run as root (some scenarios need it, others switch to nobody).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }

@@ -20,6 +20,8 @@ pub const ENV_MAX_TOTAL: &str = "AETHER_JOURNAL_MAX_TOTAL";
 pub const ENV_POLICY: &str = "AETHER_JOURNAL_POLICY";
 /// `1` makes every record and blob durable before the call proceeds.
 pub const ENV_SYNC: &str = "AETHER_JOURNAL_SYNC";
+/// `deny`: under the strict policy, refuse every network connect, loopback included.
+pub const ENV_NETWORK: &str = "AETHER_JOURNAL_NETWORK";
 /// Path of the shim library, for `aether-journal run`.
 pub const ENV_SHIM: &str = "AETHER_JOURNAL_SHIM";
 
@@ -95,6 +97,8 @@ pub struct Settings {
     pub policy: Policy,
     /// Whether to fsync before each call proceeds.
     pub sync: bool,
+    /// Under the strict policy, refuse loopback connects too.
+    pub network_deny: bool,
 }
 
 impl Settings {
@@ -122,7 +126,15 @@ impl Settings {
             }
         };
         let sync = matches!(get(ENV_SYNC).as_deref(), Some("1") | Some("true") | Some("yes"));
-        (Settings { budget, policy, sync }, warnings)
+        let network_deny = match get(ENV_NETWORK).as_deref() {
+            Some("deny") => true,
+            Some("allow-loopback") | Some("") | None => false,
+            Some(other) => {
+                warnings.push(format!("{ENV_NETWORK}: unknown value {other:?}; expected \"deny\""));
+                false
+            }
+        };
+        (Settings { budget, policy, sync, network_deny }, warnings)
     }
 
     /// Reads settings from the process environment.

@@ -84,6 +84,51 @@ pub enum Op {
         /// Why it runs unobserved.
         reason: UnobservedReason,
     },
+    /// A connection to another endpoint (recorded after the call, with its result): what
+    /// was sent over it cannot be unsent.
+    Connect {
+        /// The endpoint.
+        peer: Endpoint,
+        /// Whether it was made: `ok`, `in_progress` (non-blocking), or `failed` with `errno`.
+        result: ConnectResult,
+    },
+    /// A datagram sent to an explicit destination (one record per destination per process).
+    Send {
+        /// The destination.
+        peer: Endpoint,
+    },
+    /// A signal sent to another process.
+    Signal {
+        /// The target as passed (a pid, or a negative process group).
+        target: i64,
+        /// The target's program, when it could be read.
+        target_prog: Option<BPath>,
+        /// The signal number.
+        signal: i32,
+        /// Whether the target is outside the session (irreversible), or one of its own
+        /// processes (an audit entry).
+        outside: bool,
+    },
+    /// A program is about to be executed (execve and friends, posix_spawn, system, popen).
+    /// An audit entry; a program the shim cannot see into gets an `unobserved` record too.
+    Exec {
+        /// The program, as resolved (an absolute path when it could be found).
+        program: BPath,
+        /// Its arguments.
+        argv: Vec<BPath>,
+        /// The working directory it starts in.
+        cwd: BPath,
+        /// The child's pid, for posix_spawn (whose record is written after the call).
+        child: Option<u32>,
+    },
+    /// A call refused under the strict policy because its effect could not be journaled.
+    /// It changed nothing.
+    Refused {
+        /// What was refused and why.
+        what: String,
+        /// The errno the program saw.
+        errno: i32,
+    },
     /// The call described by record `of_seq` failed, so it changed nothing. Written after the
     /// call, only where undo could not tell that from the file system alone.
     CallFailed {
@@ -101,8 +146,10 @@ impl Op {
         match self {
             Op::Change { path, .. } | Op::Meta { path, .. } => Some(path),
             Op::Rename { from, .. } => Some(from),
-            Op::Unobserved { program, .. } => Some(program),
-            Op::CallFailed { .. } => None,
+            Op::Unobserved { program, .. } | Op::Exec { program, .. } => Some(program),
+            Op::Connect { .. } | Op::Send { .. } | Op::Signal { .. } | Op::Refused { .. } | Op::CallFailed { .. } => {
+                None
+            }
         }
     }
 }
@@ -309,6 +356,43 @@ impl SpecialKind {
     }
 }
 
+/// A network or local socket endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// `inet`, `inet6`, `unix`, or the numeric family.
+    pub family: String,
+    /// The address: an IP address, a socket path, or `@name` for an abstract socket.
+    pub address: BPath,
+    /// The port, for `inet` and `inet6`.
+    pub port: Option<u16>,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.family.as_str(), self.port) {
+            ("inet6", Some(p)) => write!(f, "[{}]:{p}", self.address.display_lossy()),
+            (_, Some(p)) => write!(f, "{}:{p}", self.address.display_lossy()),
+            ("unix", None) => write!(f, "unix socket {}", self.address.display_lossy()),
+            (fam, None) => write!(f, "{} ({fam})", self.address.display_lossy()),
+        }
+    }
+}
+
+/// Whether a connect took place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ConnectResult {
+    /// Connected.
+    Ok,
+    /// A non-blocking connect under way: it may well succeed.
+    InProgress,
+    /// Refused or unreachable: nothing was exchanged.
+    Failed {
+        /// Why.
+        errno: i32,
+    },
+}
+
 /// Why a process or program runs where the shim cannot see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "code", rename_all = "snake_case")]
@@ -337,6 +421,9 @@ pub enum UnobservedReason {
     },
     /// The program's environment disables the shim (`AETHER_JOURNAL=off` set by the caller).
     ShimDisabled,
+    /// The process set up io_uring, through which it can open, write, rename and unlink
+    /// files without calling libc.
+    IoUring,
     /// The shim could not be loaded or could not reach the session store.
     ShimNotLoaded {
         /// Why.
@@ -368,6 +455,9 @@ impl fmt::Display for UnobservedReason {
             UnobservedReason::ShimDisabled => {
                 f.write_str("its environment sets AETHER_JOURNAL=off; what it changed was not journaled")
             }
+            UnobservedReason::IoUring => f.write_str(
+                "it set up io_uring, through which files can change without passing through libc; what it changed that way was not journaled",
+            ),
             UnobservedReason::ShimNotLoaded { why } => {
                 write!(f, "the shim could not journal it ({why}); what it changed was not journaled")
             }

@@ -78,6 +78,10 @@ pub struct Header {
     pub shim_version: String,
     /// `cli` when `aether-journal run` created it, `shim` when the first hooked process did.
     pub created_by: String,
+    /// The process at the root of the session's tree (the CLI, or the first hooked process):
+    /// a process descending from it is a member of the session.
+    #[serde(default)]
+    pub root_pid: Option<u32>,
 }
 
 impl Header {
@@ -92,6 +96,7 @@ impl Header {
             cwd,
             shim_version: env!("CARGO_PKG_VERSION").into(),
             created_by: created_by.into(),
+            root_pid: Some(std::process::id()),
         }
     }
 }

@@ -28,7 +28,9 @@ use serde::Serialize;
 use crate::bpath::BPath;
 use crate::capture::{hash_fd, ident_of, write_all};
 use crate::journal::JournalContents;
-use crate::record::{Before, CaptureHow, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr};
+use crate::record::{
+    Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr,
+};
 use crate::session::{Session, SessionError, State};
 
 /// What happened to one step.
@@ -635,7 +637,35 @@ impl Executor {
                 let why = format!("{} ran unobserved: {reason}", program.display_lossy());
                 out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
             }
-            Op::CallFailed { .. } => {}
+            Op::Connect { peer, result } => {
+                let (outcome, why) = match result {
+                    ConnectResult::Failed { errno } => (
+                        Outcome::Unchanged,
+                        format!(
+                            "the connection to {peer} failed ({}): nothing was exchanged",
+                            describe_errno(Errno::from_raw_os_error(*errno))
+                        ),
+                    ),
+                    _ => (Outcome::Skipped, format!("network connection to {peer} cannot be unsent")),
+                };
+                out.push(StepReport { seq, outcome, path: None, why });
+            }
+            Op::Send { peer } => {
+                let why = format!("data sent to {peer} cannot be unsent");
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
+            Op::Signal { target, target_prog, signal, outside: true } => {
+                let prog = target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default();
+                let why =
+                    format!("signal {signal} sent to process {target}{prog} outside the session cannot be taken back");
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
+            Op::Refused { what, .. } => {
+                let why = format!("refused under the strict policy, so it changed nothing: {what}");
+                out.push(StepReport { seq, outcome: Outcome::Unchanged, path: None, why });
+            }
+            // Audit entries: nothing to reverse.
+            Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::CallFailed { .. } => {}
         }
     }
 

@@ -8,7 +8,7 @@ use std::io::Write as _;
 
 use aether_journal::BPath;
 use aether_journal::journal::JournalContents;
-use aether_journal::record::{Before, CaptureHow, MetaBefore, MetaKind, Node, Op, Record, XattrBefore};
+use aether_journal::record::{Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, XattrBefore};
 use aether_journal::session::Session;
 use aether_journal::undo::Report;
 
@@ -97,6 +97,23 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
             }
             Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
             Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
+            Op::Connect { peer, result } => match result {
+                ConnectResult::Failed { errno } => format!("connect to {peer} failed (errno {errno})"),
+                _ => format!("IRREVERSIBLE: connected to {peer}"),
+            },
+            Op::Send { peer } => format!("IRREVERSIBLE: sent data to {peer}"),
+            Op::Signal { target, target_prog, signal, outside } => format!(
+                "{}signal {signal} to {target}{}",
+                if *outside { "IRREVERSIBLE: " } else { "" },
+                target_prog.as_ref().map(|p| format!(" ({})", escape(p))).unwrap_or_default()
+            ),
+            Op::Exec { program, argv, child, .. } => format!(
+                "exec {}{}: {}",
+                escape(program),
+                child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
+                argv.iter().map(escape).collect::<Vec<_>>().join(" ")
+            ),
+            Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
             Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
         };
         let time = r.time.get(11..19).unwrap_or(&r.time);

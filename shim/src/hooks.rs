@@ -20,7 +20,13 @@
 use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use libc::{FILE, c_void, dev_t, gid_t, mode_t, off_t, off64_t, size_t, timespec, timeval, uid_t, utimbuf};
+use libc::{
+    FILE, c_void, dev_t, gid_t, mmsghdr, mode_t, msghdr, off_t, off64_t, pid_t, posix_spawn_file_actions_t,
+    posix_spawnattr_t, sigval, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval, uid_t, utimbuf,
+};
+
+use crate::exec::{EnvIn, Plan, Program};
+use libc::c_long;
 
 use journal::record::MetaKind;
 
@@ -57,7 +63,21 @@ macro_rules! passthrough_to_rust {
         }
     )*};
 }
-passthrough_to_rust!(c_int, c_uint, *mut c_char, *mut FILE);
+passthrough_to_rust!(
+    c_int,
+    c_uint,
+    *mut c_char,
+    *mut FILE,
+    *const sockaddr,
+    *const msghdr,
+    *mut mmsghdr,
+    *const *const c_char,
+    *const *mut c_char,
+    *mut pid_t,
+    c_long,
+    *const posix_spawn_file_actions_t,
+    *const posix_spawnattr_t
+);
 
 macro_rules! hooks {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty => $handler:ident ( $($harg:ident),* ); )*) => {
@@ -174,23 +194,93 @@ hooks! {
     fn removexattr(path: *const c_char, name: *const c_char) -> c_int => h_xattr_follow(path, name);
     fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int => h_xattr_nofollow(path, name);
     fn fremovexattr(fd: c_int, name: *const c_char) -> c_int => h_fd_xattr(fd, name);
+    fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int => h_connect(addr, len);
+    fn __connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int => h_connect(addr, len);
+    fn sendto(fd: c_int, buf: *const c_void, n: size_t, flags: c_int, addr: *const sockaddr, len: socklen_t) -> ssize_t => h_sendto(addr, len);
+    fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t => h_sendmsg(msg);
+    fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int => h_sendmmsg(msgs, vlen);
+    fn kill(pid: pid_t, sig: c_int) -> c_int => h_kill(pid, sig);
+    fn killpg(pgrp: pid_t, sig: c_int) -> c_int => h_killpg(pgrp, sig);
+    fn tgkill(tgid: pid_t, tid: pid_t, sig: c_int) -> c_int => h_kill(tgid, sig);
+    fn sigqueue(pid: pid_t, sig: c_int, value: sigval) -> c_int => h_kill(pid, sig);
+    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int => h_execve(path, argv, envp);
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int => h_execv(path, argv);
+    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int => h_execvp(file, argv);
+    fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int => h_execvpe(file, argv, envp);
+    fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int => h_fexecve(fd, argv, envp);
+    fn execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int => h_execveat(dirfd, path, argv, envp, flags);
+    fn posix_spawn(pid: *mut pid_t, path: *const c_char, actions: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int => h_posix_spawn(pid, path, actions, attr, argv, envp);
+    fn posix_spawnp(pid: *mut pid_t, file: *const c_char, actions: *const posix_spawn_file_actions_t, attr: *const posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int => h_posix_spawnp(pid, file, actions, attr, argv, envp);
+    fn system(command: *const c_char) -> c_int => h_system(command);
+    fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE => h_popen(command);
+    // The escape hatch: only the mutating numbers leave the fast path (Rust calls syscall for
+    // every futex operation, the shim's own locks included).
+    fn syscall(nr: c_long, a1: c_long, a2: c_long, a3: c_long, a4: c_long, a5: c_long, a6: c_long) -> c_long => h_syscall(nr, a1, a2, a3, a4, a5, a6);
     fn setuid(uid: uid_t) -> c_int => h_set_euid(uid);
     fn seteuid(euid: uid_t) -> c_int => h_set_euid(euid);
     fn setreuid(ruid: uid_t, euid: uid_t) -> c_int => h_set_euid(euid);
     fn setresuid(ruid: uid_t, euid: uid_t, suid: uid_t) -> c_int => h_set_euid(euid);
 }
 
+/// How a refused call fails: the value the program sees, with errno set.
+pub trait Refusal {
+    /// The failure value for `errno`.
+    fn refused(errno: c_int) -> Self;
+}
+
+impl Refusal for c_int {
+    fn refused(errno: c_int) -> Self {
+        set_errno(errno);
+        -1
+    }
+}
+
+impl Refusal for libc::c_long {
+    fn refused(errno: c_int) -> Self {
+        set_errno(errno);
+        -1
+    }
+}
+
+impl Refusal for isize {
+    fn refused(errno: c_int) -> Self {
+        set_errno(errno);
+        -1
+    }
+}
+
+impl<T> Refusal for *mut T {
+    fn refused(errno: c_int) -> Self {
+        set_errno(errno);
+        std::ptr::null_mut()
+    }
+}
+
 /// Runs the shim's bookkeeping around one real call.
 ///
 /// `pre` classifies and captures (under the guard and `catch_unwind`); `real` is then called
-/// exactly once, with the guard released and errno as the caller left it; `after` sees whether
-/// it succeeded. A panic in `pre` is journaled as an irreversible step naming `path`.
-fn journaled<R>(
+/// exactly once, with the guard released and errno as the caller left it, unless the strict
+/// policy refused the call; `after` sees whether it succeeded. A panic in `pre` is journaled as
+/// an irreversible step naming `path`.
+fn journaled<R: Refusal>(
     call: &'static str,
     path: &[u8],
     pre: impl FnOnce(&'static Store) -> Pending,
     real: impl FnOnce() -> R,
     succeeded: impl FnOnce(&R) -> bool,
+) -> R {
+    journaled_with(call, path, pre, real, succeeded, R::refused)
+}
+
+/// [`journaled`] for calls that report refusal their own way (posix_fallocate returns the
+/// error number instead of setting errno).
+fn journaled_with<R>(
+    call: &'static str,
+    path: &[u8],
+    pre: impl FnOnce(&'static Store) -> Pending,
+    real: impl FnOnce() -> R,
+    succeeded: impl FnOnce(&R) -> bool,
+    refused: impl FnOnce(c_int) -> R,
 ) -> R {
     let pending = match Guard::enter() {
         None => None,
@@ -205,6 +295,9 @@ fn journaled<R>(
             pending
         }
     };
+    if let Some((_, Pending::Refuse(errno))) = pending {
+        return refused(errno);
+    }
     let result = real();
     if let Some((store, pending)) = pending {
         if !matches!(pending, Pending::Nothing) {
@@ -417,7 +510,7 @@ fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c
 
 /// posix_fallocate returns an error number instead of setting errno.
 fn h_posix_fallocate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| *r == 0)
+    journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| *r == 0, |errno| errno)
 }
 
 // ----- metadata -----
@@ -530,4 +623,498 @@ fn h_xattr_nofollow(call: &'static str, real: impl FnOnce() -> c_int, path: Str<
 fn h_fd_xattr(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, name: Str<'_>) -> c_int {
     let Some(name) = name else { return real() };
     journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Xattr, Some(name)), real, int_ok)
+}
+
+// ----- effects outside the file system -----
+
+/// The bytes of a caller's socket address (at most `sockaddr_storage`'s size).
+///
+/// # Safety
+/// `addr` must be null or point to `len` readable bytes (the socket calls' contract).
+unsafe fn sockaddr_bytes<'a>(addr: *const sockaddr, len: socklen_t) -> Option<&'a [u8]> {
+    let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: non-null and `len` readable bytes (caller's obligation).
+    (!addr.is_null() && len >= 2).then(|| unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) })
+}
+
+fn h_connect(call: &'static str, real: impl FnOnce() -> c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: connect's contract: `addr` points to `len` bytes.
+    let Some(ep) = (unsafe { sockaddr_bytes(addr, len) }).and_then(crate::effects::parse_endpoint) else {
+        return real();
+    };
+    journaled(call, b"", |s| crate::effects::before_connect(s, call, ep), real, int_ok)
+}
+
+fn h_sendto(call: &'static str, real: impl FnOnce() -> ssize_t, addr: *const sockaddr, len: socklen_t) -> ssize_t {
+    // SAFETY: sendto's contract: `addr` is null or points to `len` bytes.
+    let Some(ep) = (unsafe { sockaddr_bytes(addr, len) }).and_then(crate::effects::parse_endpoint) else {
+        return real();
+    };
+    journaled(call, b"", |s| crate::effects::before_send(s, call, ep), real, |r| *r >= 0)
+}
+
+/// The destination of a message header, if it names one.
+///
+/// # Safety
+/// `msg` must be null or point to a valid `msghdr`.
+unsafe fn msg_destination(msg: *const msghdr) -> Option<journal::record::Endpoint> {
+    if msg.is_null() {
+        return None;
+    }
+    // SAFETY: a valid msghdr (caller's obligation), whose msg_name points to msg_namelen bytes.
+    unsafe { sockaddr_bytes((*msg).msg_name as *const sockaddr, (*msg).msg_namelen) }
+        .and_then(crate::effects::parse_endpoint)
+}
+
+fn h_sendmsg(call: &'static str, real: impl FnOnce() -> ssize_t, msg: *const msghdr) -> ssize_t {
+    // SAFETY: sendmsg's contract: `msg` points to a valid msghdr.
+    let Some(ep) = (unsafe { msg_destination(msg) }) else { return real() };
+    journaled(call, b"", |s| crate::effects::before_send(s, call, ep), real, |r| *r >= 0)
+}
+
+fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsghdr, vlen: c_uint) -> c_int {
+    let mut dests = Vec::new();
+    if !msgs.is_null() {
+        for i in 0..vlen.min(1024) as usize {
+            // SAFETY: sendmmsg's contract: `msgs` points to `vlen` valid mmsghdr entries.
+            if let Some(ep) = unsafe { msg_destination(&(*msgs.add(i)).msg_hdr) } {
+                if !dests.contains(&ep) {
+                    dests.push(ep);
+                }
+            }
+        }
+    }
+    if dests.is_empty() {
+        return real();
+    }
+    let pre = |s: &'static Store| {
+        for ep in dests {
+            if let Pending::Refuse(e) = crate::effects::before_send(s, call, ep) {
+                return Pending::Refuse(e);
+            }
+        }
+        Pending::Nothing
+    };
+    journaled(call, b"", pre, real, int_ok)
+}
+
+fn h_kill(call: &'static str, real: impl FnOnce() -> c_int, pid: pid_t, sig: c_int) -> c_int {
+    if sig == 0 {
+        return real(); // a liveness probe changes nothing
+    }
+    journaled(call, b"", |s| crate::effects::before_signal(s, call, pid as i64, sig), real, int_ok)
+}
+
+fn h_killpg(call: &'static str, real: impl FnOnce() -> c_int, pgrp: pid_t, sig: c_int) -> c_int {
+    if sig == 0 {
+        return real();
+    }
+    let target = if pgrp == 0 { 0 } else { -(pgrp as i64) };
+    journaled(call, b"", |s| crate::effects::before_signal(s, call, target, sig), real, int_ok)
+}
+
+// ----- exec and spawn -----
+
+type Argv = *const *const c_char;
+
+/// Runs an exec according to its plan: refused, with the caller's own environment (`real`),
+/// or with a fixed one (`with_env`, which calls the same real function, or its envp-taking
+/// sibling). Exactly one of the two runs. Only returns if the exec failed.
+fn run_exec(
+    call: &'static str,
+    plan: Plan,
+    real: impl FnOnce() -> c_int,
+    with_env: impl FnOnce(Argv) -> c_int,
+) -> c_int {
+    if let Some(errno) = plan.refuse {
+        return c_int::refused(errno);
+    }
+    let r = match &plan.env {
+        None => real(),
+        Some(env) => with_env(env.as_ptr()),
+    };
+    let err = errno();
+    crate::exec::failed(call, &plan, err);
+    set_errno(err);
+    r
+}
+
+/// The real definition of another hooked symbol (execve behind execv, execvpe behind execvp).
+///
+/// # Safety
+/// `F` must match the C signature of the symbol `real` names.
+unsafe fn real_of<F: Copy>(real: &Real) -> Option<F> {
+    // SAFETY: forwarded obligation.
+    unsafe { real.get::<F>() }
+}
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
+
+fn call_execve(path: &[u8], argv: Argv, env: Argv) -> c_int {
+    // SAFETY: ExecveFn is execve's C signature.
+    match unsafe { real_of::<ExecveFn>(&execve::REAL) } {
+        // SAFETY: the caller's path (still NUL-terminated: it is a CStr's bytes) and argv, with
+        // a null-terminated environment we built.
+        Some(f) => unsafe { f(path.as_ptr().cast(), argv, env) },
+        None => <c_int as crate::real::Missing>::missing(),
+    }
+}
+
+fn call_execvpe(file: &[u8], argv: Argv, env: Argv) -> c_int {
+    // SAFETY: ExecveFn is also execvpe's C signature.
+    match unsafe { real_of::<ExecveFn>(&execvpe::REAL) } {
+        // SAFETY: as in call_execve.
+        Some(f) => unsafe { f(file.as_ptr().cast(), argv, env) },
+        None => <c_int as crate::real::Missing>::missing(),
+    }
+}
+
+fn h_execve(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, argv: Argv, envp: Argv) -> c_int {
+    let Some(p) = path else { return real() };
+    let (_, plan) = crate::exec::prepare(call, Program::Path(p), argv, EnvIn::Given(envp), true);
+    run_exec(call, plan, real, |env| call_execve(p, argv, env))
+}
+
+fn h_execv(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, argv: Argv) -> c_int {
+    let Some(p) = path else { return real() };
+    let (_, plan) = crate::exec::prepare(call, Program::Path(p), argv, EnvIn::Environ, true);
+    run_exec(call, plan, real, |env| call_execve(p, argv, env))
+}
+
+fn h_execvp(call: &'static str, real: impl FnOnce() -> c_int, file: Str<'_>, argv: Argv) -> c_int {
+    let Some(f) = file else { return real() };
+    let (_, plan) = crate::exec::prepare(call, Program::Search(f), argv, EnvIn::Environ, true);
+    run_exec(call, plan, real, |env| call_execvpe(f, argv, env))
+}
+
+fn h_execvpe(call: &'static str, real: impl FnOnce() -> c_int, file: Str<'_>, argv: Argv, envp: Argv) -> c_int {
+    let Some(f) = file else { return real() };
+    let (_, plan) = crate::exec::prepare(call, Program::Search(f), argv, EnvIn::Given(envp), true);
+    run_exec(call, plan, real, |env| call_execvpe(f, argv, env))
+}
+
+fn h_fexecve(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    let program = journal::resolve::fd_path(fd).unwrap_or_else(|_| format!("/proc/self/fd/{fd}").into_bytes());
+    let (_, plan) = crate::exec::prepare(call, Program::Resolved(program), argv, EnvIn::Given(envp), true);
+    run_exec(call, plan, real, |env| {
+        type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
+        // SAFETY: F is fexecve's C signature.
+        match unsafe { real_of::<F>(&fexecve::REAL) } {
+            // SAFETY: the caller's fd and argv, with our null-terminated environment.
+            Some(f) => unsafe { f(fd, argv, env) },
+            None => <c_int as crate::real::Missing>::missing(),
+        }
+    })
+}
+
+fn h_execveat(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    dirfd: c_int,
+    path: Str<'_>,
+    argv: Argv,
+    envp: Argv,
+    flags: c_int,
+) -> c_int {
+    let Some(p) = path else { return real() };
+    let program = if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        Program::Resolved(journal::resolve::fd_path(dirfd).unwrap_or_default())
+    } else if p.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
+        Program::Path(p)
+    } else {
+        Program::Resolved(journal::bpath::join(&journal::resolve::fd_path(dirfd).unwrap_or_default(), p))
+    };
+    let (_, plan) = crate::exec::prepare(call, program, argv, EnvIn::Given(envp), true);
+    run_exec(call, plan, real, |env| {
+        type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
+        // SAFETY: F is execveat's C signature.
+        match unsafe { real_of::<F>(&execveat::REAL) } {
+            // SAFETY: the caller's arguments, with our null-terminated environment.
+            Some(f) => unsafe { f(dirfd, p.as_ptr().cast(), argv, env, flags) },
+            None => <c_int as crate::real::Missing>::missing(),
+        }
+    })
+}
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut pid_t,
+    *const c_char,
+    *const posix_spawn_file_actions_t,
+    *const posix_spawnattr_t,
+    *const *mut c_char,
+    *const *mut c_char,
+) -> c_int;
+
+/// posix_spawn and posix_spawnp: checked and fixed before, journaled after (with the child's
+/// pid). They return an error number rather than setting errno.
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    sym: &Real,
+    program: Program<'_>,
+    pid: *mut pid_t,
+    path: &[u8],
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let (resolved, plan) = crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false);
+    if let Some(errno) = plan.refuse {
+        return errno;
+    }
+    let r = match &plan.env {
+        None => real(),
+        // SAFETY: SpawnFn is the C signature of both posix_spawn and posix_spawnp.
+        Some(env) => match unsafe { real_of::<SpawnFn>(sym) } {
+            // SAFETY: the caller's arguments, with our null-terminated environment.
+            Some(f) => unsafe { f(pid, path.as_ptr().cast(), actions, attr, argv, env.as_ptr().cast()) },
+            None => libc::ENOSYS,
+        },
+    };
+    if r == 0 {
+        // SAFETY: on success posix_spawn stored the child's pid through the caller's pointer
+        // (when it passed one).
+        let child = if pid.is_null() { 0 } else { unsafe { *pid } };
+        crate::exec::spawned(call, &resolved, argv.cast(), child as u32);
+    } else {
+        crate::exec::failed(call, &plan, r);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn h_posix_spawn(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    pid: *mut pid_t,
+    path: Str<'_>,
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let Some(p) = path else { return real() };
+    spawn(call, real, &posix_spawn::REAL, Program::Path(p), pid, p, actions, attr, argv, envp)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn h_posix_spawnp(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    pid: *mut pid_t,
+    file: Str<'_>,
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let Some(f) = file else { return real() };
+    spawn(call, real, &posix_spawnp::REAL, Program::Search(f), pid, f, actions, attr, argv, envp)
+}
+
+/// The argv `/bin/sh -c command` that system and popen run.
+fn shell_argv(command: &[u8]) -> Vec<*const c_char> {
+    vec![c"sh".as_ptr(), c"-c".as_ptr(), command.as_ptr().cast(), std::ptr::null()]
+}
+
+fn h_system(call: &'static str, real: impl FnOnce() -> c_int, command: Str<'_>) -> c_int {
+    let Some(cmd) = command else { return real() }; // system(NULL) asks whether a shell exists
+    let argv = shell_argv(cmd);
+    let (_, plan) =
+        crate::exec::prepare(call, Program::Resolved(b"/bin/sh".to_vec()), argv.as_ptr(), EnvIn::Fixed, true);
+    if let Some(errno) = plan.refuse {
+        return c_int::refused(errno);
+    }
+    let r = real();
+    if r == -1 {
+        let err = errno();
+        crate::exec::failed(call, &plan, err);
+        set_errno(err);
+    }
+    r
+}
+
+fn h_popen(call: &'static str, real: impl FnOnce() -> *mut FILE, command: Str<'_>) -> *mut FILE {
+    let Some(cmd) = command else { return real() };
+    let argv = shell_argv(cmd);
+    let (_, plan) =
+        crate::exec::prepare(call, Program::Resolved(b"/bin/sh".to_vec()), argv.as_ptr(), EnvIn::Fixed, true);
+    if let Some(errno) = plan.refuse {
+        return <*mut FILE>::refused(errno);
+    }
+    let r = real();
+    if r.is_null() {
+        let err = errno();
+        crate::exec::failed(call, &plan, err);
+        set_errno(err);
+    }
+    r
+}
+
+// ----- syscall(2) -----
+
+/// Whether `syscall(nr, ...)` can change files, run programs or reach other endpoints.
+#[inline(always)]
+fn journaled_syscall(nr: c_long) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(
+        nr,
+        libc::SYS_open
+            | libc::SYS_creat
+            | libc::SYS_rename
+            | libc::SYS_unlink
+            | libc::SYS_rmdir
+            | libc::SYS_mkdir
+            | libc::SYS_link
+            | libc::SYS_symlink
+            | libc::SYS_mknod
+            | libc::SYS_chmod
+            | libc::SYS_chown
+            | libc::SYS_lchown
+    ) {
+        return true;
+    }
+    matches!(
+        nr,
+        libc::SYS_openat
+            | libc::SYS_openat2
+            | libc::SYS_truncate
+            | libc::SYS_ftruncate
+            | libc::SYS_fallocate
+            | libc::SYS_renameat
+            | libc::SYS_renameat2
+            | libc::SYS_unlinkat
+            | libc::SYS_mkdirat
+            | libc::SYS_linkat
+            | libc::SYS_symlinkat
+            | libc::SYS_mknodat
+            | libc::SYS_fchmod
+            | libc::SYS_fchmodat
+            | libc::SYS_fchmodat2
+            | libc::SYS_fchown
+            | libc::SYS_fchownat
+            | libc::SYS_utimensat
+            | libc::SYS_setxattr
+            | libc::SYS_lsetxattr
+            | libc::SYS_fsetxattr
+            | libc::SYS_removexattr
+            | libc::SYS_lremovexattr
+            | libc::SYS_fremovexattr
+            | libc::SYS_execve
+            | libc::SYS_execveat
+            | libc::SYS_connect
+            | libc::SYS_sendto
+            | libc::SYS_sendmsg
+            | libc::SYS_sendmmsg
+            | libc::SYS_kill
+            | libc::SYS_tgkill
+            | libc::SYS_setuid
+            | libc::SYS_setreuid
+            | libc::SYS_setresuid
+            | libc::SYS_io_uring_setup
+    )
+}
+
+/// Runs an int-returning handler for a syscall, keeping the full `long` the real call returned.
+fn as_int(real: impl FnOnce() -> c_long, handler: impl FnOnce(&mut dyn FnMut() -> c_int) -> c_int) -> c_long {
+    let mut real = Some(real);
+    let mut full = None;
+    let r = handler(&mut || match real.take() {
+        Some(f) => {
+            let v = f();
+            full = Some(v);
+            v as c_int
+        }
+        None => -1,
+    });
+    full.unwrap_or(r as c_long)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn h_syscall(
+    call: &'static str,
+    real: impl FnOnce() -> c_long,
+    nr: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    if !journaled_syscall(nr) {
+        return real();
+    }
+    // SAFETY: for each number below, the argument read as a string is, by that system call's
+    // contract, null or a NUL-terminated path or name valid for the duration of the call.
+    let s = |p: c_long| unsafe { (p as *const c_char).to_rust() };
+    let fd = |v: c_long| v as c_int;
+    #[cfg(target_arch = "x86_64")]
+    match nr {
+        libc::SYS_open => return as_int(real, |r| h_openat(call, r, libc::AT_FDCWD, s(a1), fd(a2))),
+        libc::SYS_creat => return as_int(real, |r| h_creat(call, r, s(a1))),
+        libc::SYS_rename => return as_int(real, |r| h_rename(call, r, s(a1), s(a2))),
+        libc::SYS_unlink => return as_int(real, |r| h_unlink(call, r, s(a1))),
+        libc::SYS_rmdir => return as_int(real, |r| h_rmdir(call, r, s(a1))),
+        libc::SYS_mkdir | libc::SYS_mknod => return as_int(real, |r| h_create(call, r, s(a1))),
+        libc::SYS_link | libc::SYS_symlink => return as_int(real, |r| h_create(call, r, s(a2))),
+        libc::SYS_chmod => return as_int(real, |r| h_meta_follow_mode(call, r, s(a1))),
+        libc::SYS_chown => return as_int(real, |r| h_meta_follow_owner(call, r, s(a1))),
+        libc::SYS_lchown => return as_int(real, |r| h_meta_nofollow_owner(call, r, s(a1))),
+        _ => {}
+    }
+    match nr {
+        libc::SYS_openat => as_int(real, |r| h_openat(call, r, fd(a1), s(a2), fd(a3))),
+        libc::SYS_openat2 => {
+            // struct open_how starts with the u64 flags.
+            let how = a3 as *const u64;
+            // SAFETY: openat2's contract: `how` points to a struct open_how of `a4` bytes.
+            let flags = if how.is_null() || a4 < 8 { 0 } else { (unsafe { how.read_unaligned() }) as c_int };
+            as_int(real, |r| h_openat(call, r, fd(a1), s(a2), flags))
+        }
+        libc::SYS_truncate => as_int(real, |r| h_truncate(call, r, s(a1))),
+        libc::SYS_ftruncate | libc::SYS_fallocate => as_int(real, |r| h_fd_change(call, r, fd(a1))),
+        libc::SYS_renameat => as_int(real, |r| h_renameat(call, r, fd(a1), s(a2), fd(a3), s(a4))),
+        libc::SYS_renameat2 => as_int(real, |r| h_renameat2(call, r, fd(a1), s(a2), fd(a3), s(a4), a5 as c_uint)),
+        libc::SYS_unlinkat => as_int(real, |r| h_unlinkat(call, r, fd(a1), s(a2), fd(a3))),
+        libc::SYS_mkdirat | libc::SYS_mknodat => as_int(real, |r| h_createat(call, r, fd(a1), s(a2))),
+        libc::SYS_linkat => as_int(real, |r| h_createat(call, r, fd(a3), s(a4))),
+        libc::SYS_symlinkat => as_int(real, |r| h_createat(call, r, fd(a2), s(a3))),
+        libc::SYS_fchmod => as_int(real, |r| h_fd_meta_mode(call, r, fd(a1))),
+        libc::SYS_fchmodat => as_int(real, |r| h_metaat_mode(call, r, fd(a1), s(a2), 0)),
+        libc::SYS_fchmodat2 => as_int(real, |r| h_metaat_mode(call, r, fd(a1), s(a2), fd(a4))),
+        libc::SYS_fchown => as_int(real, |r| h_fd_meta_owner(call, r, fd(a1))),
+        libc::SYS_fchownat => as_int(real, |r| h_metaat_owner(call, r, fd(a1), s(a2), fd(a5))),
+        libc::SYS_utimensat => as_int(real, |r| h_metaat_times(call, r, fd(a1), s(a2), fd(a4))),
+        libc::SYS_setxattr | libc::SYS_removexattr => as_int(real, |r| h_xattr_follow(call, r, s(a1), s(a2))),
+        libc::SYS_lsetxattr | libc::SYS_lremovexattr => as_int(real, |r| h_xattr_nofollow(call, r, s(a1), s(a2))),
+        libc::SYS_fsetxattr | libc::SYS_fremovexattr => as_int(real, |r| h_fd_xattr(call, r, fd(a1), s(a2))),
+        libc::SYS_execve => as_int(real, |r| h_execve(call, r, s(a1), a2 as Argv, a3 as Argv)),
+        libc::SYS_execveat => as_int(real, |r| h_execveat(call, r, fd(a1), s(a2), a3 as Argv, a4 as Argv, fd(a5))),
+        libc::SYS_connect => as_int(real, |r| h_connect(call, r, a2 as *const sockaddr, a3 as socklen_t)),
+        libc::SYS_sendto => journaled_long(real, |r| {
+            h_sendto(call, || r() as ssize_t, a5 as *const sockaddr, a6 as socklen_t) as c_long
+        }),
+        libc::SYS_sendmsg => {
+            journaled_long(real, |r| h_sendmsg(call, || r() as ssize_t, a2 as *const msghdr) as c_long)
+        }
+        libc::SYS_sendmmsg => as_int(real, |r| h_sendmmsg(call, r, a2 as *mut mmsghdr, a3 as c_uint)),
+        libc::SYS_kill => as_int(real, |r| h_kill(call, r, fd(a1), fd(a2))),
+        libc::SYS_tgkill => as_int(real, |r| h_kill(call, r, fd(a1), fd(a3))),
+        libc::SYS_setuid => as_int(real, |r| h_set_euid(call, r, a1 as uid_t)),
+        libc::SYS_setreuid => as_int(real, |r| h_set_euid(call, r, a2 as uid_t)),
+        libc::SYS_setresuid => as_int(real, |r| h_set_euid(call, r, a2 as uid_t)),
+        libc::SYS_io_uring_setup => {
+            as_int(real, |r| journaled(call, b"", |st| ops::before_io_uring(st, call), r, int_ok))
+        }
+        _ => real(),
+    }
+}
+
+/// Runs a long-returning handler (sendto, sendmsg) with a real call that can be taken once.
+fn journaled_long(real: impl FnOnce() -> c_long, handler: impl FnOnce(&mut dyn FnMut() -> c_long) -> c_long) -> c_long {
+    let mut real = Some(real);
+    handler(&mut || real.take().map_or(-1, |f| f()))
 }

@@ -18,6 +18,9 @@
 // calls), so the hooks look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod effects;
+mod exec;
+mod exec_l;
 mod guard;
 mod hooks;
 mod ops;
@@ -43,9 +46,19 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         // SAFETY: the loader passes the program's argc/argv.
         let args = unsafe { state::collect_argv(argc, argv) };
         state::init_from_ctor(args);
+        // SAFETY: registering a handler with no preparation or parent part; the child part
+        // only stores zeros into atomics, which is safe in a freshly forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     }));
     drop(guard);
     set_errno(saved);
+}
+
+/// In a forked child: it owns its copies of the store's descriptors now, and datagram
+/// destinations are journaled once per *process*.
+extern "C" fn after_fork_in_child() {
+    state::adopt_store_after_fork();
+    effects::forget_destinations();
 }
 
 #[cfg(not(test))]

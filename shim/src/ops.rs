@@ -19,6 +19,8 @@ use journal::resolve::{Target, Unresolved, fd_path, getcwd, resolve};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
+use journal::config::Policy;
+
 use crate::state::Store;
 
 /// What a hook must do once the real call has returned.
@@ -31,6 +33,11 @@ pub enum Pending {
     /// A record whose call may fail in a way undo cannot see: if it does, a `call_failed`
     /// record says so.
     Recorded(u64),
+    /// The strict policy refuses the call: it must not run, and fails with this errno. The
+    /// refusal is already journaled.
+    Refuse(i32),
+    /// A connect: its endpoint is journaled with the result once the call returns.
+    Connect(journal::record::Endpoint),
 }
 
 /// Which kinds of node an unlink-like call accepts.
@@ -44,13 +51,21 @@ pub enum Removes {
     Either,
 }
 
-fn capturer(store: &Store) -> Capturer<'_> {
-    Capturer {
-        blobs: store.blobs.as_fd(),
-        budget: store.settings.budget,
-        counters: &store.counters,
-        sync: store.settings.sync,
-    }
+/// Captures with the store's `blobs/` descriptor (checked before use).
+fn capture(store: &Store, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
+    store
+        .blobs
+        .with(|blobs| {
+            let c =
+                Capturer { blobs, budget: store.settings.budget, counters: &store.counters, sync: store.settings.sync };
+            c.capture_stat(parent, name, st, intent)
+        })
+        .unwrap_or_else(|| Before::Irreversible {
+            reason: Reason::CaptureFailed {
+                step: "open the session store".into(),
+                error: "its blobs directory is gone".into(),
+            },
+        })
 }
 
 /// A resolved target, or why there is none.
@@ -104,34 +119,54 @@ fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<
     }
 }
 
-fn irreversible(store: &Store, call: &str, path: BPath, step: &str, error: String) {
+fn irreversible(store: &Store, call: &str, path: BPath, step: &str, error: String) -> Pending {
     let reason = Reason::CaptureFailed { step: step.into(), error };
-    store.record(call, Op::Change { path, before: Before::Irreversible { reason } });
+    change(store, call, path, Before::Irreversible { reason })
 }
 
-/// `lstat` of a target; `Err(true)` when the real call will fail, `Err(false)` after an
-/// irreversible record was made for an unexpected error.
-fn stat_target(store: &Store, call: &str, t: &Target<'_>) -> Result<Option<Stat>, ()> {
+/// Journals a `change` record, or, under the strict policy, refuses a call whose prior state
+/// could not be kept (EACCES) and journals the refusal.
+fn change(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
+    if let Before::Irreversible { reason } = &before {
+        if store.settings.policy == Policy::Strict {
+            return refuse(store, call, format!("{call} {}: {reason}", path.display_lossy()), libc::EACCES);
+        }
+    }
+    let pending = pending_of(&before);
+    store.record(call, Op::Change { path, before });
+    pending
+}
+
+/// Journals a refusal under the strict policy.
+pub fn refuse(store: &Store, call: &str, what: String, errno: i32) -> Pending {
+    store.record(call, Op::Refused { what, errno });
+    Pending::Refuse(errno)
+}
+
+/// `lstat` of a target. `Err` carries what the hook must do instead: nothing when the real
+/// call will fail anyway, or the outcome of journaling an unexpected error.
+fn stat_target(store: &Store, call: &str, t: &Target<'_>) -> Result<Option<Stat>, Pending> {
     match rustix::fs::statat(t.parent.as_fd(), t.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::NOENT) => Ok(None),
-        Err(e) if call_will_fail(e) => Err(()),
-        Err(e) => {
-            irreversible(store, call, t.abs.clone(), "stat", std::io::Error::from(e).to_string());
-            Err(())
-        }
+        Err(e) if call_will_fail(e) => Err(Pending::Nothing),
+        Err(e) => Err(irreversible(store, call, t.abs.clone(), "stat", std::io::Error::from(e).to_string())),
     }
 }
 
-/// Journals an unnamed or unresolvable target where needed; returns the target otherwise.
-fn target_or_record<'a>(store: &Store, call: &str, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>> {
+/// The target of a call, or what the hook must do instead (nothing when the call will fail or
+/// the path is not journaled; the outcome of journaling an unresolvable path).
+fn target_or_record<'a>(
+    store: &Store,
+    call: &str,
+    dirfd: i32,
+    path: &[u8],
+    follow: bool,
+) -> Result<Target<'a>, Pending> {
     match locate(store, dirfd, path, follow) {
-        Resolved::Target(t) => Some(t),
-        Resolved::WillFail | Resolved::Excluded => None,
-        Resolved::Unknown(p, why) => {
-            irreversible(store, call, p, "resolve the path", why);
-            None
-        }
+        Resolved::Target(t) => Ok(t),
+        Resolved::WillFail | Resolved::Excluded => Err(Pending::Nothing),
+        Resolved::Unknown(p, why) => Err(irreversible(store, call, p, "resolve the path", why)),
     }
 }
 
@@ -164,16 +199,15 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
     let creat = flags & libc::O_CREAT != 0;
     let excl = flags & libc::O_EXCL != 0;
     let follow = flags & libc::O_NOFOLLOW == 0 && !(creat && excl);
-    let Some(t) = target_or_record(store, call, dirfd, path, follow) else { return Pending::Nothing };
+    let t = match target_or_record(store, call, dirfd, path, follow) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
-        Ok(None) => {
-            if creat {
-                store.record(call, Op::Change { path: t.abs, before: Before::Absent });
-            }
-            return Pending::Nothing;
-        }
-        Err(()) => return Pending::Nothing,
+        Ok(None) if creat => return change(store, call, t.abs, Before::Absent),
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
     };
     if creat && excl {
         return Pending::Nothing; // EEXIST
@@ -191,21 +225,26 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         // Directories, symlinks (O_NOFOLLOW: ELOOP) and read-only opens change nothing.
         _ => return Pending::Nothing,
     };
-    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, intent);
-    store.record(call, Op::Change { path: t.abs, before });
-    Pending::Nothing
+    let before = capture(store, t.parent.as_fd(), &t.name, &st, intent);
+    change(store, call, t.abs, before)
 }
 
 /// Before truncate/truncate64.
 pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
-    let Some(t) = target_or_record(store, call, libc::AT_FDCWD, path, true) else { return Pending::Nothing };
-    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let t = match target_or_record(store, call, libc::AT_FDCWD, path, true) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
+    let st = match stat_target(store, call, &t) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
+    };
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Pending::Nothing;
     }
-    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    store.record(call, Op::Change { path: t.abs, before });
-    Pending::Nothing
+    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
+    change(store, call, t.abs, before)
 }
 
 /// Before a call that changes a file through a descriptor (ftruncate): the descriptor is
@@ -222,14 +261,20 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
         // removed inside the session already covers it.
         return Pending::Nothing;
     }
-    let Some(t) = target_or_record(store, call, libc::AT_FDCWD, &path, false) else { return Pending::Nothing };
-    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let t = match target_or_record(store, call, libc::AT_FDCWD, &path, false) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
+    let st = match stat_target(store, call, &t) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
+    };
     if ident_of(&st) != ident_of(&fst) {
         return Pending::Nothing;
     }
-    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    store.record(call, Op::Change { path: t.abs, before });
-    Pending::Nothing
+    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
+    change(store, call, t.abs, before)
 }
 
 /// Before rename/renameat/renameat2.
@@ -249,76 +294,92 @@ pub fn before_rename(
             return Pending::Nothing;
         }
         (Resolved::Unknown(p, why), _) | (_, Resolved::Unknown(p, why)) => {
-            irreversible(store, call, p, "resolve the path", why);
-            return Pending::Nothing;
+            return irreversible(store, call, p, "resolve the path", why);
         }
         // One end outside the journaled world: what matters is the end inside it.
         (Resolved::Excluded, Resolved::Target(t)) | (Resolved::Target(t), Resolved::Excluded) => {
-            let Ok(Some(st)) = stat_target(store, call, &t) else {
-                if matches!(stat_target(store, call, &t), Ok(None)) {
-                    store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+            return match stat_target(store, call, &t) {
+                Ok(Some(st)) => {
+                    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Destroy);
+                    change(store, call, t.abs, before)
                 }
-                return Pending::Nothing;
+                Ok(None) => change(store, call, t.abs, Before::Absent),
+                Err(p) => p,
             };
-            let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Destroy);
-            let pending = pending_of(&before);
-            store.record(call, Op::Change { path: t.abs, before });
-            return pending;
         }
         (Resolved::Target(f), Resolved::Target(t)) => (f, t),
     };
-    let Ok(Some(fst)) = stat_target(store, call, &from) else { return Pending::Nothing };
+    let fst = match stat_target(store, call, &from) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
+    };
     let moved = Some(ident_of(&fst));
     if flags & libc::RENAME_EXCHANGE != 0 {
         store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
         return Pending::Nothing;
     }
     let (to_before, pending) = match stat_target(store, call, &to) {
-        Err(()) => return Pending::Nothing,
+        Err(p) => return p,
         Ok(None) => (Before::Absent, Pending::Nothing),
         Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => return Pending::Nothing, // EEXIST
         // Two names of one inode: rename does nothing at all.
         Ok(Some(tst)) if ident_of(&tst) == ident_of(&fst) => return Pending::Nothing,
         Ok(Some(tst)) => {
-            let before = capturer(store).capture_stat(to.parent.as_fd(), &to.name, &tst, Intent::Destroy);
+            let before = capture(store, to.parent.as_fd(), &to.name, &tst, Intent::Destroy);
             let pending = pending_of(&before);
             (before, pending)
         }
     };
+    if let Before::Irreversible { reason } = &to_before {
+        if store.settings.policy == Policy::Strict {
+            let what = format!("{call} over {}: {reason}", to.abs.display_lossy());
+            return refuse(store, call, what, libc::EACCES);
+        }
+    }
     store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before });
     pending
 }
 
 /// Before unlink/unlinkat/rmdir/remove.
 pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes: Removes) -> Pending {
-    let Some(t) = target_or_record(store, call, dirfd, path, false) else { return Pending::Nothing };
-    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let t = match target_or_record(store, call, dirfd, path, false) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
+    let st = match stat_target(store, call, &t) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
+    };
     let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
     match removes {
         Removes::NonDir if is_dir => return Pending::Nothing, // EISDIR
         Removes::Dir if !is_dir => return Pending::Nothing,   // ENOTDIR
         _ => {}
     }
-    let before = capturer(store).capture_stat(t.parent.as_fd(), &t.name, &st, Intent::Destroy);
-    let pending = pending_of(&before);
-    store.record(call, Op::Change { path: t.abs, before });
-    pending
+    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Destroy);
+    change(store, call, t.abs, before)
 }
 
 /// Before a call that creates a new name and fails if it exists (mkdir, link, symlink,
 /// mknod, mkfifo and their *at forms): the name was absent, so undo removes it.
 pub fn before_create(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pending {
-    let Some(t) = target_or_record(store, call, dirfd, path, false) else { return Pending::Nothing };
-    if let Ok(None) = stat_target(store, call, &t) {
-        store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+    let t = match target_or_record(store, call, dirfd, path, false) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
+    match stat_target(store, call, &t) {
+        Ok(None) => change(store, call, t.abs, Before::Absent),
+        Ok(Some(_)) => Pending::Nothing, // EEXIST
+        Err(p) => p,
     }
-    Pending::Nothing
 }
 
 /// After a call that created a name we could only learn from its result (the mkstemp
 /// family, mkdtemp): it did not exist before, so undo removes it.
 pub fn after_created(store: &Store, call: &str, path: &[u8]) {
-    if let Some(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
+    if let Ok(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
         store.record(call, Op::Change { path: t.abs, before: Before::Absent });
     }
 }
@@ -334,16 +395,20 @@ pub fn before_meta(
     what: MetaKind,
     xattr: Option<&[u8]>,
 ) -> Pending {
-    let Some(t) = target_or_record(store, call, dirfd, path, follow) else { return Pending::Nothing };
-    let Ok(Some(st)) = stat_target(store, call, &t) else { return Pending::Nothing };
+    let t = match target_or_record(store, call, dirfd, path, follow) {
+        Ok(t) => t,
+        Err(p) => return p,
+    };
+    let st = match stat_target(store, call, &t) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Pending::Nothing,
+        Err(p) => return p,
+    };
     let xattr = match xattr {
         None => None,
         Some(name) => match xattr_value(t.abs.as_bytes(), name) {
             Ok(value) => Some(XattrBefore { name: BPath::new(name.to_vec()), value: value.map(Bytes) }),
-            Err(e) => {
-                irreversible(store, call, t.abs, "read the extended attribute", e.to_string());
-                return Pending::Nothing;
-            }
+            Err(e) => return irreversible(store, call, t.abs, "read the extended attribute", e.to_string()),
         },
     };
     store.record(call, Op::Meta { path: t.abs, before: meta_before(&st, what, xattr) });
@@ -395,13 +460,26 @@ pub fn before_uid_change(store: &Store, call: &str, new_euid: u32) -> Pending {
         return Pending::Nothing;
     }
     let reason = UnobservedReason::CredentialsChanged { uid: new_euid, store_owner: store.owner_uid };
+    if store.settings.policy == Policy::Strict {
+        return refuse(store, call, format!("{call} to uid {new_euid}: {reason}"), libc::EPERM);
+    }
+    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
+}
+
+/// Before io_uring_setup: file operations submitted through the ring bypass every hook.
+pub fn before_io_uring(store: &Store, call: &str) -> Pending {
+    let reason = UnobservedReason::IoUring;
+    if store.settings.policy == Policy::Strict {
+        return refuse(store, call, format!("{call}: {reason}"), libc::EPERM);
+    }
     Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
 }
 
 /// After the real call: undo what the capture did to the world if the call failed.
 pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32) {
     match pending {
-        Pending::Nothing => {}
+        Pending::Nothing | Pending::Refuse(_) => {}
+        Pending::Connect(peer) => crate::effects::after_connect(store, call, peer, succeeded, errno),
         Pending::Recorded(seq) => {
             if !succeeded {
                 store.record(call, Op::CallFailed { of_seq: seq, errno });
@@ -409,7 +487,7 @@ pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno
         }
         Pending::Linked(blob) => {
             if !succeeded {
-                let _ = rustix::fs::unlinkat(store.blobs.as_fd(), blob.as_str(), AtFlags::empty());
+                let _ = store.blobs.with(|fd| rustix::fs::unlinkat(fd, blob.as_str(), AtFlags::empty()));
             }
         }
     }

@@ -78,6 +78,13 @@ impl Missing for libc::c_long {
     }
 }
 
+impl Missing for isize {
+    fn missing() -> Self {
+        crate::guard::set_errno(libc::ENOSYS);
+        -1
+    }
+}
+
 impl<T> Missing for *mut T {
     fn missing() -> Self {
         crate::guard::set_errno(libc::ENOSYS);

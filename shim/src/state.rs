@@ -6,16 +6,15 @@
 //! shared counters records every record that could not be written once the store was open.
 
 use std::ffi::{OsStr, c_char};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use journal::BPath;
 use journal::capture::Counters;
 use journal::config::{ENV_DIR, ENV_SWITCH, Settings};
-use journal::journal::JournalWriter;
 use journal::record::{Op, RECORD_VERSION, Record};
 use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use rustix::fs::{Mode, OFlags};
@@ -28,6 +27,36 @@ pub struct Config {
     pub session_dir: Vec<u8>,
     /// Budgets, policy, sync.
     pub settings: Settings,
+    /// This library's own path (what `LD_PRELOAD` must name in every child).
+    pub shim_path: Vec<u8>,
+    /// Every `AETHER_*` variable of this process image (`NAME=value`), re-inserted into a
+    /// child's environment when a caller passes one without them.
+    pub exec_env: Vec<Vec<u8>>,
+}
+
+/// The path of the object this function lives in: the shim itself.
+fn own_path() -> Vec<u8> {
+    // SAFETY: dladdr only reads the loader's tables; `info` is a plain out-parameter and
+    // dli_fname, when set, is a NUL-terminated string owned by the loader.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(own_path as *const libc::c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            let p = std::ffi::CStr::from_ptr(info.dli_fname).to_bytes().to_vec();
+            if p.first() == Some(&b'/') {
+                return p;
+            }
+            let cwd = journal::resolve::getcwd().unwrap_or_default();
+            return journal::bpath::join(&cwd, &p);
+        }
+    }
+    Vec::new()
+}
+
+fn aether_vars() -> Vec<Vec<u8>> {
+    std::env::vars_os()
+        .filter(|(k, _)| k.as_bytes().starts_with(b"AETHER_"))
+        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+        .collect()
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -50,14 +79,21 @@ fn cmdline() -> Vec<BPath> {
 
 fn read_config(argv: Option<Vec<BPath>>) -> Config {
     let (settings, _warnings) = Settings::from_env();
-    let disabled = Config { enabled: false, session_dir: Vec::new(), settings: settings.clone() };
+    let shim_path = own_path();
+    let disabled = Config {
+        enabled: false,
+        session_dir: Vec::new(),
+        settings: settings.clone(),
+        shim_path: shim_path.clone(),
+        exec_env: Vec::new(),
+    };
     if std::env::var_os(ENV_SWITCH).is_some_and(|v| v == "off") {
         return disabled;
     }
     let cwd = journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
     if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
         let dir = journal::bpath::join(&cwd, dir.as_bytes());
-        return Config { enabled: true, session_dir: dir, settings };
+        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: aether_vars() };
     }
     // No session yet: this process is the root of a new one. Create it now and export its
     // directory so that every descendant joins it.
@@ -72,7 +108,13 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
     // before any session exists), before the program's main and its threads: nothing else
     // reads or writes the environment concurrently.
     unsafe { std::env::set_var(ENV_DIR, &dir) };
-    Config { enabled: true, session_dir: dir.as_os_str().as_bytes().to_vec(), settings }
+    Config {
+        enabled: true,
+        session_dir: dir.as_os_str().as_bytes().to_vec(),
+        settings,
+        shim_path,
+        exec_env: aether_vars(),
+    }
 }
 
 /// The session's `counters` file, mapped shared by every process of the session.
@@ -116,6 +158,14 @@ impl SharedCounters {
     }
 }
 
+impl Drop for SharedCounters {
+    fn drop(&mut self) {
+        // SAFETY: `slots` is the start of our own COUNTERS_LEN-byte mapping, and nothing
+        // refers to it once its store is dropped (published stores are never dropped).
+        let _ = unsafe { rustix::mm::munmap(self.slots as *mut libc::c_void, COUNTERS_LEN) };
+    }
+}
+
 impl Counters for SharedCounters {
     fn next_id(&self) -> u64 {
         self.slot(SLOT_LAST_ID).fetch_add(1, Ordering::SeqCst) + 1
@@ -128,14 +178,70 @@ impl Counters for SharedCounters {
     }
 }
 
+/// The pid that owns the store's descriptors: set when the store is opened and in every forked
+/// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
+/// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Records that this process now owns the store's descriptors (called after fork).
+pub fn adopt_store_after_fork() {
+    OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);
+}
+
+/// A descriptor of the store (the journal, or `blobs/`) that the program may close or reuse
+/// behind our back: a `close_range`/`closefrom` sweep, a `dup2` onto its number, Python's
+/// subprocess closing everything before `execve`. Its identity is checked before every use.
+pub struct StoreFd {
+    num: AtomicI32,
+    dev: u64,
+    ino: u64,
+    path: std::path::PathBuf,
+    flags: OFlags,
+}
+
+impl StoreFd {
+    fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
+        let fd = to_high_fd(rustix::fs::open(&path, flags | OFlags::CLOEXEC, Mode::empty()).ok()?);
+        let st = rustix::fs::fstat(&fd).ok()?;
+        Some(StoreFd { num: AtomicI32::new(fd.into_raw_fd()), dev: st.st_dev, ino: st.st_ino, path, flags })
+    }
+
+    /// Runs `f` with a descriptor that is really this store file.
+    pub fn with<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        let n = self.num.load(Ordering::Acquire);
+        // SAFETY: only used for the fstat below, which tolerates a closed or reused number.
+        let probe = unsafe { BorrowedFd::borrow_raw(n) };
+        if rustix::fs::fstat(probe).is_ok_and(|st| st.st_dev == self.dev && st.st_ino == self.ino) {
+            return Some(f(probe));
+        }
+        // Closed or taken over by the program. Never close the number: it may be the
+        // program's now.
+        let fresh = rustix::fs::open(&self.path, self.flags | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        let st = rustix::fs::fstat(&fresh).ok()?;
+        if st.st_dev != self.dev || st.st_ino != self.ino {
+            return None; // the store itself was replaced
+        }
+        let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        if me == OWNER_PID.load(Ordering::Relaxed) {
+            let fresh = to_high_fd(fresh);
+            let r = f(fresh.as_fd());
+            self.num.store(fresh.into_raw_fd(), Ordering::Release);
+            Some(r)
+        } else {
+            // A vfork child (or a clone without fork handlers): use it once, publish nothing.
+            Some(f(fresh.as_fd()))
+        }
+    }
+}
+
 /// An open session store: what every record and capture goes through.
 pub struct Store {
     /// Canonical session directory (never journaled).
     pub session_canon: Vec<u8>,
-    /// The journal, on a high descriptor.
-    pub journal: JournalWriter,
+    /// The journal (append-only), on a high descriptor.
+    pub journal: StoreFd,
     /// `blobs/`, on a high descriptor.
-    pub blobs: OwnedFd,
+    pub blobs: StoreFd,
     /// Shared ids and accounting.
     pub counters: SharedCounters,
     /// `/proc/self/exe` of this process image.
@@ -168,27 +274,19 @@ fn open_store(cfg: &Config) -> Option<Store> {
     let counters_fd: OwnedFd = counters_file.into();
     let counters = SharedCounters::map(&counters_fd)?;
     drop(counters_fd);
-    let jfd = rustix::fs::open(
-        dir.join(session::JOURNAL_FILE),
-        OFlags::WRONLY | OFlags::APPEND | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let journal = JournalWriter::from_fd(to_high_fd(jfd));
-    let blobs = rustix::fs::open(
-        dir.join(session::BLOBS_DIR),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let blobs = to_high_fd(blobs);
-    let session_canon = journal::resolve::fd_path(blobs.as_raw_fd())
-        .ok()
+    let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
+    let blobs = StoreFd::open(dir.join(session::BLOBS_DIR), OFlags::PATH | OFlags::DIRECTORY)?;
+    let session_canon = blobs
+        .with(|fd| journal::resolve::fd_path(fd.as_raw_fd()))
+        .and_then(Result::ok)
         .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
         .unwrap_or_else(|| cfg.session_dir.clone());
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
-    let owner_uid = rustix::fs::fstat(&blobs).map(|st| st.st_uid).unwrap_or(u32::MAX);
+    let owner_uid = blobs.with(|fd| rustix::fs::fstat(fd).map(|st| st.st_uid).ok()).flatten().unwrap_or(u32::MAX);
+    if OWNER_PID.load(Ordering::Relaxed) == 0 {
+        adopt_store_after_fork();
+    }
     Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone(), owner_uid })
 }
 
@@ -219,6 +317,44 @@ pub fn store() -> Option<&'static Store> {
     }
 }
 
+/// A store for one exec hook: the published one when this process has it, otherwise one
+/// opened just for this call and closed again.
+///
+/// # Rationale
+/// Exec hooks may run in a `vfork` child, which shares the parent's memory but not its
+/// descriptor table. Publishing a store opened there would leave the parent holding
+/// descriptor numbers that do not exist (or belong to something else) in its own table.
+pub enum ExecStore {
+    /// The process's published store.
+    Shared(&'static Store),
+    /// Opened for this call only.
+    Temporary(Box<Store>),
+}
+
+impl std::ops::Deref for ExecStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match self {
+            ExecStore::Shared(s) => s,
+            ExecStore::Temporary(s) => s,
+        }
+    }
+}
+
+/// See [`ExecStore`].
+pub fn exec_store() -> Option<ExecStore> {
+    let p = STORE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
+        return Some(ExecStore::Shared(unsafe { &*p }));
+    }
+    let cfg = config();
+    if !cfg.enabled {
+        return None;
+    }
+    open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s)))
+}
+
 impl Store {
     /// Appends a record for `op`, made by `call`. A record that cannot be written is counted
     /// as lost, so that no undo of this session can claim completeness.
@@ -234,11 +370,18 @@ impl Store {
             call: call.to_string(),
             op,
         };
-        if self.journal.append(&rec).is_err() {
+        let line = journal::journal::encode_line(&rec);
+        let written = self.journal.with(|fd| {
+            let ok = journal::capture::write_all(fd, &line).is_ok();
+            if ok && self.settings.sync {
+                let _ = rustix::fs::fsync(fd);
+            }
+            ok
+        });
+        if written != Some(true) {
             self.counters.add_lost();
         } else if self.settings.sync {
-            let _ = rustix::fs::fsync(self.blobs.as_fd());
-            let _ = self.journal.sync();
+            let _ = self.blobs.with(|fd| rustix::fs::fsync(fd));
         }
         seq
     }

@@ -1,0 +1,312 @@
+//! Exec and spawn bookkeeping: the audit record, the check that the new program will load the
+//! shim, and the re-insertion of `LD_PRELOAD` and every `AETHER_*` variable into an
+//! environment a caller scrubbed (`env -i`, an explicit envp, a build tool's clean env).
+//!
+//! # Rationale
+//! These hooks may run in a `vfork` child, which shares the parent's memory (and its thread's
+//! thread-local storage) but not its descriptors. So: no guard is held across the real exec;
+//! the store is never *published* from here ([`crate::state::exec_store`]); and the replacement
+//! environment is an allocation that, if the exec succeeds in a vfork child, stays behind in
+//! the parent's heap (a few hundred bytes per exec of a scrubbed environment).
+//!
+//! What this module cannot do: re-insert variables for `system` and `popen`, which take no
+//! environment argument; when theirs has lost the shim, the command is journaled as
+//! unobserved instead.
+
+use std::ffi::{CStr, CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use journal::BPath;
+use journal::config::Policy;
+use journal::exec_check::{self, Creds};
+use journal::record::{Op, UnobservedReason};
+
+use crate::guard::{Guard, errno, set_errno};
+use crate::state::{Config, config, exec_store};
+
+unsafe extern "C" {
+    static mut environ: *const *const c_char;
+}
+
+/// A replacement environment: the caller's entries plus ours, null-terminated.
+pub struct EnvBlock {
+    _owned: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl EnvBlock {
+    /// The `envp` to pass on.
+    pub fn as_ptr(&self) -> *const *const c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+/// Where the new program's environment comes from.
+#[derive(Clone, Copy)]
+pub enum EnvIn {
+    /// An explicit `envp` (execve, execvpe, posix_spawn, ...).
+    Given(*const *const c_char),
+    /// The process's `environ` (execv, execvp): replaced by an explicit one if it needs fixing.
+    Environ,
+    /// `environ`, which cannot be replaced (system, popen).
+    Fixed,
+}
+
+/// What the exec hook must do.
+#[derive(Default)]
+pub struct Plan {
+    /// A replacement environment, when the caller's lacked ours.
+    pub env: Option<EnvBlock>,
+    /// Refuse the exec with this errno (strict policy).
+    pub refuse: Option<i32>,
+    /// The `unobserved` record made for this exec (cancelled if the exec fails).
+    pub unobserved: Option<u64>,
+}
+
+/// Reads a null-terminated array of C strings.
+///
+/// # Safety
+/// `arr` must be null or a null-terminated array of NUL-terminated strings.
+pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    if arr.is_null() {
+        return out;
+    }
+    for i in 0..1_000_000 {
+        // SAFETY: within a null-terminated array (caller's obligation).
+        let p = unsafe { *arr.add(i) };
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: each entry is a NUL-terminated string (caller's obligation).
+        out.push(unsafe { CStr::from_ptr(p) }.to_bytes());
+    }
+    out
+}
+
+enum EnvFix {
+    Unchanged,
+    /// The caller set `AETHER_JOURNAL=off` for the child on purpose.
+    Disabled,
+    Changed(Vec<Vec<u8>>),
+}
+
+/// Decides what the child's environment lacks: our library in `LD_PRELOAD`, and each of our
+/// `AETHER_*` variables (present ones are never overridden: a nested session keeps its own).
+fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
+    let value_of =
+        |name: &[u8]| entries.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"=")));
+    if value_of(b"AETHER_JOURNAL") == Some(b"off") {
+        return EnvFix::Disabled;
+    }
+    let mut add: Vec<Vec<u8>> = Vec::new();
+    let preload = value_of(b"LD_PRELOAD");
+    let has_shim = preload.is_some_and(|p| p.split(|&b| b == b':' || b == b' ').any(|e| e == cfg.shim_path.as_slice()));
+    let mut replace_preload = None;
+    if !has_shim && !cfg.shim_path.is_empty() {
+        let mut v = b"LD_PRELOAD=".to_vec();
+        v.extend_from_slice(&cfg.shim_path);
+        if let Some(old) = preload.filter(|p| !p.is_empty()) {
+            v.push(b':');
+            v.extend_from_slice(old);
+        }
+        replace_preload = Some(v);
+    }
+    for var in &cfg.exec_env {
+        let name = var.split(|&b| b == b'=').next().unwrap_or_default();
+        if value_of(name).is_none() {
+            add.push(var.clone());
+        }
+    }
+    if replace_preload.is_none() && add.is_empty() {
+        return EnvFix::Unchanged;
+    }
+    let mut out: Vec<Vec<u8>> = entries
+        .iter()
+        .filter(|e| replace_preload.is_none() || !e.starts_with(b"LD_PRELOAD="))
+        .map(|e| e.to_vec())
+        .collect();
+    out.extend(replace_preload);
+    out.extend(add);
+    EnvFix::Changed(out)
+}
+
+fn env_block(entries: Vec<Vec<u8>>) -> EnvBlock {
+    let owned: Vec<CString> = entries.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    EnvBlock { _owned: owned, ptrs }
+}
+
+fn current_environ() -> *const *const c_char {
+    // SAFETY: reading the address stored in libc's `environ`; we never write it.
+    unsafe { std::ptr::addr_of!(environ).read() }
+}
+
+/// The program an exec will run, as the record names it.
+pub enum Program<'a> {
+    /// A path (absolute, or relative to the cwd).
+    Path(&'a [u8]),
+    /// A name searched in `PATH` like `execvp`.
+    Search(&'a [u8]),
+    /// Already resolved (fexecve's descriptor, system's shell).
+    Resolved(Vec<u8>),
+}
+
+fn resolve_program(p: Program<'_>, cwd: &[u8]) -> Vec<u8> {
+    match p {
+        Program::Path(path) if path.first() == Some(&b'/') => path.to_vec(),
+        Program::Path(path) => journal::bpath::join(cwd, path),
+        Program::Search(file) => {
+            // SAFETY: getenv reads the environment without taking any lock.
+            let path_var = unsafe { libc::getenv(c"PATH".as_ptr()) };
+            let path_var = (!path_var.is_null()).then(|| {
+                // SAFETY: getenv returned a NUL-terminated string.
+                unsafe { CStr::from_ptr(path_var) }.to_bytes()
+            });
+            let found = exec_check::search_path(file, path_var);
+            if found.first() == Some(&b'/') { found } else { journal::bpath::join(cwd, &found) }
+        }
+        Program::Resolved(p) => p,
+    }
+}
+
+/// Runs `f` under the guard and `catch_unwind`, with errno preserved; `None` when this thread
+/// is already inside the shim or `f` panicked.
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let guard = Guard::enter()?;
+    let saved = errno();
+    let out = catch_unwind(AssertUnwindSafe(f)).ok();
+    drop(guard);
+    set_errno(saved);
+    out
+}
+
+/// Prepares an exec: journals it (unless `record_exec` is false: posix_spawn journals after
+/// the call, with the child's pid), checks that the new program will load the shim, and fixes
+/// its environment. Returns the resolved program path with the plan.
+pub fn prepare(
+    call: &str,
+    program: Program<'_>,
+    argv: *const *const c_char,
+    env: EnvIn,
+    record_exec: bool,
+) -> (Vec<u8>, Plan) {
+    guarded(|| {
+        let cfg = config();
+        let cwd = journal::resolve::getcwd().unwrap_or_default();
+        let program = resolve_program(program, &cwd);
+        let mut plan = Plan::default();
+        if !cfg.enabled {
+            return (program, plan);
+        }
+        let Some(store) = exec_store() else { return (program, plan) };
+        if record_exec {
+            // SAFETY: exec's contract: argv is a null-terminated array of C strings.
+            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            store.record(
+                call,
+                Op::Exec { program: BPath::new(program.clone()), argv: args, cwd: BPath::new(cwd), child: None },
+            );
+        }
+        let mut reason = exec_check::check(&program, Creds::current()).err();
+        let envp = match env {
+            EnvIn::Given(e) => e,
+            EnvIn::Environ | EnvIn::Fixed => current_environ(),
+        };
+        // SAFETY: an envp (or environ) is a null-terminated array of C strings.
+        let entries = unsafe { c_strings(envp) };
+        match fix_env(cfg, &entries) {
+            EnvFix::Unchanged => {}
+            EnvFix::Disabled => reason = reason.or(Some(UnobservedReason::ShimDisabled)),
+            EnvFix::Changed(_) if matches!(env, EnvIn::Fixed) => {
+                reason = reason.or(Some(UnobservedReason::ShimNotLoaded {
+                    why: format!("{call}() runs its command with an environment that lost LD_PRELOAD"),
+                }));
+            }
+            EnvFix::Changed(new) => plan.env = Some(env_block(new)),
+        }
+        if let Some(reason) = reason {
+            let program = BPath::new(program.clone());
+            if store.settings.policy == Policy::Strict && !matches!(reason, UnobservedReason::ShimDisabled) {
+                let what = format!("exec of {}: {reason}", program.display_lossy());
+                store.record(call, Op::Refused { what, errno: libc::EPERM });
+                plan.refuse = Some(libc::EPERM);
+            } else {
+                plan.unobserved = Some(store.record(call, Op::Unobserved { program, reason }));
+            }
+        }
+        (program, plan)
+    })
+    .unwrap_or_default()
+}
+
+/// After an exec (or spawn) failed: nothing ran unobserved after all.
+pub fn failed(call: &str, plan: &Plan, err: i32) {
+    if let Some(seq) = plan.unobserved {
+        guarded(|| {
+            if let Some(store) = exec_store() {
+                store.record(call, Op::CallFailed { of_seq: seq, errno: err });
+            }
+        });
+    }
+}
+
+/// After posix_spawn succeeded: the audit record, with the child's pid.
+pub fn spawned(call: &str, program: &[u8], argv: *const *const c_char, child: u32) {
+    guarded(|| {
+        if !config().enabled {
+            return;
+        }
+        if let Some(store) = exec_store() {
+            let cwd = journal::resolve::getcwd().unwrap_or_default();
+            // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
+            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            let op = Op::Exec { program: BPath::from(program), argv: args, cwd: BPath::new(cwd), child: Some(child) };
+            store.record(call, op);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use journal::config::Settings;
+
+    fn cfg() -> Config {
+        Config {
+            enabled: true,
+            session_dir: b"/s".to_vec(),
+            settings: Settings::from_lookup(|_| None).0,
+            shim_path: b"/lib/libaether_journal.so".to_vec(),
+            exec_env: vec![b"AETHER_JOURNAL_DIR=/s".to_vec(), b"AETHER_JOURNAL_MAX_FILE=1K".to_vec()],
+        }
+    }
+
+    #[test]
+    fn a_scrubbed_environment_gets_the_preload_and_every_aether_variable_back() {
+        let EnvFix::Changed(env) = fix_env(&cfg(), &[b"PATH=/bin"]) else { panic!() };
+        assert!(env.contains(&b"PATH=/bin".to_vec()));
+        assert!(env.contains(&b"LD_PRELOAD=/lib/libaether_journal.so".to_vec()));
+        assert!(env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
+        assert!(env.contains(&b"AETHER_JOURNAL_MAX_FILE=1K".to_vec()));
+    }
+
+    #[test]
+    fn an_existing_preload_is_kept_after_ours_and_present_variables_are_not_overridden() {
+        let EnvFix::Changed(env) = fix_env(&cfg(), &[b"LD_PRELOAD=/other.so", b"AETHER_JOURNAL_DIR=/nested"]) else {
+            panic!()
+        };
+        assert!(env.contains(&b"LD_PRELOAD=/lib/libaether_journal.so:/other.so".to_vec()));
+        assert!(env.contains(&b"AETHER_JOURNAL_DIR=/nested".to_vec()));
+        assert!(!env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
+    }
+
+    #[test]
+    fn a_complete_environment_is_left_alone_and_an_explicit_off_is_respected() {
+        let full: [&[u8]; 3] =
+            [b"LD_PRELOAD=/lib/libaether_journal.so", b"AETHER_JOURNAL_DIR=/x", b"AETHER_JOURNAL_MAX_FILE=9"];
+        assert!(matches!(fix_env(&cfg(), &full), EnvFix::Unchanged));
+        assert!(matches!(fix_env(&cfg(), &[b"AETHER_JOURNAL=off"]), EnvFix::Disabled));
+    }
+}

@@ -1,0 +1,228 @@
+//! Deciding, just before an exec, whether the shim will be loaded into the new program.
+//!
+//! Reads the executable's ELF header and program headers (a few hundred bytes), its mode bits
+//! and its `security.capability` attribute, and follows `#!` to the interpreter. A program is
+//! unobservable when it is statically linked (no `PT_INTERP`), built for another architecture
+//! or word size, set-user-ID or set-group-ID to someone else, or carries file capabilities
+//! (the loader then runs in secure mode and ignores `LD_PRELOAD`).
+//!
+//! What this module cannot do: predict every way a program can escape (a dynamically linked
+//! program that calls `syscall` instructions itself, or clears its own environment before
+//! exec'ing a helper); those are covered elsewhere or listed in the README.
+
+use std::io;
+
+use rustix::fs::{CWD, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::record::UnobservedReason;
+
+const PT_INTERP: u32 = 3;
+const EM_X86_64: u16 = 62;
+const EM_AARCH64: u16 = 183;
+
+/// The ELF machine of this build.
+pub const NATIVE_MACHINE: u16 = if cfg!(target_arch = "aarch64") { EM_AARCH64 } else { EM_X86_64 };
+
+fn machine_name(m: u16) -> String {
+    match m {
+        3 => "i386".into(),
+        8 => "MIPS".into(),
+        20 => "PowerPC".into(),
+        21 => "PowerPC64".into(),
+        40 => "ARM".into(),
+        62 => "x86-64".into(),
+        183 => "AArch64".into(),
+        243 => "RISC-V".into(),
+        other => format!("ELF machine {other}"),
+    }
+}
+
+/// Credentials of the process about to exec.
+#[derive(Clone, Copy, Debug)]
+pub struct Creds {
+    /// Real uid.
+    pub uid: u32,
+    /// Real gid.
+    pub gid: u32,
+}
+
+impl Creds {
+    /// The calling process's real ids.
+    pub fn current() -> Creds {
+        Creds { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+    }
+}
+
+/// Checks the executable at `path` (absolute, or relative to the cwd). `Ok(())` when the shim
+/// will be loaded, or when the exec cannot succeed anyway (no such file, not executable, not a
+/// format the kernel runs).
+pub fn check(path: &[u8], creds: Creds) -> Result<(), UnobservedReason> {
+    check_depth(path, creds, 0)
+}
+
+fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), UnobservedReason> {
+    let fd = match rustix::fs::openat(CWD, path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()) {
+        Ok(fd) => fd,
+        // Unreadable (mode --x) executables cannot be inspected; the exec will tell.
+        Err(_) => return Ok(()),
+    };
+    let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(()) };
+    if st.st_mode & 0o4000 != 0 && st.st_uid != creds.uid || st.st_mode & 0o2000 != 0 && st.st_gid != creds.gid {
+        return Err(UnobservedReason::SetIdExecutable { mode: st.st_mode & 0o7777 });
+    }
+    if creds.uid != 0 && has_file_capabilities(&fd) {
+        return Err(UnobservedReason::FileCapabilities);
+    }
+    let mut head = [0u8; 256];
+    let n = read_at(&fd, &mut head, 0).unwrap_or(0);
+    let head = &head[..n];
+    if head.starts_with(b"#!") {
+        if depth >= 4 {
+            return Ok(());
+        }
+        let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let interp = line.split(|&b| b == b' ' || b == b'\t').find(|t| !t.is_empty());
+        return match interp {
+            Some(i) => check_depth(i, creds, depth + 1),
+            None => Ok(()),
+        };
+    }
+    if !head.starts_with(b"\x7fELF") || head.len() < 64 {
+        return Ok(());
+    }
+    let class64 = head[4] == 2;
+    let little = head[5] == 1;
+    let u16_at = |o: usize| {
+        if little { u16::from_le_bytes([head[o], head[o + 1]]) } else { u16::from_be_bytes([head[o], head[o + 1]]) }
+    };
+    let machine = u16_at(18);
+    if !class64 || !little || machine != NATIVE_MACHINE {
+        let bits = if class64 { "64-bit" } else { "32-bit" };
+        return Err(UnobservedReason::ForeignArchitecture { machine: format!("{bits} {}", machine_name(machine)) });
+    }
+    let phoff = u64::from_le_bytes(head[32..40].try_into().unwrap_or([0; 8]));
+    let phentsize = u16_at(54) as usize;
+    let phnum = u16_at(56) as usize;
+    if phentsize < 4 || phnum == 0 || phnum > 512 {
+        return Ok(());
+    }
+    let mut table = vec![0u8; phentsize * phnum];
+    match read_at(&fd, &mut table, phoff) {
+        Ok(n) if n == table.len() => {}
+        _ => return Ok(()),
+    }
+    let dynamic = table.chunks_exact(phentsize).any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
+    if dynamic { Ok(()) } else { Err(UnobservedReason::StaticExecutable) }
+}
+
+fn has_file_capabilities(fd: &std::os::fd::OwnedFd) -> bool {
+    let mut buf = [0u8; 64];
+    rustix::fs::fgetxattr(fd, "security.capability", &mut buf[..]).is_ok()
+}
+
+fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
+}
+
+/// Resolves a program name the way `execvp` does: names with a slash are used as they are,
+/// others are searched in `path_var` (`PATH`, or `/bin:/usr/bin` when unset). Returns the first
+/// executable candidate, or the name itself when none is found.
+pub fn search_path(file: &[u8], path_var: Option<&[u8]>) -> Vec<u8> {
+    if file.contains(&b'/') || file.is_empty() {
+        return file.to_vec();
+    }
+    let path_var = path_var.unwrap_or(b"/bin:/usr/bin");
+    for dir in path_var.split(|&b| b == b':') {
+        let dir = if dir.is_empty() { &b"."[..] } else { dir };
+        let mut cand = dir.to_vec();
+        cand.push(b'/');
+        cand.extend_from_slice(file);
+        if rustix::fs::access(cand.as_slice(), rustix::fs::Access::EXEC_OK).is_ok()
+            && rustix::fs::stat(cand.as_slice()).is_ok_and(|st| st.st_mode & 0o170000 == 0o100000)
+        {
+            return cand;
+        }
+    }
+    file.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Creds {
+        Creds::current()
+    }
+
+    #[test]
+    fn a_dynamically_linked_program_is_observable() {
+        assert_eq!(check(b"/bin/sh", me()), Ok(()));
+        assert_eq!(check(b"/usr/bin/env", me()), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_program_is_left_to_the_exec_to_report() {
+        assert_eq!(check(b"/nonexistent/program", me()), Ok(()));
+    }
+
+    #[test]
+    fn a_static_binary_is_unobservable() {
+        let t = tempfile::tempdir().unwrap();
+        // A minimal static ELF: header plus one PT_LOAD, no PT_INTERP.
+        let mut elf = vec![0u8; 64 + 56];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
+        elf[32..40].copy_from_slice(&64u64.to_le_bytes());
+        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
+        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
+        elf[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        let p = t.path().join("static");
+        std::fs::write(&p, &elf).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(check(p.as_os_str().as_bytes(), me()), Err(UnobservedReason::StaticExecutable));
+        // ... and a script whose interpreter is that binary.
+        let s = t.path().join("script");
+        std::fs::write(&s, format!("#!{} -x\necho hi\n", p.display())).unwrap();
+        assert_eq!(check(s.as_os_str().as_bytes(), me()), Err(UnobservedReason::StaticExecutable));
+        // A 32-bit one is foreign.
+        elf[4] = 1;
+        std::fs::write(&p, &elf).unwrap();
+        assert!(matches!(check(p.as_os_str().as_bytes(), me()), Err(UnobservedReason::ForeignArchitecture { .. })));
+    }
+
+    #[test]
+    fn a_setuid_program_owned_by_someone_else_is_unobservable() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("suid");
+        std::fs::copy("/bin/true", &p).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        let owner = Creds { uid: rustix::process::getuid().as_raw(), gid: 0 };
+        assert_eq!(check(p.as_os_str().as_bytes(), owner), Ok(()), "set-id to oneself changes nothing");
+        let other = Creds { uid: owner.uid.wrapping_add(1), gid: 0 };
+        assert!(matches!(
+            check(p.as_os_str().as_bytes(), other),
+            Err(UnobservedReason::SetIdExecutable { mode: 0o4755 })
+        ));
+    }
+
+    #[test]
+    fn path_search_finds_the_first_executable() {
+        assert_eq!(search_path(b"sh", Some(b"/nonexistent:/bin")), b"/bin/sh");
+        assert_eq!(search_path(b"./x", Some(b"/bin")), b"./x");
+        assert_eq!(search_path(b"no-such-program-here", Some(b"/bin")), b"no-such-program-here");
+    }
+}

@@ -361,6 +361,26 @@ impl Session {
         Counters { last_id: slot(SLOT_LAST_ID), bytes_kept: slot(SLOT_BYTES_KEPT), lost_records: slot(SLOT_LOST) }
     }
 
+    /// Appends one record to the journal (for the CLI, which is not hooked).
+    pub fn append(&self, rec: &crate::record::Record) -> Result<(), SessionError> {
+        let p = self.journal_path();
+        crate::journal::JournalWriter::open(&p).and_then(|w| w.append(rec)).map_err(io_at(&p))
+    }
+
+    /// Takes `n` ids from the shared counter without mapping it, returning the first. Only
+    /// correct while no process of the session is running (before `run` starts its command),
+    /// since it is a read followed by a write.
+    pub fn reserve_ids_before_start(&self, n: u64) -> Result<u64, SessionError> {
+        use std::os::unix::fs::FileExt;
+        let p = self.dir.join(COUNTERS_FILE);
+        let f = ensure_counters(&p).map_err(io_at(&p))?;
+        let mut slot = [0u8; 8];
+        f.read_exact_at(&mut slot, (SLOT_LAST_ID * 8) as u64).map_err(io_at(&p))?;
+        let last = u64::from_le_bytes(slot);
+        f.write_all_at(&(last + n).to_le_bytes(), (SLOT_LAST_ID * 8) as u64).map_err(io_at(&p))?;
+        Ok(last + 1)
+    }
+
     /// The lifecycle state.
     pub fn state(&self) -> State {
         fs::read(self.dir.join(STATE_FILE))

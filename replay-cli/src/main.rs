@@ -51,8 +51,11 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         journal: Option<PathBuf>,
         /// One JSON object with the header, the records and any damaged records.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "tree")]
         json: bool,
+        /// The process tree, with what each process changed underneath it.
+        #[arg(long)]
+        tree: bool,
     },
     /// Rewind the session: replay the journal backwards and report every step.
     Undo {
@@ -72,7 +75,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { journal, strict, command } => run::run(journal, strict, command),
-        Command::Log { journal, json } => log(journal, json),
+        Command::Log { journal, json, tree } => log(journal, json, tree),
         Command::Undo { journal, json, dry_run } => undo(journal, json, dry_run),
     };
     match result {
@@ -102,10 +105,16 @@ pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
     Ok(s)
 }
 
-fn log(journal: Option<PathBuf>, json: bool) -> Result<u8, String> {
+fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
     let s = open_session(journal)?;
     let j = s.read_journal().map_err(|e| e.to_string())?;
-    let text = if json { output::log_json(&s, &j) } else { output::log_text(&s, &j) };
+    let text = if json {
+        output::log_json(&s, &j)
+    } else if tree {
+        output::log_tree(&s, &j)
+    } else {
+        output::log_text(&s, &j)
+    };
     output::emit(&text);
     Ok(0)
 }

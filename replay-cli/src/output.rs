@@ -83,39 +83,48 @@ fn describe_meta(m: &MetaBefore) -> String {
     }
 }
 
+/// One line describing a record (without its process).
+fn describe_record(r: &Record) -> String {
+    match &r.op {
+        Op::Change { path, before } => format!("{}  [{}]", escape(path), describe_before(before)),
+        Op::Rename { from, to, to_before, .. } => {
+            format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
+        }
+        Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
+        Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
+        Op::Connect { peer, result } => match result {
+            ConnectResult::Failed { errno } => format!("connect to {peer} failed (errno {errno})"),
+            _ => format!("IRREVERSIBLE: connected to {peer}"),
+        },
+        Op::Send { peer } => format!("IRREVERSIBLE: sent data to {peer}"),
+        Op::Signal { target, target_prog, signal, outside } => format!(
+            "{}signal {signal} to {target}{}",
+            if *outside { "IRREVERSIBLE: " } else { "" },
+            target_prog.as_ref().map(|p| format!(" ({})", escape(p))).unwrap_or_default()
+        ),
+        Op::Exec { program, argv, child, .. } => format!(
+            "exec {}{}: {}",
+            escape(program),
+            child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
+            argv.iter().map(escape).collect::<Vec<_>>().join(" ")
+        ),
+        Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
+        Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
+    }
+}
+
+fn session_line(s: &Session) -> String {
+    let h = s.header();
+    let cmd: Vec<String> = h.root_command.iter().map(escape).collect();
+    format!("session {} ({}), started {}: {}", h.id, s.dir().display(), h.created, cmd.join(" "))
+}
+
 /// The human form of `log`.
 pub fn log_text(s: &Session, j: &JournalContents) -> String {
     let mut out = String::new();
-    let h = s.header();
-    let cmd: Vec<String> = h.root_command.iter().map(escape).collect();
-    let _ = writeln!(out, "session {} ({}), started {}: {}", h.id, s.dir().display(), h.created, cmd.join(" "));
+    let _ = writeln!(out, "{}", session_line(s));
     for r in &j.records {
-        let what = match &r.op {
-            Op::Change { path, before } => format!("{}  [{}]", escape(path), describe_before(before)),
-            Op::Rename { from, to, to_before, .. } => {
-                format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
-            }
-            Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
-            Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
-            Op::Connect { peer, result } => match result {
-                ConnectResult::Failed { errno } => format!("connect to {peer} failed (errno {errno})"),
-                _ => format!("IRREVERSIBLE: connected to {peer}"),
-            },
-            Op::Send { peer } => format!("IRREVERSIBLE: sent data to {peer}"),
-            Op::Signal { target, target_prog, signal, outside } => format!(
-                "{}signal {signal} to {target}{}",
-                if *outside { "IRREVERSIBLE: " } else { "" },
-                target_prog.as_ref().map(|p| format!(" ({})", escape(p))).unwrap_or_default()
-            ),
-            Op::Exec { program, argv, child, .. } => format!(
-                "exec {}{}: {}",
-                escape(program),
-                child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
-                argv.iter().map(escape).collect::<Vec<_>>().join(" ")
-            ),
-            Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
-            Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
-        };
+        let what = describe_record(r);
         let time = r.time.get(11..19).unwrap_or(&r.time);
         let _ = writeln!(out, "#{:<5} {time} {:>7} {:<10} {:<10} {what}", r.seq, r.pid, prog_name(r), r.call);
     }
@@ -126,6 +135,93 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
         let _ = writeln!(out, "note: {t}");
     }
     let _ = writeln!(out, "{} record(s)", j.records.len());
+    out
+}
+
+/// `log --tree`: every process the journal knows of, under its parent, with what it ran and
+/// what it changed underneath it.
+pub fn log_tree(s: &Session, j: &JournalContents) -> String {
+    use std::collections::BTreeMap;
+    #[derive(Default)]
+    struct Proc<'a> {
+        ppid: u32,
+        first_seq: u64,
+        title: Option<String>,
+        lines: Vec<String>,
+        _records: Vec<&'a Record>,
+    }
+    let mut procs: BTreeMap<u32, Proc<'_>> = BTreeMap::new();
+    let mut touch = |pid: u32, ppid: u32, seq: u64| {
+        let p = procs.entry(pid).or_insert_with(|| Proc { ppid, first_seq: seq, ..Default::default() });
+        if p.ppid == 0 {
+            p.ppid = ppid;
+        }
+        p.first_seq = p.first_seq.min(seq);
+    };
+    for r in &j.records {
+        touch(r.pid, r.ppid, r.seq);
+        if let Op::Exec { child: Some(c), .. } = &r.op {
+            touch(*c, r.pid, r.seq);
+        }
+    }
+    for r in &j.records {
+        match &r.op {
+            Op::Exec { program, argv, child: Some(c), .. } => {
+                let args: Vec<String> = argv.iter().map(escape).collect();
+                let p = procs.get_mut(c).expect("inserted above");
+                p.title.get_or_insert_with(|| format!("{} ({})", args.join(" "), escape(program)));
+            }
+            Op::Exec { program, argv, child: None, .. } => {
+                let args: Vec<String> = argv.iter().map(escape).collect();
+                let p = procs.get_mut(&r.pid).expect("inserted above");
+                p.lines.push(format!("#{} exec {}: {}", r.seq, escape(program), args.join(" ")));
+            }
+            _ => {
+                let p = procs.get_mut(&r.pid).expect("inserted above");
+                p.lines.push(format!("#{} {} {}", r.seq, r.call, describe_record(r)));
+            }
+        }
+        let p = procs.get_mut(&r.pid).expect("inserted above");
+        p.title.get_or_insert_with(|| prog_name(r));
+    }
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for (&pid, p) in &procs {
+        if p.ppid != pid && procs.contains_key(&p.ppid) {
+            children.entry(p.ppid).or_default().push(pid);
+        } else {
+            roots.push(pid);
+        }
+    }
+    let by_seq = |v: &mut Vec<u32>| v.sort_by_key(|pid| procs[pid].first_seq);
+    by_seq(&mut roots);
+    for v in children.values_mut() {
+        by_seq(v);
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", session_line(s));
+    fn walk(
+        out: &mut String,
+        pid: u32,
+        depth: usize,
+        procs: &BTreeMap<u32, Proc<'_>>,
+        children: &BTreeMap<u32, Vec<u32>>,
+    ) {
+        let pad = "  ".repeat(depth);
+        let p = &procs[&pid];
+        let _ = writeln!(out, "{pad}pid {pid}: {}", p.title.as_deref().unwrap_or("?"));
+        for l in &p.lines {
+            let _ = writeln!(out, "{pad}    {l}");
+        }
+        for &c in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            if c != pid {
+                walk(out, c, depth + 1, procs, children);
+            }
+        }
+    }
+    for pid in roots {
+        walk(&mut out, pid, 0, &procs, &children);
+    }
     out
 }
 

@@ -10,8 +10,29 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
 use aether_journal::BPath;
+use aether_journal::bpath;
 use aether_journal::config::{ENV_DIR, ENV_POLICY, ENV_SHIM, ENV_SWITCH};
+use aether_journal::exec_check::{self, Creds};
+use aether_journal::record::{Op, RECORD_VERSION, Record};
 use aether_journal::session::{self, Header, Session};
+
+fn libc_eperm() -> i32 {
+    rustix::io::Errno::PERM.raw_os_error()
+}
+
+/// A record made by this process (the root of the session's tree).
+fn own_record(seq: u64, op: Op) -> Record {
+    Record {
+        v: RECORD_VERSION,
+        seq,
+        time: session::now_rfc3339(),
+        pid: std::process::id(),
+        ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+        prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
+        call: "run".into(),
+        op,
+    }
+}
 
 /// The shim's file name.
 pub const SHIM_NAME: &str = "libaether_journal.so";
@@ -78,18 +99,47 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
     }
     let _ = writeln!(err, "aether-journal: session {}", s.dir().display());
     drop(err);
+    // The command itself is started by this (unhooked) process: check it here, as the shim's
+    // exec hooks check every program started after it.
+    let first = s.reserve_ids_before_start(2).map_err(|e| e.to_string())?;
+    let path_var = std::env::var_os("PATH");
+    let found = exec_check::search_path(command[0].as_bytes(), path_var.as_ref().map(|p| p.as_bytes()));
+    let program =
+        BPath::new(if found.first() == Some(&b'/') { found } else { bpath::join(cwd.as_os_str().as_bytes(), &found) });
+    if let Err(reason) = exec_check::check(program.as_bytes(), Creds::current()) {
+        if strict {
+            let what = format!("exec of {}: {reason}", program.display_lossy());
+            s.append(&own_record(first, Op::Refused { what, errno: libc_eperm() })).map_err(|e| e.to_string())?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: refusing to run {} under --strict: {reason}",
+                program.display_lossy()
+            );
+            return Ok(126);
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "aether-journal: warning: {} runs unobserved: {reason}",
+            program.display_lossy()
+        );
+        s.append(&own_record(first, Op::Unobserved { program: program.clone(), reason })).map_err(|e| e.to_string())?;
+    }
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]).env("LD_PRELOAD", preload).env(ENV_DIR, s.dir()).env_remove(ENV_SWITCH);
     if strict {
         cmd.env(ENV_POLICY, "strict");
     }
-    let status = match cmd.status() {
-        Ok(st) => st,
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", command[0].to_string_lossy());
             return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
         }
     };
+    let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
+    let exec = Op::Exec { program, argv, cwd: BPath::from(cwd.as_path()), child: Some(child.id()) };
+    let _ = s.append(&own_record(first + 1, exec));
+    let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
     let records = s.read_journal().map(|j| j.records.len()).unwrap_or(0);
     let _ = writeln!(
         std::io::stderr(),

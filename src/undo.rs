@@ -797,6 +797,14 @@ impl Executor {
             };
             return match rustix::fs::renameat(self.blobs.as_fd(), blob, dir, name) {
                 Ok(()) => {
+                    // A descriptor the program kept open may have changed the inode's metadata
+                    // after it was unlinked (where no record can name it): set it back.
+                    let times_match = bst.st_mtime == snap.mtime[0] && bst.st_mtime_nsec as i64 == snap.mtime[1];
+                    if !(meta_matches(&bst, snap) && times_match) {
+                        if let Some(problem) = set_meta_at(dir, name, snap) {
+                            return failed(format!("put the original file back, but {problem}"));
+                        }
+                    }
                     if replaced {
                         (
                             Outcome::Restored,

@@ -413,3 +413,12 @@ fn a_symlinked_directory_stays_a_symlink_and_restores_go_through_its_real_path()
     assert!(std::fs::symlink_metadata(s.path("alias")).unwrap().file_type().is_symlink());
     assert!(std::fs::symlink_metadata(s.path("alias2")).unwrap().file_type().is_symlink());
 }
+
+#[test]
+fn metadata_changed_through_a_descriptor_after_the_file_was_removed_is_set_back() {
+    let s = Scratch::new("metadata_changed_through_a_descriptor_after_the_file_was_removed_is_set_back");
+    s.sh("echo data > f && chmod 640 f && touch -d '2003-03-03' f");
+    let script =
+        "import os\nfd = os.open('f', os.O_RDONLY)\nos.unlink('f')\nos.fchmod(fd, 0o777)\nos.utime(fd, (0, 0))\n";
+    roundtrip(&s, &[python(), "-c", script]);
+}

@@ -204,7 +204,7 @@ pub fn prepare(
         if record_exec {
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
-            store.record(
+            store.record_fresh(
                 call,
                 Op::Exec { program: BPath::new(program.clone()), argv: args, cwd: BPath::new(cwd), child: None },
             );
@@ -230,10 +230,10 @@ pub fn prepare(
             let program = BPath::new(program.clone());
             if store.settings.policy == Policy::Strict && !matches!(reason, UnobservedReason::ShimDisabled) {
                 let what = format!("exec of {}: {reason}", program.display_lossy());
-                store.record(call, Op::Refused { what, errno: libc::EPERM });
+                store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
                 plan.refuse = Some(libc::EPERM);
             } else {
-                plan.unobserved = Some(store.record(call, Op::Unobserved { program, reason }));
+                plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason }));
             }
         }
         (program, plan)
@@ -246,7 +246,7 @@ pub fn failed(call: &str, plan: &Plan, err: i32) {
     if let Some(seq) = plan.unobserved {
         guarded(|| {
             if let Some(store) = exec_store() {
-                store.record(call, Op::CallFailed { of_seq: seq, errno: err });
+                store.record_fresh(call, Op::CallFailed { of_seq: seq, errno: err });
             }
         });
     }
@@ -263,7 +263,7 @@ pub fn spawned(call: &str, program: &[u8], argv: *const *const c_char, child: u3
             // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
             let op = Op::Exec { program: BPath::from(program), argv: args, cwd: BPath::new(cwd), child: Some(child) };
-            store.record(call, op);
+            store.record_fresh(call, op);
         }
     });
 }

@@ -269,7 +269,18 @@ fn journaled<R: Refusal>(
     real: impl FnOnce() -> R,
     succeeded: impl FnOnce(&R) -> bool,
 ) -> R {
-    journaled_with(call, path, pre, real, succeeded, R::refused)
+    journaled_with(call, path, pre, real, |r| (succeeded(r), None), R::refused)
+}
+
+/// [`journaled`] for the open family: the outcome also names the descriptor it returned.
+fn journaled_open<R: Refusal>(
+    call: &'static str,
+    path: &[u8],
+    pre: impl FnOnce(&'static Store) -> Pending,
+    real: impl FnOnce() -> R,
+    outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
+) -> R {
+    journaled_with(call, path, pre, real, outcome, R::refused)
 }
 
 /// [`journaled`] for calls that report refusal their own way (posix_fallocate returns the
@@ -279,7 +290,7 @@ fn journaled_with<R>(
     path: &[u8],
     pre: impl FnOnce(&'static Store) -> Pending,
     real: impl FnOnce() -> R,
-    succeeded: impl FnOnce(&R) -> bool,
+    outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
     refused: impl FnOnce(c_int) -> R,
 ) -> R {
     let pending = match Guard::enter() {
@@ -303,8 +314,8 @@ fn journaled_with<R>(
         if !matches!(pending, Pending::Nothing) {
             let err = errno();
             if let Some(guard) = Guard::enter() {
-                let ok = succeeded(&result);
-                let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err)));
+                let (ok, fd) = outcome(&result);
+                let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
                 drop(guard);
             }
             set_errno(err);
@@ -348,6 +359,18 @@ fn int_ok(r: &c_int) -> bool {
     *r >= 0
 }
 
+fn fd_outcome(r: &c_int) -> (bool, Option<c_int>) {
+    (*r >= 0, (*r >= 0).then_some(*r))
+}
+
+fn file_outcome(f: &*mut FILE) -> (bool, Option<c_int>) {
+    if f.is_null() {
+        return (false, None);
+    }
+    // SAFETY: a stream fopen/freopen just returned; fileno only reads it.
+    (true, Some(unsafe { libc::fileno(*f) }))
+}
+
 // ----- open family -----
 
 fn h_open(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, flags: c_int) -> c_int {
@@ -360,19 +383,19 @@ fn h_openat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path
         return real();
     }
     let Some(p) = path else { return real() };
-    journaled(call, p, |s| ops::before_open(s, call, dirfd, p, flags), real, int_ok)
+    journaled_open(call, p, |s| ops::before_open(s, call, dirfd, p, flags), real, fd_outcome)
 }
 
 fn h_creat(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
     let Some(p) = path else { return real() };
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    journaled(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, int_ok)
+    journaled_open(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, fd_outcome)
 }
 
 fn h_fopen(call: &'static str, real: impl FnOnce() -> *mut FILE, path: Str<'_>, mode: Str<'_>) -> *mut FILE {
     let flags = mode.and_then(ops::fopen_flags).filter(|&f| ops::open_mutates(f));
     let (Some(flags), Some(p)) = (flags, path) else { return real() };
-    journaled(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, |f| !f.is_null())
+    journaled_open(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, file_outcome)
 }
 
 fn h_freopen(
@@ -391,7 +414,7 @@ fn h_freopen(
         None => None,
     };
     let Some(p) = target else { return real() };
-    journaled(call, &p, |s| ops::before_open(s, call, libc::AT_FDCWD, &p, flags), real, |f| !f.is_null())
+    journaled_open(call, &p, |s| ops::before_open(s, call, libc::AT_FDCWD, &p, flags), real, file_outcome)
 }
 
 // ----- temporary files: the name is only known afterwards -----
@@ -510,7 +533,7 @@ fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c
 
 /// posix_fallocate returns an error number instead of setting errno.
 fn h_posix_fallocate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| *r == 0, |errno| errno)
+    journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| (*r == 0, None), |errno| errno)
 }
 
 // ----- metadata -----

@@ -18,6 +18,7 @@
 // calls), so the hooks look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod covered;
 mod effects;
 mod exec;
 mod exec_l;

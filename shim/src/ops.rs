@@ -38,6 +38,9 @@ pub enum Pending {
     Refuse(i32),
     /// A connect: its endpoint is journaled with the result once the call returns.
     Connect(journal::record::Endpoint),
+    /// An open that may create a file recorded `Absent`: once it returns a descriptor, the new
+    /// inode is remembered as covered.
+    Created,
 }
 
 /// Which kinds of node an unlink-like call accepts.
@@ -174,6 +177,12 @@ fn pending_of(before: &Before) -> Pending {
     match before {
         Before::Contents(s) => match &s.node {
             Node::File { blob, how: CaptureHow::Link, .. } => Pending::Linked(blob.clone()),
+            Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. } => {
+                // Bytes and metadata are kept apart from the inode: any later change to it
+                // through a descriptor is undone by restoring this capture.
+                crate::covered::insert(s.ident);
+                Pending::Nothing
+            }
             _ => Pending::Nothing,
         },
         _ => Pending::Nothing,
@@ -205,7 +214,12 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
     };
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
-        Ok(None) if creat => return change(store, call, t.abs, Before::Absent),
+        Ok(None) if creat => {
+            return match change(store, call, t.abs, Before::Absent) {
+                Pending::Nothing => Pending::Created,
+                other => other,
+            };
+        }
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
     };
@@ -252,7 +266,7 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
 pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
     let Ok(fst) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) else { return Pending::Nothing };
-    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile {
+    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile || crate::covered::contains(ident_of(&fst)) {
         return Pending::Nothing;
     }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
@@ -404,6 +418,9 @@ pub fn before_meta(
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
     };
+    if crate::covered::contains(ident_of(&st)) {
+        return Pending::Nothing;
+    }
     let xattr = match xattr {
         None => None,
         Some(name) => match xattr_value(t.abs.as_bytes(), name) {
@@ -421,6 +438,9 @@ pub fn before_fd_meta(store: &Store, call: &str, fd: i32, what: MetaKind, xattr:
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
     let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
     let Ok(st) = rustix::fs::fstat(bfd) else { return Pending::Nothing };
+    if crate::covered::contains(ident_of(&st)) {
+        return Pending::Nothing;
+    }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
     if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") || store.excluded(&path) {
         // Not a named file in the tree (a pipe, a socket, an unlinked file).
@@ -475,9 +495,18 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
     Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
 }
 
-/// After the real call: undo what the capture did to the world if the call failed.
-pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32) {
+/// After the real call: undo what the capture did to the world if the call failed, and learn
+/// what it created. `fd` is the descriptor an open returned.
+pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32, fd: Option<i32>) {
     match pending {
+        Pending::Created => {
+            if let Some(fd) = fd.filter(|&fd| fd >= 0) {
+                // SAFETY: the descriptor the real open just returned to the caller.
+                if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
+                    crate::covered::insert(ident_of(&st));
+                }
+            }
+        }
         Pending::Nothing | Pending::Refuse(_) => {}
         Pending::Connect(peer) => crate::effects::after_connect(store, call, peer, succeeded, errno),
         Pending::Recorded(seq) => {

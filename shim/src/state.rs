@@ -182,10 +182,13 @@ impl Counters for SharedCounters {
 /// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
 /// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
 static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// The owning process's parent, cached with OWNER_PID for records.
+static OWNER_PPID: AtomicU32 = AtomicU32::new(0);
 
 /// Records that this process now owns the store's descriptors (called after fork).
 pub fn adopt_store_after_fork() {
     OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);
+    OWNER_PPID.store(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32), Ordering::Relaxed);
 }
 
 /// A descriptor of the store (the journal, or `blobs/`) that the program may close or reuse
@@ -359,13 +362,26 @@ impl Store {
     /// Appends a record for `op`, made by `call`. A record that cannot be written is counted
     /// as lost, so that no undo of this session can claim completeness.
     pub fn record(&self, call: &str, op: Op) -> u64 {
+        let (pid, ppid) = (OWNER_PID.load(Ordering::Relaxed), OWNER_PPID.load(Ordering::Relaxed));
+        self.record_as(call, op, pid, ppid)
+    }
+
+    /// [`Store::record`] with the process ids asked of the kernel: for exec hooks, which may
+    /// run in a vfork child (whose memory, cached ids included, is its parent's).
+    pub fn record_fresh(&self, call: &str, op: Op) -> u64 {
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        let ppid = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32);
+        self.record_as(call, op, pid, ppid)
+    }
+
+    fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
         let rec = Record {
             v: RECORD_VERSION,
             seq,
             time: session::now_rfc3339(),
-            pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
-            ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+            pid,
+            ppid,
             prog: self.prog.clone(),
             call: call.to_string(),
             op,

@@ -1,0 +1,91 @@
+//! Inodes whose whole state this process has already journaled: files it created during the
+//! session (undo removes them) and files whose bytes and metadata it copied. A later change to
+//! such an inode through a descriptor (fchmod, fchown, futimens, fsetxattr, ftruncate,
+//! fallocate) needs no record of its own: undo already puts the whole inode back or removes
+//! it. This is what keeps `tar x` at one record per file instead of four.
+//!
+//! A lock-free, direct-mapped cache (no lock can be caught by `fork`): 16384 (dev, ino) slots,
+//! a newer entry evicting an older one in its slot. The pattern it serves is local in time
+//! (create, write, fchown, fchmod, futimens, close), and a miss, or an evicted entry, only
+//! costs a redundant capture, never a missing one. Writers reserve a slot before filling it;
+//! readers check the slot twice around reading the device, so a half-written slot never
+//! matches.
+//!
+//! What this module cannot do: notice an inode number reused within the process's lifetime. An
+//! inode captured here stays alive in the store while the session is open (a removal links it
+//! there), except when it was captured by copy across file systems and then removed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use journal::record::Ident;
+
+const SLOTS: usize = 16384;
+const WRITING: u64 = u64::MAX;
+
+static INO: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static DEV: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+fn slot(id: Ident) -> usize {
+    (id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(29)) as usize % SLOTS
+}
+
+/// Remembers that `id`'s whole state is journaled.
+pub fn insert(id: Ident) {
+    if id.ino == 0 || id.ino == WRITING {
+        return;
+    }
+    let k = slot(id);
+    let cur = INO[k].load(Ordering::Acquire);
+    if cur == WRITING {
+        return; // another thread is filling this slot: this entry is simply not cached
+    }
+    if INO[k].compare_exchange(cur, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        DEV[k].store(id.dev, Ordering::Release);
+        INO[k].store(id.ino, Ordering::Release);
+    }
+}
+
+/// Whether `id`'s whole state is already journaled by this process.
+pub fn contains(id: Ident) -> bool {
+    let k = slot(id);
+    let first = INO[k].load(Ordering::Acquire);
+    if first != id.ino {
+        return false;
+    }
+    let dev = DEV[k].load(Ordering::Acquire);
+    INO[k].load(Ordering::Acquire) == first && dev == id.dev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserted_identities_are_found_and_others_are_not() {
+        let a = Ident { dev: 7, ino: 123_456 };
+        assert!(!contains(a));
+        insert(a);
+        assert!(contains(a));
+        assert!(!contains(Ident { dev: 8, ino: 123_456 }), "same inode number on another device");
+        assert!(!contains(Ident { dev: 7, ino: 123_457 }));
+    }
+
+    #[test]
+    fn an_entry_evicted_by_a_colliding_one_is_no_longer_reported() {
+        let a = Ident { dev: 3, ino: 42 };
+        let b = (1..u64::MAX).map(|i| Ident { dev: 3, ino: 42 + i }).find(|b| slot(*b) == slot(a)).unwrap();
+        insert(a);
+        insert(b);
+        assert!(contains(b));
+        assert!(!contains(a), "evicted: the next change to it is captured again");
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recent_entries_of_a_long_run() {
+        let ids: Vec<Ident> = (1..=100_000).map(|i| Ident { dev: 9, ino: i }).collect();
+        for id in &ids {
+            insert(*id);
+        }
+        assert!(contains(ids[ids.len() - 1]));
+    }
+}

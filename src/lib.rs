@@ -20,7 +20,7 @@
 //! for rec in session.read_journal()?.records {
 //!     println!("{} {} {:?}", rec.seq, rec.call, rec.op.primary_path());
 //! }
-//! let report = undo_session(&session, UndoOptions { dry_run: true })?;
+//! let report = undo_session(&session, &UndoOptions { dry_run: true, ..Default::default() })?;
 //! println!("an undo would be {}", if report.complete { "complete" } else { "incomplete" });
 //! # Ok::<(), aether_journal::session::SessionError>(())
 //! ```
@@ -35,6 +35,9 @@ pub mod exec_check;
 pub mod journal;
 pub mod record;
 pub mod resolve;
+pub mod review;
+pub mod seal;
+pub mod select;
 pub mod session;
 pub mod undo;
 

@@ -41,6 +41,22 @@ pub struct Record {
     pub op: Op,
 }
 
+impl Record {
+    /// Whether this step can never be undone (an irreversible capture, a connection that was
+    /// made, a datagram, a signal outside the session, a program that ran unobserved). A step
+    /// whose call later proved to have failed is not counted by this check alone.
+    pub fn irreversible(&self) -> bool {
+        match &self.op {
+            Op::Change { before, .. } => matches!(before, Before::Irreversible { .. }),
+            Op::Rename { to_before, .. } => matches!(to_before, Before::Irreversible { .. }),
+            Op::Connect { result, .. } => !matches!(result, ConnectResult::Failed { .. }),
+            Op::Send { .. } | Op::Unobserved { .. } => true,
+            Op::Signal { outside, .. } => *outside,
+            Op::Meta { .. } | Op::Exec { .. } | Op::Refused { .. } | Op::CallFailed { .. } => false,
+        }
+    }
+}
+
 /// What a journaled call is about to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -398,6 +398,141 @@ impl Session {
     }
 }
 
+/// What `aether-journal sessions` shows about a session.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionInfo {
+    /// Session id.
+    pub id: String,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The command it was started for.
+    pub root_command: Vec<BPath>,
+    /// When it started.
+    pub created: String,
+    /// active, undone or kept.
+    pub state: State,
+    /// Records in its journal.
+    pub records: usize,
+    /// Bytes of captured contents it holds now.
+    pub bytes_captured: u64,
+    /// Steps that can never be undone.
+    pub irreversible: usize,
+    /// Bytes the session directory takes in all.
+    pub bytes_total: u64,
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(p) else { return 0 };
+    rd.filter_map(|e| e.ok())
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+impl Session {
+    /// The listing information.
+    pub fn info(&self) -> SessionInfo {
+        let journal = self.read_journal().unwrap_or_default();
+        SessionInfo {
+            id: self.header.id.clone(),
+            dir: self.dir.clone(),
+            root_command: self.header.root_command.clone(),
+            created: self.header.created.clone(),
+            state: self.state(),
+            records: journal.records.len(),
+            bytes_captured: dir_size(&self.blobs_dir()),
+            irreversible: journal.records.iter().filter(|r| r.irreversible()).count(),
+            bytes_total: dir_size(&self.dir),
+        }
+    }
+
+    /// Accepts the session: releases its captured contents, keeps its header and journal (the
+    /// audit log). With `forget`, deletes the session directory altogether.
+    pub fn keep(&self, forget: bool, root: Option<&Path>) -> Result<u64, SessionError> {
+        let freed = dir_size(&self.dir);
+        if forget {
+            if let Some(root) = root {
+                let link = root.join(&self.header.id);
+                if link.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+                    let _ = fs::remove_file(&link);
+                }
+            }
+            fs::remove_dir_all(&self.dir).map_err(io_at(&self.dir))?;
+            return Ok(freed);
+        }
+        let blobs = self.blobs_dir();
+        let before = dir_size(&blobs);
+        self.set_state(State::Kept)?;
+        fs::remove_dir_all(&blobs).map_err(io_at(&blobs))?;
+        mkdir_0700(&blobs).map_err(io_at(&blobs))?;
+        Ok(before)
+    }
+}
+
+/// One session removed (or to be removed) by [`gc`], and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Collected {
+    /// The session.
+    pub session: SessionInfo,
+    /// Why it goes.
+    pub why: String,
+}
+
+/// Removes sessions under `root` older than `older_than`, then the oldest ones until the rest
+/// take at most `max_size` bytes. With `dry_run`, only says which.
+pub fn gc(
+    root: &Path,
+    older_than: Option<std::time::Duration>,
+    max_size: Option<u64>,
+    dry_run: bool,
+) -> Vec<Collected> {
+    let mut infos: Vec<(Session, SessionInfo)> = list_sessions(root)
+        .into_iter()
+        .filter_map(|s| s.ok())
+        .map(|s| {
+            let i = s.info();
+            (s, i)
+        })
+        .collect();
+    // Oldest first.
+    infos.sort_by(|a, b| a.1.created.cmp(&b.1.created));
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    let mut keep = Vec::new();
+    for (s, info) in infos {
+        let age = humantime::parse_rfc3339_weak(&info.created).ok().and_then(|t| now.duration_since(t).ok());
+        match (older_than, age) {
+            (Some(limit), Some(age)) if age > limit => {
+                let why = format!("older than {} (started {})", humantime::format_duration(limit), info.created);
+                out.push((s, Collected { session: info, why }));
+            }
+            _ => keep.push((s, info)),
+        }
+    }
+    if let Some(max) = max_size {
+        let mut total: u64 = keep.iter().map(|(_, i)| i.bytes_total).sum();
+        let mut rest = Vec::new();
+        for (s, info) in keep {
+            if total > max {
+                total -= info.bytes_total;
+                let why = format!("the sessions took more than {max} bytes; this is one of the oldest");
+                out.push((s, Collected { session: info, why }));
+            } else {
+                rest.push((s, info));
+            }
+        }
+    }
+    if !dry_run {
+        for (s, _) in &out {
+            let _ = s.keep(true, Some(root));
+        }
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
 /// Every session under `root` (directories and symlinks to directories with a readable
 /// header), newest first. Entries that are not sessions are ignored; damaged ones are returned
 /// as errors so that a listing can name them.

@@ -16,7 +16,7 @@
 //! cannot verify. A blob that is missing, or whose content no longer matches its recorded hash,
 //! is never written back: the step fails and says so.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -31,6 +31,8 @@ use crate::journal::JournalContents;
 use crate::record::{
     Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr,
 };
+use crate::seal::{AfterState, Expectation, SEAL_FILE, Seal, expectation};
+use crate::select::{Selection, select};
 use crate::session::{Session, SessionError, State};
 
 /// What happened to one step.
@@ -122,6 +124,10 @@ pub struct Report {
     pub outcomes: Vec<StepReport>,
     /// Things worth knowing that are not steps (a torn tail).
     pub notes: Vec<String>,
+    /// Whether drift was checked against a seal (false: the weaker check, or none with force).
+    pub sealed: bool,
+    /// The records this run undid completely.
+    pub undone: Vec<u64>,
 }
 
 impl Report {
@@ -166,21 +172,58 @@ impl Report {
             "already_undone": self.already_undone,
             "outcomes": outcomes,
             "notes": self.notes,
+            "sealed": self.sealed,
             "summary": self.summary(),
         })
     }
 }
 
 /// Options for [`undo_session`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct UndoOptions {
     /// Report what would be done without changing anything.
     pub dry_run: bool,
+    /// Restore paths that changed since the session ended (by default they are left alone and
+    /// reported as conflicts).
+    pub force: bool,
+    /// Undo only part of the session.
+    pub select: Option<Selection>,
 }
 
-/// Undoes a whole session (or reports what an undo would do) and, when the undo is complete,
-/// marks the session undone.
-pub fn undo_session(session: &Session, opts: UndoOptions) -> Result<Report, SessionError> {
+/// File (in the session directory) listing, one per line, the records earlier selective
+/// undos reversed.
+pub const UNDONE_FILE: &str = "undone";
+
+fn read_undone(session: &Session) -> HashSet<u64> {
+    std::fs::read_to_string(session.dir().join(UNDONE_FILE))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let mut f =
+        std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
+    let text: String = seqs.iter().map(|s| format!("{s}\n")).collect();
+    f.write_all(text.as_bytes())
+}
+
+/// Undoes a session, or the selected part of it (or reports what an undo would do). When
+/// every record has been undone and the result is complete, the session is marked undone.
+pub fn undo_session(session: &Session, opts: &UndoOptions) -> Result<Report, SessionError> {
+    undo_session_with_progress(session, opts, &mut |_, _| {})
+}
+
+/// [`undo_session`], calling `progress(done, total)` as steps complete.
+pub fn undo_session_with_progress(
+    session: &Session,
+    opts: &UndoOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Report, SessionError> {
     match session.state() {
         State::Undone => {
             return Ok(Report {
@@ -203,8 +246,19 @@ pub fn undo_session(session: &Session, opts: UndoOptions) -> Result<Report, Sess
     }
     let journal = session.read_journal()?;
     let blobs = session.blobs_dir();
-    let mut report =
-        undo_records(&journal, &blobs, opts).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    let seal =
+        Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
+    let already = read_undone(session);
+    let only = opts.select.as_ref().map(|sel| select(&journal, sel));
+    let plan = Plan {
+        journal: &journal,
+        blobs_dir: &blobs,
+        opts,
+        seal: seal.as_ref(),
+        already: &already,
+        only: only.as_ref(),
+    };
+    let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
     let lost = session.counters().lost_records;
     if lost > 0 {
         report.outcomes.push(StepReport {
@@ -217,17 +271,55 @@ pub fn undo_session(session: &Session, opts: UndoOptions) -> Result<Report, Sess
         });
         report.complete = false;
     }
-    if report.complete && !opts.dry_run {
-        session.set_state(State::Undone)?;
+    if !opts.dry_run {
+        append_undone(session, &report.undone)
+            .map_err(|source| SessionError::Io { path: session.dir().join(UNDONE_FILE), source })?;
+        let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || report.undone.contains(&r.seq));
+        if report.complete && all_done && journal.problems.is_empty() {
+            session.set_state(State::Undone)?;
+        }
     }
     Ok(report)
 }
 
-/// Undoes the records of `journal` using the blobs in `blobs_dir`.
-pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptions) -> io::Result<Report> {
-    let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    let exec = Executor { blobs, dry_run: opts.dry_run, deferred: Default::default(), current: Default::default() };
-    let failed_calls: HashSet<u64> = journal
+/// What to undo and how.
+pub struct Plan<'a> {
+    /// The journal.
+    pub journal: &'a JournalContents,
+    /// The session's `blobs/` directory.
+    pub blobs_dir: &'a Path,
+    /// Options.
+    pub opts: &'a UndoOptions,
+    /// The session's seal, when it has one.
+    pub seal: Option<&'a Seal>,
+    /// Records undone by an earlier undo.
+    pub already: &'a HashSet<u64>,
+    /// The selected records, for a selective undo.
+    pub only: Option<&'a BTreeSet<u64>>,
+}
+
+/// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
+/// bookkeeping (for tests and tools that manage their own journal).
+pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
+    let none = HashSet::new();
+    run_plan(&Plan { journal, blobs_dir, opts, seal: None, already: &none, only: None }, &mut |_, _| {})
+}
+
+/// Executes a plan.
+pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
+    let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let exec = Executor {
+        blobs,
+        dry_run: plan.opts.dry_run,
+        force: plan.opts.force,
+        journal: plan.journal,
+        seal: plan.seal,
+        deferred: Default::default(),
+        current: Default::default(),
+        drift: Default::default(),
+    };
+    let failed_calls: HashSet<u64> = plan
+        .journal
         .records
         .iter()
         .filter_map(|r| match r.op {
@@ -235,8 +327,33 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptio
             _ => None,
         })
         .collect();
-    let mut report = Report { dry_run: opts.dry_run, ..Default::default() };
-    for rec in journal.records.iter().rev() {
+    let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
+    let todo: Vec<&Record> =
+        plan.journal.records.iter().rev().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))).collect();
+    let total = todo.len();
+    // Every path is compared with the seal before anything is restored: a restore through one
+    // name (a hard link) must not make another look changed.
+    for rec in todo.iter().filter(|r| !plan.already.contains(&r.seq)) {
+        if matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. }) {
+            continue;
+        }
+        for p in crate::select::record_paths(rec) {
+            exec.drift_of(p);
+        }
+    }
+    for (i, rec) in todo.into_iter().enumerate() {
+        progress(i, total);
+        if plan.already.contains(&rec.seq) {
+            if rec.op.primary_path().is_some() && !matches!(rec.op, Op::Exec { .. }) {
+                report.outcomes.push(StepReport {
+                    seq: Some(rec.seq),
+                    outcome: Outcome::Unchanged,
+                    path: rec.op.primary_path().cloned(),
+                    why: "already undone by an earlier undo".into(),
+                });
+            }
+            continue;
+        }
         if failed_calls.contains(&rec.seq) {
             report.outcomes.push(StepReport {
                 seq: Some(rec.seq),
@@ -244,22 +361,43 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: UndoOptio
                 path: rec.op.primary_path().cloned(),
                 why: format!("the {} call failed, so it changed nothing", rec.call),
             });
+            report.undone.push(rec.seq);
             continue;
         }
+        let before = report.outcomes.len();
         exec.undo_record(rec, &mut report.outcomes);
+        if report.outcomes[before..].iter().all(|o| o.outcome.is_success()) {
+            report.undone.push(rec.seq);
+        }
     }
+    progress(total, total);
+    let before = report.outcomes.len();
     exec.apply_deferred(&mut report.outcomes);
-    for p in &journal.problems {
-        report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
+    let failed_dirs: HashSet<u64> = report.outcomes[before..].iter().filter_map(|o| o.seq).collect();
+    report.undone.retain(|s| !failed_dirs.contains(s));
+    if plan.only.is_none() {
+        for p in &plan.journal.problems {
+            report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
+        }
     }
-    report.notes.extend(journal.torn_tail_message());
+    report.notes.extend(plan.journal.torn_tail_message());
+    if plan.seal.is_none() && !plan.opts.force {
+        report.notes.push(
+            "this session was not sealed (it did not end under `aether-journal run`): paths were checked against what its newest records imply, a weaker check that cannot see a file edited in place since".into(),
+        );
+    }
     report.complete = report.outcomes.iter().all(|o| o.outcome.is_success());
     Ok(report)
 }
 
-struct Executor {
+struct Executor<'a> {
     blobs: OwnedFd,
     dry_run: bool,
+    force: bool,
+    journal: &'a JournalContents,
+    seal: Option<&'a Seal>,
+    /// The drift verdict for every path checked so far (`Some(why)`: changed since).
+    drift: std::cell::RefCell<std::collections::HashMap<BPath, Option<String>>>,
     /// Directory metadata, applied after every entry has been put back: a read-only or
     /// freshly timestamped directory must not be changed again by the restores inside it.
     deferred: std::cell::RefCell<Vec<Deferred>>,
@@ -604,10 +742,18 @@ fn meta_matches(st: &Stat, snap: &Snapshot) -> bool {
     st.st_mode & 0o7777 == snap.mode && st.st_uid == snap.uid && st.st_gid == snap.gid
 }
 
-impl Executor {
+impl Executor<'_> {
     fn undo_record(&self, rec: &Record, out: &mut Vec<StepReport>) {
         let seq = Some(rec.seq);
         self.current.set(seq);
+        // A step that cannot be reversed anyway touches nothing: no drift check.
+        let irreversible_change = matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. });
+        for p in crate::select::record_paths(rec).into_iter().filter(|_| !irreversible_change) {
+            if let Some(why) = self.drift_of(p) {
+                out.push(StepReport { seq, outcome: Outcome::Conflict, path: Some(p.clone()), why });
+                return;
+            }
+        }
         match &rec.op {
             Op::Change { path, before } => {
                 let (outcome, why) = self.undo_change(path, before);
@@ -667,6 +813,58 @@ impl Executor {
             // Audit entries: nothing to reverse.
             Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::CallFailed { .. } => {}
         }
+    }
+
+    /// Whether `path` changed since the session ended, and how (cached per path).
+    fn drift_of(&self, path: &BPath) -> Option<String> {
+        if self.force {
+            return None;
+        }
+        if let Some(v) = self.drift.borrow().get(path) {
+            return v.clone();
+        }
+        let verdict = self.check_drift(path);
+        self.drift.borrow_mut().insert(path.clone(), verdict.clone());
+        verdict
+    }
+
+    fn check_drift(&self, path: &BPath) -> Option<String> {
+        let now = match AfterState::of(path.as_bytes()) {
+            Ok(now) => now,
+            Err(e) => return Some(format!("it cannot be examined ({e}); left alone")),
+        };
+        if let Some(sealed) = self.seal.and_then(|s| s.state_of(path)) {
+            return sealed.difference(&now).map(|d| {
+                format!("changed since the session ended: {d}; left alone (use --force to restore it anyway)")
+            });
+        }
+        let weak = |d: &str| {
+            Some(format!(
+                "changed since the session: {d}; left alone (use --force to restore it anyway; weak check: the session was not sealed)"
+            ))
+        };
+        let ident_now = match &now {
+            AfterState::Absent | AfterState::Symlink { .. } => None,
+            AfterState::File { ident, .. } | AfterState::Dir { ident, .. } | AfterState::Other { ident, .. } => {
+                Some(*ident)
+            }
+        };
+        match (expectation(self.journal, path), &now) {
+            (Expectation::Unknown, _) => None,
+            (Expectation::Allowed { may_be_absent: false, .. }, AfterState::Absent) => weak("it no longer exists"),
+            (Expectation::Allowed { idents, .. }, _)
+                if !idents.is_empty() && ident_now.is_some_and(|now| !idents.contains(&now)) =>
+            {
+                weak("it was replaced by another file")
+            }
+            (Expectation::Allowed { .. }, _) => None,
+        }
+    }
+
+    /// The hash a blob must have: recorded at capture time, or (linked and cloned captures)
+    /// when the session was sealed.
+    fn expected_hash<'h>(&'h self, blob: &str, recorded: Option<&'h str>) -> Option<&'h str> {
+        recorded.or_else(|| self.seal.and_then(|s| s.blob_hashes.get(blob)).map(String::as_str))
     }
 
     fn parent_of<'p>(&self, path: &'p BPath) -> Result<(OwnedFd, &'p [u8]), Done> {
@@ -787,6 +985,22 @@ impl Executor {
                     "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
                 ));
             }
+            if let Some(want) = self.expected_hash(blob, None) {
+                let got = rustix::fs::openat(
+                    self.blobs.as_fd(),
+                    blob,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .ok()
+                .and_then(|fd| hash_fd(&fd).ok())
+                .map(|(h, _)| h);
+                if got.as_deref() != Some(want) {
+                    return failed(format!(
+                        "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
+                    ));
+                }
+            }
             let replaced = match cur {
                 Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
                     Ok(_) => true,
@@ -834,6 +1048,7 @@ impl Executor {
             Ok(x) => x,
             Err(e) => return failed(format!("cannot read blob {blob}: {e}")),
         };
+        let hash = self.expected_hash(blob, hash);
         if blob_len != size || hash.is_some_and(|h| h != blob_hash) {
             return failed(format!(
                 "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
@@ -1308,7 +1523,7 @@ mod tests {
         }
         fn undo(&self) -> Report {
             let j = JournalContents { records: self.records.clone(), ..Default::default() };
-            undo_records(&j, &self.blobs, UndoOptions::default()).unwrap()
+            undo_records(&j, &self.blobs, &UndoOptions::default()).unwrap()
         }
         fn outcomes(r: &Report) -> Vec<Outcome> {
             r.outcomes.iter().map(|o| o.outcome).collect()
@@ -1608,7 +1823,7 @@ mod tests {
         f.change("a", Intent::Overwrite);
         fs::write(f.p("a"), b"new").unwrap();
         let j = JournalContents { records: f.records.clone(), ..Default::default() };
-        let r = undo_records(&j, &f.blobs, UndoOptions { dry_run: true }).unwrap();
+        let r = undo_records(&j, &f.blobs, &UndoOptions { dry_run: true, ..Default::default() }).unwrap();
         assert!(r.dry_run && r.complete);
         assert_eq!(fs::read(f.p("a")).unwrap(), b"new");
     }

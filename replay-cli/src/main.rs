@@ -1,9 +1,10 @@
 //! `aether-journal`: run a command with every file change journaled, look at what it did, and
 //! rewind it or keep it.
 //!
-//! Exit status (a contract): 0 success (an undo that undid every step exactly); 1 an error
-//! (unreadable session, bad arguments after parsing); 2 usage errors; 3 an undo (or dry run)
-//! that could not undo everything exactly. `run` passes the command's own status through.
+//! Exit status (a contract): 0 success (an undo that undid every selected step exactly); 1 an
+//! error (unreadable session, bad arguments after parsing); 2 usage errors; 3 an undo (or dry
+//! run) that could not undo everything exactly, conflicts included. `run` passes the command's
+//! own status through.
 //!
 //! What this program cannot do: undo what the journal marks irreversible. It says so, names
 //! each such step, and exits 3.
@@ -11,13 +12,16 @@
 mod output;
 mod run;
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use aether_journal::BPath;
+use aether_journal::config::parse_size;
+use aether_journal::select::Selection;
 use aether_journal::session::{self, Session, SessionError};
 use aether_journal::undo::{self, UndoOptions};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Exit status: an undo that could not undo every step exactly.
 pub const EXIT_INCOMPLETE: u8 = 3;
@@ -25,10 +29,24 @@ pub const EXIT_INCOMPLETE: u8 = 3;
 pub const EXIT_ERROR: u8 = 1;
 
 #[derive(Parser)]
-#[command(name = "aether-journal", version, about = "Make any process tree's file changes reversible", long_about = None)]
+#[command(name = "aether-journal", version, about = "Make any process tree's file changes reversible")]
+#[command(long_about = "Run a command with every file change journaled (aether-journal run), look at what it did \
+(review, log), then decide once: keep it (keep) or rewind it (undo). Undo reports every step it could not \
+reverse, and exits 3 when anything is not exactly as it was.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// When to colour output.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Color {
+    /// When stdout is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }
 
 #[derive(Subcommand)]
@@ -45,6 +63,12 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
+    /// List every session, newest first.
+    Sessions {
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the journal's records, oldest first.
     Log {
         /// Session directory (default: the most recent session).
@@ -57,7 +81,30 @@ enum Command {
         #[arg(long)]
         tree: bool,
     },
-    /// Rewind the session: replay the journal backwards and report every step.
+    /// What the session did: modified files with diffs, created, deleted, renamed, metadata,
+    /// network, processes, irreversible steps.
+    #[command(alias = "diff")]
+    Review {
+        /// Session directory (default: the most recent session).
+        #[arg(long, value_name = "DIR")]
+        journal: Option<PathBuf>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// The summary only, without diffs.
+        #[arg(long)]
+        stat: bool,
+        /// Colour the output.
+        #[arg(long, value_enum, default_value = "auto")]
+        color: Color,
+        /// Never page the output.
+        #[arg(long)]
+        no_pager: bool,
+        /// Only these paths (and what lies beneath them).
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Rewind the session (or part of it): replay the journal backwards and report every step.
     Undo {
         /// Session directory (default: the most recent session).
         #[arg(long, value_name = "DIR")]
@@ -68,15 +115,86 @@ enum Command {
         /// Say what would be done without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Restore paths that changed since the session ended (otherwise: conflicts).
+        #[arg(long)]
+        force: bool,
+        /// Only the newest N records.
+        #[arg(long, value_name = "N", conflicts_with_all = ["pid", "paths"])]
+        last: Option<usize>,
+        /// Only what this process and its descendants did.
+        #[arg(long, value_name = "PID", conflicts_with = "paths")]
+        pid: Option<u32>,
+        /// Only these paths (a file, or a whole subtree).
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
+    /// Accept the session: release its captured contents, keep its journal as an audit log.
+    Keep {
+        /// Session directory (default: the most recent session).
+        #[arg(long, value_name = "DIR")]
+        journal: Option<PathBuf>,
+        /// Delete the whole session, journal included.
+        #[arg(long)]
+        forget: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete old sessions, or the oldest ones beyond a size.
+    Gc {
+        /// Remove sessions started longer ago than this (e.g. 7d, 12h).
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<humantime::Duration>,
+        /// Then remove the oldest sessions until all of them take at most this much (e.g. 10G).
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
+        /// Say what would be removed without removing it.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { journal, strict, command } => run::run(journal, strict, command),
+        Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
-        Command::Undo { journal, json, dry_run } => undo(journal, json, dry_run),
+        Command::Review { journal, json, stat, color, no_pager, paths } => {
+            review(journal, json, stat, color, no_pager, paths)
+        }
+        Command::Undo { journal, json, dry_run, force, last, pid, paths } => {
+            let select = match (last, pid, paths.is_empty()) {
+                (Some(n), _, _) => Some(Selection::Last(n)),
+                (_, Some(p), _) => Some(Selection::Pid(p)),
+                (_, _, false) => Some(Selection::Paths(paths.iter().map(|p| canonical_arg(p)).collect())),
+                _ => None,
+            };
+            undo(journal, json, UndoOptions { dry_run, force, select })
+        }
+        Command::Keep { journal, forget, json } => keep(journal, forget, json),
+        Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "aether-journal", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out).map_err(|e| e.to_string()).map(|_| {
+                output::emit(&String::from_utf8_lossy(&out));
+                0
+            })
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -87,22 +205,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// An absolute, symlink-free form of a path argument: its deepest existing ancestor resolved by
+/// the kernel, the rest (which the session may have deleted) kept as written.
+fn canonical_arg(p: &Path) -> BPath {
+    use std::os::unix::ffi::OsStrExt;
+    let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) };
+    let mut head = abs.clone();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(&head) {
+            let mut out = c;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return BPath::new(out.as_os_str().as_bytes().to_vec());
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_os_string());
+                head = parent.to_path_buf();
+            }
+            _ => return BPath::from(abs.as_path()),
+        }
+    }
+}
+
 /// Opens `--journal DIR`, or the most recent session.
 pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
     let dir = match journal {
         Some(d) => d,
         None => {
-            let root = session::sessions_root().ok_or("neither XDG_STATE_HOME nor HOME is set: pass --journal DIR")?;
+            let root = sessions_root()?;
             return session::latest_session(&root).map_err(|e| match e {
                 SessionError::NoSessions(r) => format!("no sessions found under {}: pass --journal DIR", r.display()),
                 e => e.to_string(),
             });
         }
     };
-    session::check_ownership(&dir).ok();
     let s = Session::open(&dir).map_err(|e| e.to_string())?;
     session::check_ownership(s.dir())?;
     Ok(s)
+}
+
+fn sessions_root() -> Result<PathBuf, String> {
+    session::sessions_root().ok_or_else(|| "neither XDG_STATE_HOME nor HOME is set: pass --journal DIR".to_string())
+}
+
+/// A progress bar on stderr when it is a terminal; hidden otherwise.
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() || len < 200 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({eta})") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn sessions(json: bool) -> Result<u8, String> {
+    let root = sessions_root()?;
+    let list = session::list_sessions(&root);
+    let infos: Vec<_> = list.iter().filter_map(|s| s.as_ref().ok()).map(Session::info).collect();
+    if json {
+        output::emit(&format!("{}\n", serde_json::to_string(&infos).map_err(|e| e.to_string())?));
+    } else {
+        let mut text = output::sessions_text(&infos);
+        for e in list.iter().filter_map(|s| s.as_ref().err()) {
+            text.push_str(&format!("!! {e}\n"));
+        }
+        output::emit(&text);
+    }
+    Ok(0)
 }
 
 fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
@@ -119,10 +294,88 @@ fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
     Ok(0)
 }
 
-fn undo(journal: Option<PathBuf>, json: bool, dry_run: bool) -> Result<u8, String> {
+fn review(
+    journal: Option<PathBuf>,
+    json: bool,
+    stat: bool,
+    color: Color,
+    no_pager: bool,
+    paths: Vec<PathBuf>,
+) -> Result<u8, String> {
     let s = open_session(journal)?;
-    let report = undo::undo_session(&s, UndoOptions { dry_run }).map_err(|e| e.to_string())?;
-    let text = if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report) };
+    let j = s.read_journal().map_err(|e| e.to_string())?;
+    let limits: Vec<BPath> = paths.iter().map(|p| canonical_arg(p)).collect();
+    let pb = progress_bar(j.records.len() as u64, "reviewing");
+    let rv = aether_journal::review::review(&j, &s.blobs_dir(), &limits, || pb.inc(1));
+    pb.finish_and_clear();
+    if json {
+        output::emit(&output::review_json(&s, &rv));
+        return Ok(0);
+    }
+    let tty = std::io::stdout().is_terminal();
+    let colour = match color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let text = output::review_text(&s, &rv, stat, colour);
+    if tty && !no_pager {
+        output::page(&text)
+    } else {
+        output::emit(&text)
+    }
+    Ok(0)
+}
+
+fn undo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, String> {
+    let s = open_session(journal)?;
+    let pb = progress_bar(0, if opts.dry_run { "planning" } else { "undoing" });
+    let report = undo::undo_session_with_progress(&s, &opts, &mut |done, total| {
+        pb.set_length(total as u64);
+        pb.set_position(done as u64);
+    })
+    .map_err(|e| e.to_string())?;
+    pb.finish_and_clear();
+    let text =
+        if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report, opts.select.is_some()) };
     output::emit(&text);
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
+}
+
+fn keep(journal: Option<PathBuf>, forget: bool, json: bool) -> Result<u8, String> {
+    let s = open_session(journal)?;
+    let root = session::sessions_root();
+    let id = s.header().id.clone();
+    let freed = s.keep(forget, root.as_deref()).map_err(|e| e.to_string())?;
+    if json {
+        output::emit(&format!("{}\n", serde_json::json!({"id": id, "forgotten": forget, "bytes_freed": freed})));
+    } else if forget {
+        output::emit(&format!("forgot session {id}: deleted it entirely ({} freed)\n", output::size(freed)));
+    } else {
+        output::emit(&format!(
+            "kept session {id}: released {} of captured contents; its journal stays as an audit log (`aether-journal keep --forget` deletes it)\n",
+            output::size(freed)
+        ));
+    }
+    Ok(0)
+}
+
+fn gc(
+    older_than: Option<humantime::Duration>,
+    max_size: Option<String>,
+    dry_run: bool,
+    json: bool,
+) -> Result<u8, String> {
+    if older_than.is_none() && max_size.is_none() {
+        return Err("say what to collect: --older-than AGE, --max-size SIZE, or both".into());
+    }
+    let max = max_size.map(|m| parse_size(&m).map_err(|e| e.to_string())).transpose()?;
+    let root = sessions_root()?;
+    let removed = session::gc(&root, older_than.map(Into::into), max, dry_run);
+    if json {
+        output::emit(&format!("{}\n", serde_json::json!({"dry_run": dry_run, "removed": removed})));
+    } else {
+        output::emit(&output::gc_text(&removed, dry_run));
+    }
+    Ok(0)
 }

@@ -9,7 +9,8 @@ use std::io::Write as _;
 use aether_journal::BPath;
 use aether_journal::journal::JournalContents;
 use aether_journal::record::{Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, XattrBefore};
-use aether_journal::session::Session;
+use aether_journal::review::{ProcessRun, Review};
+use aether_journal::session::{Collected, Session, SessionInfo};
 use aether_journal::undo::Report;
 
 /// Writes `text` to stdout; a closed pipe is not an error (`| head` is fine).
@@ -249,15 +250,259 @@ pub fn log_json(s: &Session, j: &JournalContents) -> String {
     format!("{doc}\n")
 }
 
+/// A byte count for people.
+pub fn size(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, scale) in UNITS {
+        if n >= scale {
+            return format!("{:.1} {unit}", n as f64 / scale as f64);
+        }
+    }
+    format!("{n} B")
+}
+
+/// Pipes text through the user's pager (`$PAGER`, or `less -FRX`), or prints it when there is
+/// none.
+pub fn page(text: &str) {
+    use std::process::{Command, Stdio};
+    let pager = std::env::var("PAGER").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "less -FRX".into());
+    match Command::new("sh").arg("-c").arg(&pager).stdin(Stdio::piped()).spawn() {
+        Ok(mut child) => {
+            if let Some(mut stdin) = child.stdin.take() {
+                let _ = stdin.write_all(text.as_bytes());
+            }
+            let _ = child.wait();
+        }
+        Err(_) => emit(text),
+    }
+}
+
+/// `sessions` as a table.
+pub fn sessions_text(infos: &[SessionInfo]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5}  COMMAND",
+        "ID", "STATE", "STARTED", "RECORDS", "CAPTURED", "IRREV"
+    );
+    for i in infos {
+        let cmd: Vec<String> = i.root_command.iter().map(escape).collect();
+        let _ = writeln!(
+            out,
+            "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5}  {}",
+            i.id,
+            i.state.name(),
+            i.created,
+            i.records,
+            size(i.bytes_captured),
+            i.irreversible,
+            cmd.join(" ")
+        );
+    }
+    if infos.is_empty() {
+        out.push_str("(no sessions)\n");
+    }
+    out
+}
+
+/// `gc`'s report.
+pub fn gc_text(removed: &[Collected], dry_run: bool) -> String {
+    let mut out = String::new();
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for c in removed {
+        let _ = writeln!(
+            out,
+            "{verb} {} ({}, {}): {}",
+            c.session.id,
+            c.session.state.name(),
+            size(c.session.bytes_total),
+            c.why
+        );
+    }
+    let total: u64 = removed.iter().map(|c| c.session.bytes_total).sum();
+    let _ = writeln!(
+        out,
+        "{} session(s), {}{}",
+        removed.len(),
+        size(total),
+        if dry_run { " (dry run: nothing removed)" } else { " freed" }
+    );
+    out
+}
+
+struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.on { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_string() }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    fn red(&self, s: &str) -> String {
+        self.wrap("31", s)
+    }
+    fn green(&self, s: &str) -> String {
+        self.wrap("32", s)
+    }
+    fn cyan(&self, s: &str) -> String {
+        self.wrap("36", s)
+    }
+    fn yellow(&self, s: &str) -> String {
+        self.wrap("33", s)
+    }
+}
+
+/// Escapes every line of a diff for the terminal (contents, like names, are the agent's).
+fn escape_text(s: &str) -> String {
+    escape(&BPath::from(s))
+}
+
+/// The human form of `review`.
+pub fn review_text(s: &Session, rv: &Review, stat_only: bool, colour: bool) -> String {
+    let p = Paint { on: colour };
+    let mut out = String::new();
+    let st = rv.stat();
+    let _ = writeln!(out, "{}", p.bold(&session_line(s)));
+    let _ = writeln!(
+        out,
+        "{} modified, {} created, {} deleted, {} renamed, {} metadata changes, {} network effects, {} processes, {} irreversible steps",
+        st.modified, st.created, st.deleted, st.renamed, st.metadata, st.network, st.processes, st.irreversible
+    );
+    let section = |out: &mut String, title: &str, n: usize| {
+        if n > 0 {
+            let _ = writeln!(out, "\n{}", p.bold(&format!("{title} ({n})")));
+        }
+    };
+    section(&mut out, "Modified", rv.modified.len());
+    for m in &rv.modified {
+        let _ = writeln!(out, "  {} {}", p.yellow("M"), escape(&m.path));
+        if let Some(note) = &m.note {
+            let _ = writeln!(out, "    ({note})");
+        }
+        if let Some(b) = &m.binary {
+            let before = match (b.before_size, &b.before_hash) {
+                (Some(sz), Some(h)) => format!("{sz} bytes, blake3 {}", &h[..16]),
+                _ => "unknown".into(),
+            };
+            let _ = writeln!(out, "    binary: {before} -> {} bytes, blake3 {}", b.after_size, &b.after_hash[..16]);
+        }
+        if let (Some(diff), false) = (&m.diff, stat_only) {
+            for line in diff.lines() {
+                let l = escape_text(line);
+                let painted = if line.starts_with("+++") || line.starts_with("---") {
+                    p.bold(&l)
+                } else if line.starts_with('+') {
+                    p.green(&l)
+                } else if line.starts_with('-') {
+                    p.red(&l)
+                } else if line.starts_with("@@") {
+                    p.cyan(&l)
+                } else {
+                    l
+                };
+                let _ = writeln!(out, "    {painted}");
+            }
+        }
+    }
+    section(&mut out, "Created", rv.created.len());
+    for c in &rv.created {
+        let sz = c.size.map(|s| format!(", {s} bytes")).unwrap_or_default();
+        let _ = writeln!(out, "  {} {} ({}{sz})", p.green("+"), escape(&c.path), c.kind);
+    }
+    section(&mut out, "Deleted", rv.deleted.len());
+    for d in &rv.deleted {
+        let sz = d.size.map(|s| format!(", {s} bytes")).unwrap_or_default();
+        let _ = writeln!(out, "  {} {} ({}{sz})", p.red("-"), escape(&d.path), d.kind);
+    }
+    section(&mut out, "Renamed", rv.renamed.len());
+    for r in &rv.renamed {
+        let repl = if r.replaced { " (replacing what was there)" } else { "" };
+        let _ = writeln!(out, "  {} {} -> {}{repl}", p.cyan("R"), escape(&r.from), escape(&r.to));
+    }
+    section(&mut out, "Metadata", rv.metadata.len());
+    for m in &rv.metadata {
+        let _ = writeln!(out, "  ~ {}: {}", escape(&m.path), m.changes.join(", "));
+    }
+    section(&mut out, "Network", rv.network.len());
+    for n in &rv.network {
+        let res = n.result.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
+        let _ = writeln!(out, "  {} {}{res} by {} [pid {}]", n.kind, n.endpoint, escape(&n.prog), n.pid);
+    }
+    section(&mut out, "Processes", rv.processes.len());
+    if !stat_only {
+        out.push_str(&process_tree(&rv.processes));
+    }
+    section(&mut out, "Irreversible and unobserved steps", rv.irreversible.len());
+    for i in &rv.irreversible {
+        let _ = writeln!(out, "  {} #{} {}", p.red("!"), i.seq, escape_text(&i.what));
+    }
+    out
+}
+
+fn process_tree(procs: &[ProcessRun]) -> String {
+    use std::collections::BTreeMap;
+    let by_pid: BTreeMap<u32, &ProcessRun> = procs.iter().map(|p| (p.pid, p)).collect();
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for p in procs {
+        if p.ppid != p.pid && by_pid.contains_key(&p.ppid) {
+            children.entry(p.ppid).or_default().push(p.pid);
+        } else {
+            roots.push(p.pid);
+        }
+    }
+    fn walk(
+        out: &mut String,
+        pid: u32,
+        depth: usize,
+        by_pid: &BTreeMap<u32, &ProcessRun>,
+        children: &BTreeMap<u32, Vec<u32>>,
+    ) {
+        let p = by_pid[&pid];
+        let what = match p.execs.last() {
+            Some(argv) => argv.iter().map(escape).collect::<Vec<_>>().join(" "),
+            None => escape(&p.prog),
+        };
+        let changes = if p.changes > 0 { format!("  [{} change(s)]", p.changes) } else { String::new() };
+        let _ = writeln!(out, "  {}pid {pid}: {what}{changes}", "  ".repeat(depth));
+        for &c in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            walk(out, c, depth + 1, by_pid, children);
+        }
+    }
+    let mut out = String::new();
+    for r in roots {
+        walk(&mut out, r, 0, &by_pid, &children);
+    }
+    out
+}
+
+/// The JSON form of `review` (paths exact: a string, or `{"b64": ...}`).
+pub fn review_json(s: &Session, rv: &Review) -> String {
+    let mut v = serde_json::to_value(rv).unwrap_or_default();
+    v["session"] = serde_json::to_value(s.header()).unwrap_or_default();
+    v["dir"] = s.dir().to_string_lossy().into_owned().into();
+    v["state"] = s.state().name().into();
+    v["summary"] = serde_json::to_value(rv.stat()).unwrap_or_default();
+    format!("{v}\n")
+}
+
 /// The human form of an undo report.
-pub fn report_text(s: &Session, r: &Report) -> String {
+pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     let mut out = String::new();
     let h = s.header();
     if r.already_undone {
         let _ = writeln!(out, "session {} was already undone; nothing was changed.", h.id);
         return out;
     }
-    let verb = if r.dry_run { "Dry run of undo for" } else { "Undo of" };
+    let verb = match (r.dry_run, selective) {
+        (true, true) => "Dry run of a selective undo of",
+        (true, false) => "Dry run of undo for",
+        (false, true) => "Selective undo of",
+        (false, false) => "Undo of",
+    };
     let _ = writeln!(out, "{verb} session {} ({})", h.id, s.dir().display());
     for o in &r.outcomes {
         let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());

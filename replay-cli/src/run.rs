@@ -140,7 +140,19 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
     let exec = Op::Exec { program, argv, cwd: BPath::from(cwd.as_path()), child: Some(child.id()) };
     let _ = s.append(&own_record(first + 1, exec));
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
-    let records = s.read_journal().map(|j| j.records.len()).unwrap_or(0);
+    // Seal: the after-state of every touched path, so that undo can tell later edits apart.
+    let journal = s.read_journal().map_err(|e| e.to_string())?;
+    let pb = crate::progress_bar(journal.records.len() as u64, "sealing");
+    let seal = aether_journal::seal::take_seal(&journal, &s.blobs_dir(), || pb.inc(1));
+    pb.finish_and_clear();
+    let sealed = serde_json::to_vec_pretty(&seal).map_err(|e| e.to_string())?;
+    if let Err(e) = session::write_atomically(&s.dir().join(aether_journal::seal::SEAL_FILE), &sealed) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "aether-journal: warning: the session could not be sealed ({e}); undo will use a weaker check for later changes"
+        );
+    }
+    let records = journal.records.len();
     let _ = writeln!(
         std::io::stderr(),
         "aether-journal: {records} step(s) journaled in {}; review with `aether-journal log --journal {0}`, rewind with `aether-journal undo --journal {0}`",

@@ -1,0 +1,563 @@
+//! What a session did, summarised for the one question the user has to answer: keep it, or
+//! rewind it. Net effects per path (prior state from the oldest record, current state from the
+//! file system), grouped: modified (with a unified diff of prior and current contents),
+//! created, deleted, renamed, metadata changes, network endpoints, processes run, and every
+//! step that no undo can reverse.
+//!
+//! What this module cannot do: diff contents it did not keep. A file journaled irreversible, or
+//! whose capture kept only its length before an append, is shown with what is known (sizes, the
+//! reason), never with invented bytes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::bpath::BPath;
+use crate::journal::JournalContents;
+use crate::record::{Before, ConnectResult, MetaKind, Node, Op, Record, Snapshot};
+use crate::seal::AfterState;
+
+/// A path whose contents changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Modified {
+    /// The path.
+    pub path: BPath,
+    /// Unified diff of prior and current contents, when both are text.
+    pub diff: Option<String>,
+    /// Sizes and hashes, when either side is binary (or unknown).
+    pub binary: Option<BinaryChange>,
+    /// What the review could not show, and why.
+    pub note: Option<String>,
+}
+
+/// Sizes and hashes of a binary change.
+#[derive(Clone, Debug, Serialize)]
+pub struct BinaryChange {
+    /// Prior size, when known.
+    pub before_size: Option<u64>,
+    /// Current size.
+    pub after_size: u64,
+    /// Prior BLAKE3, when known.
+    pub before_hash: Option<String>,
+    /// Current BLAKE3.
+    pub after_hash: String,
+}
+
+/// A path that did not exist before the session.
+#[derive(Clone, Debug, Serialize)]
+pub struct Created {
+    /// The path.
+    pub path: BPath,
+    /// What it is now.
+    pub kind: String,
+    /// Its size, for a file.
+    pub size: Option<u64>,
+}
+
+/// A path that no longer exists.
+#[derive(Clone, Debug, Serialize)]
+pub struct Deleted {
+    /// The path.
+    pub path: BPath,
+    /// What it was.
+    pub kind: String,
+    /// Its size, for a file.
+    pub size: Option<u64>,
+}
+
+/// A move of a path that existed before the session.
+#[derive(Clone, Debug, Serialize)]
+pub struct Renamed {
+    /// Where it was.
+    pub from: BPath,
+    /// Where it is.
+    pub to: BPath,
+    /// Whether it replaced something that was at `to`.
+    pub replaced: bool,
+}
+
+/// A metadata change on a path whose contents did not change.
+#[derive(Clone, Debug, Serialize)]
+pub struct MetadataChange {
+    /// The path.
+    pub path: BPath,
+    /// What changed, in words (`mode 644 -> 600`).
+    pub changes: Vec<String>,
+}
+
+/// A network effect.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetworkEffect {
+    /// `connect` or `send`.
+    pub kind: String,
+    /// The endpoint.
+    pub endpoint: String,
+    /// For connects: `ok`, `in_progress`, or `failed`.
+    pub result: Option<String>,
+    /// Who.
+    pub pid: u32,
+    /// Which program.
+    pub prog: BPath,
+}
+
+/// A process the session ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessRun {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// The programs it ran, in order, with their arguments.
+    pub execs: Vec<Vec<BPath>>,
+    /// Its program (from its records).
+    pub prog: BPath,
+    /// How many changes it journaled.
+    pub changes: usize,
+}
+
+/// A step no undo can reverse.
+#[derive(Clone, Debug, Serialize)]
+pub struct IrreversibleStep {
+    /// Its record.
+    pub seq: u64,
+    /// What it was and why it cannot be reversed.
+    pub what: String,
+}
+
+/// The whole review.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Review {
+    /// Files whose contents changed.
+    pub modified: Vec<Modified>,
+    /// Paths created.
+    pub created: Vec<Created>,
+    /// Paths deleted.
+    pub deleted: Vec<Deleted>,
+    /// Paths moved.
+    pub renamed: Vec<Renamed>,
+    /// Metadata-only changes.
+    pub metadata: Vec<MetadataChange>,
+    /// Connections and datagrams.
+    pub network: Vec<NetworkEffect>,
+    /// Processes.
+    pub processes: Vec<ProcessRun>,
+    /// Steps no undo can reverse (unobserved programs included).
+    pub irreversible: Vec<IrreversibleStep>,
+}
+
+/// Counts for `--stat`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stat {
+    /// Modified files.
+    pub modified: usize,
+    /// Created paths.
+    pub created: usize,
+    /// Deleted paths.
+    pub deleted: usize,
+    /// Renamed paths.
+    pub renamed: usize,
+    /// Metadata changes.
+    pub metadata: usize,
+    /// Network effects.
+    pub network: usize,
+    /// Processes.
+    pub processes: usize,
+    /// Irreversible steps.
+    pub irreversible: usize,
+}
+
+impl Review {
+    /// The counts.
+    pub fn stat(&self) -> Stat {
+        Stat {
+            modified: self.modified.len(),
+            created: self.created.len(),
+            deleted: self.deleted.len(),
+            renamed: self.renamed.len(),
+            metadata: self.metadata.len(),
+            network: self.network.len(),
+            processes: self.processes.len(),
+            irreversible: self.irreversible.len(),
+        }
+    }
+}
+
+fn kind_of(s: &AfterState) -> &'static str {
+    match s {
+        AfterState::Absent => "nothing",
+        AfterState::File { .. } => "file",
+        AfterState::Dir { .. } => "directory",
+        AfterState::Symlink { .. } => "symlink",
+        AfterState::Other { .. } => "special file",
+    }
+}
+
+fn snapshot_kind(s: &Snapshot) -> &'static str {
+    match s.node {
+        Node::File { .. } | Node::Prefix { .. } => "file",
+        Node::Dir => "directory",
+        Node::Symlink { .. } => "symlink",
+        Node::Special { .. } => "special file",
+    }
+}
+
+/// What a path was before the session, as the oldest record touching it says.
+#[derive(Clone, Debug)]
+enum Prior<'a> {
+    Absent,
+    Known(&'a Snapshot),
+    /// It existed (the source of a rename), nothing more is known.
+    Existed,
+    Unknown(String),
+}
+
+fn priors<'a>(journal: &'a JournalContents) -> Vec<(BPath, Prior<'a>)> {
+    let mut out: Vec<(BPath, Prior<'a>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |p: &BPath, prior: Prior<'a>| {
+        if seen.insert(p.clone()) {
+            out.push((p.clone(), prior));
+        }
+    };
+    fn of(b: &Before) -> Prior<'_> {
+        match b {
+            Before::Absent => Prior::Absent,
+            Before::Contents(s) => Prior::Known(s),
+            Before::Irreversible { reason } => Prior::Unknown(reason.to_string()),
+        }
+    }
+    for r in &journal.records {
+        match &r.op {
+            Op::Change { path, before } => add(path, of(before)),
+            Op::Rename { from, to, to_before, .. } => {
+                add(from, Prior::Existed);
+                add(to, of(to_before));
+            }
+            Op::Meta { path, .. } => add(path, Prior::Existed),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn is_text(b: &[u8]) -> bool {
+    !b.contains(&0) && std::str::from_utf8(b).is_ok()
+}
+
+/// The prior bytes of a file snapshot, read from the store (never trusted blindly: a copy is
+/// checked against its recorded hash).
+fn prior_bytes(blobs: &Path, s: &Snapshot, current: &[u8]) -> Result<Vec<u8>, String> {
+    match &s.node {
+        Node::File { blob, hash, .. } => {
+            let bytes =
+                std::fs::read(blobs.join(blob)).map_err(|e| format!("its prior contents cannot be read ({e})"))?;
+            if hash.as_ref().is_some_and(|h| *h != blake3::hash(&bytes).to_hex().to_string()) {
+                return Err("its captured contents do not match their recorded hash".into());
+            }
+            Ok(bytes)
+        }
+        Node::Prefix { len } => {
+            let len = *len as usize;
+            if current.len() >= len {
+                Ok(current[..len].to_vec())
+            } else {
+                Err("it is shorter than before the session".into())
+            }
+        }
+        _ => Err("it was not a regular file".into()),
+    }
+}
+
+fn under(p: &BPath, limits: &[BPath]) -> bool {
+    limits.is_empty() || limits.iter().any(|l| p.starts_with_dir(l.as_bytes()))
+}
+
+fn meta_changes(prior: &Snapshot, now: &AfterState) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mode, uid, gid) = match now {
+        AfterState::File { mode, uid, gid, .. } | AfterState::Dir { mode, uid, gid, .. } => (*mode, *uid, *gid),
+        _ => return out,
+    };
+    if mode != prior.mode {
+        out.push(format!("mode {:o} -> {mode:o}", prior.mode));
+    }
+    if (uid, gid) != (prior.uid, prior.gid) {
+        out.push(format!("owner {}:{} -> {uid}:{gid}", prior.uid, prior.gid));
+    }
+    out
+}
+
+/// Builds the review of a session from its journal, its store and the file system now.
+/// `limits` (absolute paths) restricts the path sections to those paths and what lies beneath.
+pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut progress: impl FnMut()) -> Review {
+    let mut rv = Review::default();
+    let mut state_now: HashMap<BPath, AfterState> = HashMap::new();
+    let priors = priors(journal);
+    for (p, _) in &priors {
+        if let Ok(s) = AfterState::of(p.as_bytes()) {
+            state_now.insert(p.clone(), s);
+        }
+    }
+    // Renames of something that existed before the session to a name that holds it now.
+    let mut renamed_from = std::collections::HashSet::new();
+    let mut renamed_to = std::collections::HashSet::new();
+    let prior_of: HashMap<&BPath, &Prior<'_>> = priors.iter().map(|(p, pr)| (p, pr)).collect();
+    for r in &journal.records {
+        if let Op::Rename { from, to, to_before, .. } = &r.op {
+            let from_existed = !matches!(prior_of.get(from), Some(Prior::Absent));
+            let from_gone = matches!(state_now.get(from), Some(AfterState::Absent));
+            let to_there = !matches!(state_now.get(to), Some(AfterState::Absent) | None);
+            if from_existed
+                && from_gone
+                && to_there
+                && !renamed_from.contains(from)
+                && (under(from, limits) || under(to, limits))
+            {
+                let replaced = !matches!(to_before, Before::Absent);
+                rv.renamed.push(Renamed { from: from.clone(), to: to.clone(), replaced });
+                renamed_from.insert(from.clone());
+                renamed_to.insert(to.clone());
+            }
+        }
+    }
+    for (path, prior) in &priors {
+        progress();
+        if !under(path, limits) || renamed_from.contains(path) {
+            continue;
+        }
+        let Some(now) = state_now.get(path) else { continue };
+        match (prior, now) {
+            (Prior::Absent, AfterState::Absent) => {}
+            (Prior::Absent, n) => {
+                if !renamed_to.contains(path) {
+                    let size = if let AfterState::File { size, .. } = n { Some(*size) } else { None };
+                    rv.created.push(Created { path: path.clone(), kind: kind_of(n).into(), size });
+                }
+            }
+            (Prior::Known(s), AfterState::Absent) => {
+                let size = match s.node {
+                    Node::File { size, .. } => Some(size),
+                    Node::Prefix { len } => Some(len),
+                    _ => None,
+                };
+                rv.deleted.push(Deleted { path: path.clone(), kind: snapshot_kind(s).into(), size });
+            }
+            (Prior::Existed, AfterState::Absent) => {
+                rv.deleted.push(Deleted { path: path.clone(), kind: "unknown".into(), size: None });
+            }
+            (Prior::Unknown(why), n) => {
+                if !matches!(n, AfterState::Absent) || !renamed_to.contains(path) {
+                    let note = Some(format!("its prior state was not kept: {why}"));
+                    rv.modified.push(Modified { path: path.clone(), diff: None, binary: None, note });
+                }
+            }
+            (Prior::Known(s), now @ AfterState::File { size, hash, .. })
+                if matches!(s.node, Node::File { .. } | Node::Prefix { .. }) =>
+            {
+                let current = std::fs::read(path.as_path()).unwrap_or_default();
+                match prior_bytes(blobs, s, &current) {
+                    Ok(before) if before == current => {
+                        let changes = meta_changes(s, now);
+                        if !changes.is_empty() {
+                            rv.metadata.push(MetadataChange { path: path.clone(), changes });
+                        }
+                    }
+                    Ok(before) if is_text(&before) && is_text(&current) => {
+                        let diff = similar::TextDiff::from_lines(
+                            std::str::from_utf8(&before).unwrap_or_default(),
+                            std::str::from_utf8(&current).unwrap_or_default(),
+                        );
+                        let name = path.display_lossy();
+                        let text = diff
+                            .unified_diff()
+                            .context_radius(3)
+                            .header(&format!("a{name}"), &format!("b{name}"))
+                            .to_string();
+                        rv.modified.push(Modified { path: path.clone(), diff: Some(text), binary: None, note: None });
+                        let changes = meta_changes(s, now);
+                        if !changes.is_empty() {
+                            rv.metadata.push(MetadataChange { path: path.clone(), changes });
+                        }
+                    }
+                    Ok(before) => {
+                        let binary = BinaryChange {
+                            before_size: Some(before.len() as u64),
+                            after_size: *size,
+                            before_hash: Some(blake3::hash(&before).to_hex().to_string()),
+                            after_hash: hash.clone(),
+                        };
+                        rv.modified.push(Modified { path: path.clone(), diff: None, binary: Some(binary), note: None });
+                    }
+                    Err(why) => {
+                        let binary = BinaryChange {
+                            before_size: None,
+                            after_size: *size,
+                            before_hash: None,
+                            after_hash: hash.clone(),
+                        };
+                        rv.modified.push(Modified {
+                            path: path.clone(),
+                            diff: None,
+                            binary: Some(binary),
+                            note: Some(why),
+                        });
+                    }
+                }
+            }
+            (Prior::Known(s), now) => {
+                let was = snapshot_kind(s);
+                let is = kind_of(now);
+                if was != is {
+                    let note = Some(format!("it was a {was} and is a {is} now"));
+                    rv.modified.push(Modified { path: path.clone(), diff: None, binary: None, note });
+                } else if let (Node::Symlink { target }, AfterState::Symlink { target: now_t }) = (&s.node, now) {
+                    if target != now_t {
+                        let note =
+                            Some(format!("symlink target {} -> {}", target.display_lossy(), now_t.display_lossy()));
+                        rv.modified.push(Modified { path: path.clone(), diff: None, binary: None, note });
+                    }
+                } else {
+                    let changes = meta_changes(s, now);
+                    if !changes.is_empty() {
+                        rv.metadata.push(MetadataChange { path: path.clone(), changes });
+                    }
+                }
+            }
+            (Prior::Existed, _) => {}
+        }
+    }
+    // Metadata records on paths whose contents the session did not otherwise change.
+    let mut meta_first: BTreeMap<BPath, (&Record, crate::record::MetaBefore)> = BTreeMap::new();
+    for r in &journal.records {
+        if let Op::Meta { path, before } = &r.op {
+            meta_first.entry(path.clone()).or_insert((r, before.clone()));
+        }
+    }
+    for (path, (_, m)) in meta_first {
+        if !under(&path, limits)
+            || rv.metadata.iter().any(|x| x.path == path)
+            || rv.modified.iter().any(|x| x.path == path)
+        {
+            continue;
+        }
+        if !matches!(prior_of.get(&path), Some(Prior::Existed)) {
+            continue;
+        }
+        let now = state_now.get(&path);
+        let mut changes = Vec::new();
+        match (m.what, now) {
+            (MetaKind::Mode, Some(AfterState::File { mode, .. } | AfterState::Dir { mode, .. })) if *mode != m.mode => {
+                changes.push(format!("mode {:o} -> {mode:o}", m.mode));
+            }
+            (MetaKind::Owner, Some(AfterState::File { uid, gid, .. } | AfterState::Dir { uid, gid, .. }))
+                if (*uid, *gid) != (m.uid, m.gid) =>
+            {
+                changes.push(format!("owner {}:{} -> {uid}:{gid}", m.uid, m.gid));
+            }
+            (MetaKind::Times, _) => {
+                if let Ok(st) = rustix::fs::lstat(path.as_path()) {
+                    if [st.st_mtime, st.st_mtime_nsec as i64] != m.mtime {
+                        changes.push("modification time changed".into());
+                    }
+                }
+            }
+            (MetaKind::Xattr, _) => {
+                if let Some(x) = &m.xattr {
+                    let now = crate::capture::xattr_value(path.as_bytes(), x.name.as_bytes()).ok().flatten();
+                    if now.as_deref() != x.value.as_ref().map(|v| v.0.as_slice()) {
+                        changes.push(format!("extended attribute {} changed", x.name.display_lossy()));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if !changes.is_empty() {
+            rv.metadata.push(MetadataChange { path, changes });
+        }
+    }
+    // Effects, processes, irreversible steps.
+    let mut procs: BTreeMap<u32, ProcessRun> = BTreeMap::new();
+    for r in &journal.records {
+        let p = procs.entry(r.pid).or_insert_with(|| ProcessRun {
+            pid: r.pid,
+            ppid: r.ppid,
+            execs: Vec::new(),
+            prog: r.prog.clone(),
+            changes: 0,
+        });
+        match &r.op {
+            Op::Exec { argv, child: None, .. } => p.execs.push(argv.clone()),
+            Op::Exec { argv, child: Some(c), .. } => {
+                let parent = r.pid;
+                procs
+                    .entry(*c)
+                    .or_insert_with(|| ProcessRun {
+                        pid: *c,
+                        ppid: parent,
+                        execs: Vec::new(),
+                        prog: BPath::default(),
+                        changes: 0,
+                    })
+                    .execs
+                    .insert(0, argv.clone());
+            }
+            Op::Change { .. } | Op::Rename { .. } | Op::Meta { .. } => p.changes += 1,
+            Op::Connect { peer, result } => rv.network.push(NetworkEffect {
+                kind: "connect".into(),
+                endpoint: peer.to_string(),
+                result: Some(
+                    match result {
+                        ConnectResult::Ok => "ok",
+                        ConnectResult::InProgress => "in_progress",
+                        ConnectResult::Failed { .. } => "failed",
+                    }
+                    .into(),
+                ),
+                pid: r.pid,
+                prog: r.prog.clone(),
+            }),
+            Op::Send { peer } => rv.network.push(NetworkEffect {
+                kind: "send".into(),
+                endpoint: peer.to_string(),
+                result: None,
+                pid: r.pid,
+                prog: r.prog.clone(),
+            }),
+            _ => {}
+        }
+    }
+    rv.processes = procs.into_values().collect();
+    let failed: std::collections::HashSet<u64> = journal
+        .records
+        .iter()
+        .filter_map(|r| if let Op::CallFailed { of_seq, .. } = r.op { Some(of_seq) } else { None })
+        .collect();
+    for r in journal.records.iter().filter(|r| r.irreversible() && !failed.contains(&r.seq)) {
+        rv.irreversible.push(IrreversibleStep { seq: r.seq, what: irreversible_what(r) });
+    }
+    for p in &journal.problems {
+        rv.irreversible.push(IrreversibleStep { seq: p.seq().unwrap_or(0), what: p.describe() });
+    }
+    rv
+}
+
+fn irreversible_what(r: &Record) -> String {
+    let prog = r.prog.display_lossy();
+    match &r.op {
+        Op::Change { path, before: Before::Irreversible { reason } } => {
+            format!("{} {}: {reason}", r.call, path.display_lossy())
+        }
+        Op::Rename { to, to_before: Before::Irreversible { reason }, .. } => {
+            format!("{} over {}: {reason}", r.call, to.display_lossy())
+        }
+        Op::Connect { peer, .. } => format!("{prog} connected to {peer}"),
+        Op::Send { peer } => format!("{prog} sent data to {peer}"),
+        Op::Signal { target, signal, target_prog, .. } => format!(
+            "{prog} sent signal {signal} to process {target}{} outside the session",
+            target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default()
+        ),
+        Op::Unobserved { program, reason } => format!("{} ran unobserved: {reason}", program.display_lossy()),
+        _ => format!("{} (record {})", r.call, r.seq),
+    }
+}

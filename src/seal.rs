@@ -1,0 +1,326 @@
+//! The seal: the after-state of every path a session touched, taken when `aether-journal run`
+//! ends. Undo compares each path with it before restoring, so that a change made since (by
+//! the user, another agent, another session) is reported as a conflict instead of clobbered.
+//!
+//! The seal also records the BLAKE3 hash of every blob captured without one (hard-linked and
+//! cloned captures are not hashed on the hot path), so that they too are verified before they
+//! are put back.
+//!
+//! What this module cannot do: seal a session whose processes are still running (a raw
+//! `LD_PRELOAD` session has no end that `run` sees). Such sessions are checked against what
+//! their newest records imply ([`Expectation`]), which catches replaced and removed paths but
+//! not a file edited in place; undo says so.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::bpath::BPath;
+use crate::capture::{hash_fd, ident_of};
+use crate::journal::JournalContents;
+use crate::record::{Before, CaptureHow, Ident, Node, Op};
+
+/// Seal file name inside a session directory.
+pub const SEAL_FILE: &str = "seal.json";
+/// Seal format version.
+pub const SEAL_VERSION: u32 = 1;
+
+/// What a path was when the session ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AfterState {
+    /// Nothing there.
+    Absent,
+    /// A regular file.
+    File {
+        /// Identity.
+        ident: Ident,
+        /// Size.
+        size: u64,
+        /// BLAKE3 of the content.
+        hash: String,
+        /// Permission bits.
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// A directory.
+    Dir {
+        /// Identity.
+        ident: Ident,
+        /// Permission bits.
+        mode: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// A symlink.
+    Symlink {
+        /// Its target.
+        target: BPath,
+    },
+    /// Anything else (FIFO, socket, device).
+    Other {
+        /// Identity.
+        ident: Ident,
+        /// Permission bits.
+        mode: u32,
+    },
+}
+
+impl AfterState {
+    /// The state of `path` now, without following a final symlink.
+    pub fn of(path: &[u8]) -> io::Result<AfterState> {
+        let st = match rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => return Ok(AfterState::Absent),
+            Err(e) => return Err(e.into()),
+        };
+        let (mode, uid, gid, ident) = (st.st_mode & 0o7777, st.st_uid, st.st_gid, ident_of(&st));
+        Ok(match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {
+                let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+                let (hash, size) = match rustix::fs::openat(CWD, path, flags, Mode::empty()) {
+                    Ok(fd) => hash_fd(fd.as_fd())?,
+                    // Not readable by us: its size and times stand in for its contents.
+                    Err(rustix::io::Errno::ACCESS) => {
+                        let size = st.st_size as u64;
+                        let stamp = format!(
+                            "unreadable:{size}:{}.{}:{}.{}",
+                            st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec
+                        );
+                        (stamp, size)
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                AfterState::File { ident, size, hash, mode, uid, gid }
+            }
+            FileType::Directory => AfterState::Dir { ident, mode, uid, gid },
+            FileType::Symlink => {
+                AfterState::Symlink { target: BPath::new(rustix::fs::readlinkat(CWD, path, Vec::new())?.into_bytes()) }
+            }
+            _ => AfterState::Other { ident, mode },
+        })
+    }
+
+    /// What differs between `self` (sealed) and `now`, in words; `None` when nothing does.
+    pub fn difference(&self, now: &AfterState) -> Option<String> {
+        use AfterState::*;
+        let kind = |s: &AfterState| match s {
+            Absent => "nothing",
+            File { .. } => "a regular file",
+            Dir { .. } => "a directory",
+            Symlink { .. } => "a symlink",
+            Other { .. } => "a special file",
+        };
+        match (self, now) {
+            (Absent, Absent) => None,
+            (
+                File { ident: i1, hash: h1, size: s1, mode: m1, uid: u1, gid: g1 },
+                File { ident: i2, hash: h2, size: s2, mode: m2, uid: u2, gid: g2 },
+            ) => {
+                let mut what = Vec::new();
+                if h1 != h2 {
+                    what.push(format!("its contents changed ({s1} -> {s2} bytes)"));
+                }
+                if i1 != i2 {
+                    what.push("it was replaced by another file".to_string());
+                }
+                if m1 != m2 {
+                    what.push(format!("its mode changed ({m1:o} -> {m2:o})"));
+                }
+                if (u1, g1) != (u2, g2) {
+                    what.push(format!("its owner changed ({u1}:{g1} -> {u2}:{g2})"));
+                }
+                (!what.is_empty()).then(|| what.join(", "))
+            }
+            (Dir { ident: i1, mode: m1, uid: u1, gid: g1 }, Dir { ident: i2, mode: m2, uid: u2, gid: g2 }) => {
+                let mut what = Vec::new();
+                if i1 != i2 {
+                    what.push("it was replaced by another directory".to_string());
+                }
+                if m1 != m2 {
+                    what.push(format!("its mode changed ({m1:o} -> {m2:o})"));
+                }
+                if (u1, g1) != (u2, g2) {
+                    what.push(format!("its owner changed ({u1}:{g1} -> {u2}:{g2})"));
+                }
+                (!what.is_empty()).then(|| what.join(", "))
+            }
+            (Symlink { target: t1 }, Symlink { target: t2 }) => {
+                (t1 != t2).then(|| format!("its target changed ({} -> {})", t1.display_lossy(), t2.display_lossy()))
+            }
+            (Other { ident: i1, mode: m1 }, Other { ident: i2, mode: m2 }) => {
+                (i1 != i2 || m1 != m2).then(|| "it was replaced or its mode changed".to_string())
+            }
+            (a, b) => Some(format!("it was {} when the session ended and is {} now", kind(a), kind(b))),
+        }
+    }
+}
+
+/// A session's seal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seal {
+    /// Format version.
+    pub version: u32,
+    /// When it was taken (RFC 3339).
+    pub sealed: String,
+    /// After-state of every touched path (a list, since paths are bytes).
+    pub paths: Vec<(BPath, AfterState)>,
+    /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures).
+    pub blob_hashes: BTreeMap<String, String>,
+}
+
+impl Seal {
+    /// The sealed after-state of a path.
+    pub fn state_of(&self, path: &BPath) -> Option<&AfterState> {
+        self.paths.iter().find(|(p, _)| p == path).map(|(_, s)| s)
+    }
+
+    /// Reads a session's seal, if it has one.
+    pub fn read(session_dir: &Path) -> io::Result<Option<Seal>> {
+        match std::fs::read(session_dir.join(SEAL_FILE)) {
+            Ok(text) => serde_json::from_slice(&text).map(Some).map_err(io::Error::other),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Every path a journal's records touch, in record order, without duplicates.
+pub fn touched_paths(journal: &JournalContents) -> Vec<BPath> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let mut add = |p: &BPath| {
+        if seen.insert(p.clone()) {
+            out.push(p.clone());
+        }
+    };
+    for r in &journal.records {
+        match &r.op {
+            Op::Change { path, .. } | Op::Meta { path, .. } => add(path),
+            Op::Rename { from, to, .. } => {
+                add(from);
+                add(to);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Takes the seal of a session whose processes have all ended: the after-state of every path
+/// it touched, and the hashes of its unhashed blobs. `progress` is called once per item.
+pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl FnMut()) -> Seal {
+    let mut paths = Vec::new();
+    for p in touched_paths(journal) {
+        // A path that cannot be read is left out: undo then checks it the weaker way.
+        if let Ok(state) = AfterState::of(p.as_bytes()) {
+            paths.push((p, state));
+        }
+        progress();
+    }
+    let mut blob_hashes = BTreeMap::new();
+    for r in &journal.records {
+        let befores: Vec<&Before> = match &r.op {
+            Op::Change { before, .. } => vec![before],
+            Op::Rename { to_before, .. } => vec![to_before],
+            _ => vec![],
+        };
+        for b in befores {
+            if let Before::Contents(s) = b {
+                if let Node::File { blob, hash: None, how: CaptureHow::Link | CaptureHow::Reflink, .. } = &s.node {
+                    let path = blobs_dir.join(blob);
+                    if let Ok(f) = std::fs::File::open(&path) {
+                        if let Ok((h, _)) = hash_fd(&f) {
+                            blob_hashes.insert(blob.clone(), h);
+                        }
+                    }
+                    progress();
+                }
+            }
+        }
+    }
+    Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes }
+}
+
+/// What an unsealed session's newest record on a path allows that path to be now. A record does
+/// not say whether its call succeeded, so both outcomes are allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expectation {
+    /// Nothing can be said (a create: absent if it failed, anything if it succeeded).
+    Unknown,
+    /// The path may be one of these inodes (any, when empty), or absent when allowed.
+    Allowed {
+        /// Identities it may have.
+        idents: Vec<Ident>,
+        /// Whether it may be absent.
+        may_be_absent: bool,
+    },
+}
+
+/// The expectation the newest record touching `path` implies (the weaker check for unsealed
+/// sessions).
+pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
+    let ident_of_before = |b: &Before| match b {
+        Before::Contents(s) => Some(s.ident),
+        _ => None,
+    };
+    for r in journal.records.iter().rev() {
+        match &r.op {
+            Op::Change { path: p, before } if p == path => {
+                return match ident_of_before(before) {
+                    // Written in place (same inode), removed, or the call failed (same inode).
+                    Some(id) => Expectation::Allowed { idents: vec![id], may_be_absent: true },
+                    None => Expectation::Unknown,
+                };
+            }
+            Op::Meta { path: p, before } if p == path => {
+                return Expectation::Allowed { idents: vec![before.ident], may_be_absent: false };
+            }
+            Op::Rename { from, to, moved, flags, to_before } if to == path || from == path => {
+                if flags & 2 != 0 {
+                    return Expectation::Unknown;
+                }
+                let mut idents: Vec<Ident> = moved.iter().copied().collect();
+                if to == path {
+                    idents.extend(ident_of_before(to_before));
+                    let may_be_absent = ident_of_before(to_before).is_none();
+                    return Expectation::Allowed { idents, may_be_absent };
+                }
+                return Expectation::Allowed { idents, may_be_absent: true };
+            }
+            _ => {}
+        }
+    }
+    Expectation::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_states_describe_what_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, b"one").unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        let pb = p.as_os_str().as_bytes();
+        let sealed = AfterState::of(pb).unwrap();
+        assert_eq!(sealed.difference(&AfterState::of(pb).unwrap()), None);
+        std::fs::write(&p, b"three").unwrap();
+        let d = sealed.difference(&AfterState::of(pb).unwrap()).unwrap();
+        assert!(d.contains("contents changed (3 -> 5 bytes)"), "{d}");
+        std::fs::remove_file(&p).unwrap();
+        let d = sealed.difference(&AfterState::of(pb).unwrap()).unwrap();
+        assert!(d.contains("a regular file when the session ended and is nothing now"), "{d}");
+    }
+}

@@ -1,0 +1,182 @@
+//! Choosing which records a selective undo reverses: the records about some paths (or whole
+//! subtrees), the newest N records, or everything one process and its descendants did.
+//!
+//! A selection is closed over what it needs to make sense: restoring a file inside a directory
+//! that a later step removed brings that directory back too. What a selection cannot repair
+//! (a parent moved away by a rename that is not selected) is reported by the undo itself, step
+//! by step.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::bpath::BPath;
+use crate::journal::JournalContents;
+use crate::record::{Before, Node, Op, Record};
+
+/// What a selective undo covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// Records about these paths or anything beneath them (absolute paths).
+    Paths(Vec<BPath>),
+    /// The newest N records.
+    Last(usize),
+    /// Records made by this process and its descendants.
+    Pid(u32),
+}
+
+/// The paths a record is about.
+pub fn record_paths(r: &Record) -> Vec<&BPath> {
+    match &r.op {
+        Op::Change { path, .. } | Op::Meta { path, .. } => vec![path],
+        Op::Rename { from, to, .. } => vec![from, to],
+        _ => vec![],
+    }
+}
+
+fn ancestors(p: &BPath) -> Vec<BPath> {
+    let mut out = Vec::new();
+    let mut cur = p.clone();
+    while let Some((parent, _)) = cur.split_parent() {
+        let parent = BPath::new(parent.to_vec());
+        if parent.as_bytes() == b"/" {
+            break;
+        }
+        out.push(parent.clone());
+        cur = parent;
+    }
+    out
+}
+
+/// The processes a pid covers: itself and every descendant the journal knows of.
+fn descendants(journal: &JournalContents, root: u32) -> HashSet<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for r in &journal.records {
+        if r.ppid != r.pid {
+            children.entry(r.ppid).or_default().push(r.pid);
+        }
+        if let Op::Exec { child: Some(c), .. } = r.op {
+            children.entry(r.pid).or_default().push(c);
+        }
+    }
+    let mut out = HashSet::from([root]);
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+            if out.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The sequence numbers a selection covers, closed over the directories its paths need.
+pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
+    let mut chosen: BTreeSet<u64> = match sel {
+        Selection::Paths(paths) => journal
+            .records
+            .iter()
+            .filter(|r| record_paths(r).iter().any(|rp| paths.iter().any(|p| rp.starts_with_dir(p.as_bytes()))))
+            .map(|r| r.seq)
+            .collect(),
+        Selection::Last(n) => journal.records.iter().rev().take(*n).map(|r| r.seq).collect(),
+        Selection::Pid(pid) => {
+            let pids = descendants(journal, *pid);
+            journal.records.iter().filter(|r| pids.contains(&r.pid)).map(|r| r.seq).collect()
+        }
+    };
+    // A chosen record about a/b/c needs a and a/b to exist: bring back any directory on the
+    // way that a later, unchosen record removed.
+    let removed_dirs: Vec<(&BPath, u64)> = journal
+        .records
+        .iter()
+        .filter_map(|r| match &r.op {
+            Op::Change { path, before: Before::Contents(s) } if matches!(s.node, Node::Dir) => Some((path, r.seq)),
+            _ => None,
+        })
+        .collect();
+    let mut extra = BTreeSet::new();
+    for r in journal.records.iter().filter(|r| chosen.contains(&r.seq)) {
+        for p in record_paths(r) {
+            for a in ancestors(p) {
+                for (dir, seq) in &removed_dirs {
+                    if **dir == a && *seq > r.seq {
+                        extra.insert(*seq);
+                    }
+                }
+            }
+        }
+    }
+    chosen.extend(extra);
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Ident, RECORD_VERSION, Snapshot};
+
+    fn rec(seq: u64, pid: u32, ppid: u32, call: &str, op: Op) -> Record {
+        Record {
+            v: RECORD_VERSION,
+            seq,
+            time: String::new(),
+            pid,
+            ppid,
+            prog: BPath::from("/p"),
+            call: call.into(),
+            op,
+        }
+    }
+
+    fn dir_snap() -> Before {
+        Before::Contents(Snapshot {
+            node: Node::Dir,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime: [0, 0],
+            atime: [0, 0],
+            ident: Ident { dev: 1, ino: 1 },
+            xattrs: None,
+        })
+    }
+
+    fn journal() -> JournalContents {
+        let ch = |p: &str, b: Before| Op::Change { path: BPath::from(p), before: b };
+        JournalContents {
+            records: vec![
+                rec(1, 10, 1, "open", ch("/w/d/f", Before::Absent)),
+                rec(2, 11, 10, "open", ch("/w/g", Before::Absent)),
+                rec(3, 12, 11, "unlinkat", ch("/w/d/f", Before::Absent)),
+                rec(4, 12, 11, "unlinkat", ch("/w/d", dir_snap())),
+                rec(5, 13, 1, "open", ch("/w/h", Before::Absent)),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_path_selection_brings_back_the_directory_a_later_step_removed() {
+        let s = select(&journal(), &Selection::Paths(vec![BPath::from("/w/d/f")]));
+        assert_eq!(s, BTreeSet::from([1, 3, 4]));
+    }
+
+    #[test]
+    fn a_subtree_selection_covers_everything_beneath() {
+        let s = select(&journal(), &Selection::Paths(vec![BPath::from("/w/d")]));
+        assert_eq!(s, BTreeSet::from([1, 3, 4]));
+        let all = select(&journal(), &Selection::Paths(vec![BPath::from("/w")]));
+        assert_eq!(all.len(), 5);
+    }
+
+    #[test]
+    fn last_n_takes_the_newest_records() {
+        assert_eq!(select(&journal(), &Selection::Last(2)), BTreeSet::from([4, 5]));
+    }
+
+    #[test]
+    fn a_pid_selection_covers_its_descendants_only() {
+        assert_eq!(select(&journal(), &Selection::Pid(11)), BTreeSet::from([2, 3, 4]));
+        assert_eq!(select(&journal(), &Selection::Pid(13)), BTreeSet::from([5]));
+    }
+}

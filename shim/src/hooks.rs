@@ -419,20 +419,28 @@ fn h_freopen(
 
 // ----- temporary files: the name is only known afterwards -----
 
-/// Whether a mkstemp-like call succeeded (an fd, or mkdtemp's non-null result).
+/// Whether a mkstemp-like call succeeded (an fd, or mkdtemp's non-null result), and the
+/// descriptor it returned.
 trait CreatedOk {
     fn created(&self) -> bool;
+    fn fd(&self) -> Option<c_int>;
 }
 
 impl CreatedOk for c_int {
     fn created(&self) -> bool {
         *self >= 0
     }
+    fn fd(&self) -> Option<c_int> {
+        (*self >= 0).then_some(*self)
+    }
 }
 
 impl CreatedOk for *mut c_char {
     fn created(&self) -> bool {
         !self.is_null()
+    }
+    fn fd(&self) -> Option<c_int> {
+        None
     }
 }
 
@@ -442,7 +450,7 @@ fn h_mktemp<R: CreatedOk>(call: &'static str, real: impl FnOnce() -> R, template
             // SAFETY: on success the call left a NUL-terminated file name in the caller's
             // template buffer, which stays valid for the duration of this call.
             if let Some(p) = unsafe { template.cast_const().to_rust() } {
-                ops::after_created(s, call, p);
+                ops::after_created(s, call, p, r.fd());
             }
         }
     })

@@ -46,6 +46,7 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         std::panic::set_hook(Box::new(|_| {}));
         // SAFETY: the loader passes the program's argc/argv.
         let args = unsafe { state::collect_argv(argc, argv) };
+        state::adopt_store_after_fork();
         state::init_from_ctor(args);
         // SAFETY: registering a handler with no preparation or parent part; the child part
         // only stores zeros into atomics, which is safe in a freshly forked child.

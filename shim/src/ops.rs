@@ -392,9 +392,11 @@ pub fn before_create(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pend
 
 /// After a call that created a name we could only learn from its result (the mkstemp
 /// family, mkdtemp): it did not exist before, so undo removes it.
-pub fn after_created(store: &Store, call: &str, path: &[u8]) {
+pub fn after_created(store: &Store, call: &str, path: &[u8], fd: Option<i32>) {
     if let Ok(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
         store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+        // Undo removes it whole: later descriptor changes to it need no records.
+        after(store, call, Pending::Created, true, 0, fd);
     }
 }
 

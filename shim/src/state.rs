@@ -185,7 +185,10 @@ static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 /// The owning process's parent, cached with OWNER_PID for records.
 static OWNER_PPID: AtomicU32 = AtomicU32::new(0);
 
-/// Records that this process now owns the store's descriptors (called after fork).
+/// Records that this process owns the store's descriptors and caches its ids. Called only
+/// where no memory is shared with another process: in the constructor (a fresh image) and in
+/// the `pthread_atfork` child handler (a real fork). Never from a hook, which may run in a
+/// `vfork` child sharing its parent's memory.
 pub fn adopt_store_after_fork() {
     OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);
     OWNER_PPID.store(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32), Ordering::Relaxed);
@@ -287,9 +290,6 @@ fn open_store(cfg: &Config) -> Option<Store> {
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
     let owner_uid = blobs.with(|fd| rustix::fs::fstat(fd).map(|st| st.st_uid).ok()).flatten().unwrap_or(u32::MAX);
-    if OWNER_PID.load(Ordering::Relaxed) == 0 {
-        adopt_store_after_fork();
-    }
     Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone(), owner_uid })
 }
 
@@ -363,6 +363,10 @@ impl Store {
     /// as lost, so that no undo of this session can claim completeness.
     pub fn record(&self, call: &str, op: Op) -> u64 {
         let (pid, ppid) = (OWNER_PID.load(Ordering::Relaxed), OWNER_PPID.load(Ordering::Relaxed));
+        if pid == 0 {
+            // No constructor ran (the library was loaded some other way): ask the kernel.
+            return self.record_fresh(call, op);
+        }
         self.record_as(call, op, pid, ppid)
     }
 

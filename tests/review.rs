@@ -1,0 +1,427 @@
+//! End-to-end tests of the review-and-decide moment (issue 6): review output, selective undo,
+//! drift protection, keep, gc, and the JSON shapes harnesses rely on.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::net::TcpListener;
+use std::process::Command;
+
+use common::*;
+
+fn cli_json(s: &Scratch, args: &[&OsStr]) -> (i32, serde_json::Value) {
+    let out = s.cli(args);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON from {args:?} ({e}):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn j(s: &std::path::Path) -> &OsStr {
+    s.as_os_str()
+}
+
+/// A session with every kind of change the review knows; returns it and the server's port.
+fn everything_session_and_port(s: &Scratch) -> (std::path::PathBuf, u16) {
+    s.sh("printf 'alpha\\nbeta\\ngamma\\n' > text.txt && head -c 64 /dev/zero > data.bin && echo bye > doomed && \
+         echo moving > old-name && echo meta > meta.txt && chmod 600 meta.txt && head -c 3000 /dev/zero > big");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || listener.accept().map(|_| ()).is_ok());
+    let session = s.session("session");
+    let script = format!(
+        "sed -i 's/beta/BETA/' text.txt && printf '\\001\\002' >> data.bin && rm doomed && mv old-name new-name && \
+         chmod 640 meta.txt && echo fresh > created.txt && echo x > big && \
+         {} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'",
+        python()
+    );
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["run", "--journal"]).arg(&session).args(["--", "sh", "-c", &script]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_MAX_FILE", "2K");
+    assert!(cmd.status().unwrap().success());
+    assert!(t.join().unwrap());
+    (session, port)
+}
+
+fn everything_session(s: &Scratch) -> std::path::PathBuf {
+    everything_session_and_port(s).0
+}
+
+/// Replaces what differs from run to run (paths, pids, ids, times, ports) with placeholders.
+fn normalise(text: &str, s: &Scratch, port: u16) -> String {
+    let root = s.root.to_str().unwrap();
+    let cli = artifacts().cli.to_str().unwrap().to_string();
+    let text = text.replace(&cli, "<aether-journal>").replace(root, "<root>").replace(&port.to_string(), "<port>");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut l = line.to_string();
+        // Session header line.
+        if l.starts_with("session ") {
+            l = "session <id> (<root>/session), started <time>: <command>".into();
+        }
+        // pids and ports
+        let mut norm = String::new();
+        let mut rest = l.as_str();
+        while let Some(i) = rest.find("pid ") {
+            norm.push_str(&rest[..i + 4]);
+            rest = rest[i + 4..].trim_start_matches(|c: char| c.is_ascii_digit());
+            norm.push_str("<pid>");
+        }
+        norm.push_str(rest);
+        l = norm;
+        // seq numbers of irreversible steps
+        if let Some(i) = l.find("! #") {
+            let end = l[i + 3..].find(' ').map_or(l.len(), |e| i + 3 + e);
+            l = format!("{}! #<seq>{}", &l[..i], &l[end..]);
+        }
+        // sed's temporary names
+        if let Some(i) = l.find("/sed") {
+            let end = l[i..].find(|c: char| c == ' ' || c == ')').map_or(l.len(), |e| i + e);
+            l = format!("{}/sed<tmp>{}", &l[..i], &l[end..]);
+        }
+        out.push(l);
+    }
+    out.join("\n") + "\n"
+}
+
+#[test]
+fn review_shows_every_kind_of_change_in_plain_mode_golden() {
+    let s = Scratch::new("review_shows_every_kind_of_change_in_plain_mode_golden");
+    let (session, port) = everything_session_and_port(&s);
+    let out = s.cli(&["review".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\x1b'), "no colour when piped");
+    // The process section lists programs with their pids; keep the golden to what is stable.
+    let stable: String = normalise(&text, &s, port);
+    let golden_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/review-every-kind.txt");
+    if std::env::var_os("AETHER_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden_path, &stable).unwrap();
+    }
+    let golden = std::fs::read_to_string(&golden_path).expect("golden file (AETHER_UPDATE_GOLDEN=1 writes it)");
+    assert_eq!(stable, golden, "review output changed:\n--- golden\n{golden}\n--- got\n{stable}");
+}
+
+#[test]
+fn review_json_has_every_section_with_exact_paths() {
+    let s = Scratch::new("review_json_has_every_section_with_exact_paths");
+    let session = everything_session(&s);
+    let (code, v) = cli_json(&s, &["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert_eq!(code, 0);
+    for key in ["modified", "created", "deleted", "renamed", "metadata", "network", "processes", "irreversible"] {
+        assert!(v[key].is_array(), "{key}: {v}");
+        assert!(v["summary"][key].is_u64(), "summary.{key}");
+    }
+    assert!(v["modified"].as_array().unwrap().iter().any(|m| m["diff"].as_str().is_some_and(|d| d.contains("+BETA"))));
+    assert!(v["modified"].as_array().unwrap().iter().any(|m| m["binary"]["after_size"] == 66));
+    assert_eq!(v["renamed"][0]["from"], s.path("old-name").to_str().unwrap());
+    assert_eq!(v["deleted"][0]["path"], s.path("doomed").to_str().unwrap());
+    assert_eq!(v["network"][0]["kind"], "connect");
+    assert!(v["irreversible"].as_array().unwrap().len() >= 2, "budget and connect: {}", v["irreversible"]);
+    assert!(v["session"]["id"].is_string() && v["state"] == "active");
+}
+
+#[test]
+fn review_limits_to_the_paths_given_and_stat_leaves_out_diffs() {
+    let s = Scratch::new("review_limits_to_the_paths_given_and_stat_leaves_out_diffs");
+    let session = everything_session(&s);
+    let out = s.cli(&[
+        "review".as_ref(),
+        "--stat".as_ref(),
+        "--journal".as_ref(),
+        j(&session),
+        s.path("text.txt").as_os_str(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 modified, 0 created, 0 deleted"), "{text}");
+    assert!(!text.contains("+BETA"), "no diff with --stat: {text}");
+}
+
+#[test]
+fn names_are_escaped_for_the_terminal_but_exact_in_json() {
+    let s = Scratch::new("names_are_escaped_for_the_terminal_but_exact_in_json");
+    let session = s.session("session");
+    s.run_ok(&session, &["bash", "-c", "echo x > \"$(printf 'evil\\033[31m\\342\\200\\256txt')\""]);
+    let out = s.cli(&["review".as_ref(), "--journal".as_ref(), j(&session)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("evil\\u{1b}[31m\\u{202e}txt"), "{text}");
+    assert!(!text.contains('\x1b'));
+    let (_, v) = cli_json(&s, &["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert!(v["created"][0]["path"].as_str().unwrap().ends_with("evil\u{1b}[31m\u{202e}txt"));
+}
+
+#[test]
+fn undo_of_one_path_restores_only_that_path() {
+    let s = Scratch::new("undo_of_one_path_restores_only_that_path");
+    s.sh("echo a1 > a && echo b1 > b");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo a2 > a && echo b2 > b && echo c > c"]);
+    let after_session = manifest(&s.tree());
+    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), j(&session), s.path("a").as_os_str()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let now = manifest(&s.tree());
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"a1\n");
+    assert_eq!(now[&b"b".to_vec()], after_session[&b"b".to_vec()], "b untouched");
+    assert!(s.path("c").exists(), "c untouched");
+    // The rest later: the session then counts as undone.
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert!(r["outcomes"].as_array().unwrap().iter().any(|o| o["why"] == "already undone by an earlier undo"));
+    assert_eq!(std::fs::read(s.path("b")).unwrap(), b"b1\n");
+    assert!(!s.path("c").exists());
+    let (code, r) = s.undo_json(&session);
+    assert_eq!((code, r["already_undone"].as_bool()), (0, Some(true)));
+}
+
+#[test]
+fn undo_of_a_subtree_brings_back_the_directories_a_later_step_removed() {
+    let s = Scratch::new("undo_of_a_subtree_brings_back_the_directories_a_later_step_removed");
+    s.sh("mkdir -p proj/src proj/docs && echo code > proj/src/main.c && echo doc > proj/docs/a.md && chmod 750 proj/src && echo keep > other");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo edited > proj/src/main.c && rm -rf proj && echo changed > other"]);
+    // Only the source file: its directories come back because it needs them.
+    let (code, r) = cli_json(
+        &s,
+        &["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session), s.path("proj/src/main.c").as_os_str()],
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(std::fs::read(s.path("proj/src/main.c")).unwrap(), b"code\n");
+    assert!(!s.path("proj/docs").exists(), "docs were not selected");
+    assert_eq!(std::fs::read(s.path("other")).unwrap(), b"changed\n");
+    // Then the rest of the subtree.
+    let (code, r) = cli_json(
+        &s,
+        &["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session), s.path("proj").as_os_str()],
+    );
+    assert_eq!(code, 0, "{r}");
+    let mut expected = before.clone();
+    expected.insert(b"other".to_vec(), manifest(&s.tree())[&b"other".to_vec()].clone());
+    assert_same_tree(&expected, &manifest(&s.tree()));
+}
+
+#[test]
+fn undo_last_n_reverses_only_the_newest_records() {
+    let s = Scratch::new("undo_last_n_reverses_only_the_newest_records");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > one; echo 2 > two; echo 3 > three"]);
+    let log = s.log_json(&session);
+    let n = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .take_while(|r| r["op"]["path"] != s.path("two").to_str().unwrap())
+        .count()
+        + 1;
+    let out = s.cli(&["undo".as_ref(), "--last".as_ref(), n.to_string().as_ref(), "--journal".as_ref(), j(&session)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(s.path("one").exists());
+    assert!(!s.path("two").exists() && !s.path("three").exists());
+}
+
+#[test]
+fn undo_pid_reverses_what_one_process_and_its_descendants_did() {
+    let s = Scratch::new("undo_pid_reverses_what_one_process_and_its_descendants_did");
+    s.sh("echo orig > kept && echo orig > undone");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > kept; sh -c 'echo new > undone; sh -c \"echo deeper > deep\"'"]);
+    let log = s.log_json(&session);
+    let pid = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "change" && r["op"]["path"] == s.path("undone").to_str().unwrap())
+        .map(|r| r["pid"].as_u64().unwrap())
+        .unwrap();
+    let before_kept = std::fs::read(s.path("kept")).unwrap();
+    let out = s.cli(&["undo".as_ref(), "--pid".as_ref(), pid.to_string().as_ref(), "--journal".as_ref(), j(&session)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(std::fs::read(s.path("undone")).unwrap(), b"orig\n");
+    assert!(!s.path("deep").exists(), "the descendant's change went too");
+    assert_eq!(std::fs::read(s.path("kept")).unwrap(), before_kept, "the parent's change stays");
+}
+
+#[test]
+fn a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced() {
+    let s = Scratch::new("a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced");
+    s.sh("echo original > f && echo original > g");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo agent > f && echo agent > g"]);
+    std::fs::write(s.path("f"), "the user's own edit\n").unwrap();
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let c: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "conflict").collect();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["path"], s.path("f").to_str().unwrap());
+    assert!(c[0]["why"].as_str().unwrap().contains("contents changed"), "{r}");
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"the user's own edit\n", "the edit is kept");
+    assert_eq!(std::fs::read(s.path("g")).unwrap(), b"original\n", "the rest is undone");
+    assert_eq!(r["sealed"], true);
+    let out = s.cli(&["undo".as_ref(), "--force".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"original\n");
+}
+
+#[test]
+fn an_unsealed_session_gets_the_weaker_check_and_says_so() {
+    let s = Scratch::new("an_unsealed_session_gets_the_weaker_check_and_says_so");
+    s.sh("echo one > a");
+    let session = s.session("raw");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "rm a"])
+        .current_dir(s.tree())
+        .env("LD_PRELOAD", &artifacts().shim)
+        .env("AETHER_JOURNAL_DIR", &session);
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_DIR", &session);
+    assert!(cmd.status().unwrap().success());
+    std::fs::write(s.path("a"), "recreated by the user\n").unwrap();
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(r["outcomes"][0]["outcome"], "conflict");
+    assert!(r["outcomes"][0]["why"].as_str().unwrap().contains("weak check"));
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("not sealed")));
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"recreated by the user\n");
+}
+
+#[test]
+fn keep_frees_the_captured_contents_and_keeps_the_audit_log() {
+    let s = Scratch::new("keep_frees_the_captured_contents_and_keeps_the_audit_log");
+    s.sh("head -c 20000 /dev/urandom > big && echo small > small");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "rm big && echo changed > small"]);
+    assert_eq!(std::fs::read_dir(session.join("blobs")).unwrap().count(), 2);
+    let (code, v) = cli_json(&s, &["keep".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert_eq!(code, 0);
+    assert!(v["bytes_freed"].as_u64().unwrap() >= 20000, "{v}");
+    assert_eq!(std::fs::read_dir(session.join("blobs")).unwrap().count(), 0, "blobs released");
+    assert!(!s.log_json(&session)["records"].as_array().unwrap().is_empty(), "the journal stays");
+    assert_eq!(s.log_json(&session)["state"], "kept");
+    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert_eq!(out.status.code(), Some(1), "a kept session cannot be undone");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kept"));
+    let out = s.cli(&["keep".as_ref(), "--forget".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert!(out.status.success());
+    assert!(!session.exists(), "--forget deletes it all");
+}
+
+fn age_session(dir: &std::path::Path, created: &str) {
+    let p = dir.join("session.json");
+    let mut h: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    h["created"] = created.into();
+    std::fs::write(&p, serde_json::to_vec(&h).unwrap()).unwrap();
+}
+
+#[test]
+fn gc_removes_sessions_by_age_and_then_by_size() {
+    let s = Scratch::new("gc_removes_sessions_by_age_and_then_by_size");
+    let state = s.root.join("state/aether-journal");
+    for (name, size) in [("old", 1000), ("mid", 50_000), ("new", 50_000)] {
+        s.sh(&format!("head -c {size} /dev/urandom > {name}"));
+        let dir = state.join(name);
+        s.run_ok(&dir, &["rm", name]);
+    }
+    age_session(&state.join("old"), "2020-01-01T00:00:00Z");
+    age_session(&state.join("mid"), "2026-01-01T00:00:00Z");
+    let (_, v) = cli_json(&s, &["gc".as_ref(), "--older-than".as_ref(), "3650d".as_ref(), "--json".as_ref()]);
+    assert!(v["removed"].as_array().unwrap().is_empty(), "nothing that old: {v}");
+    let (_, v) = cli_json(
+        &s,
+        &["gc".as_ref(), "--older-than".as_ref(), "365d".as_ref(), "--dry-run".as_ref(), "--json".as_ref()],
+    );
+    assert_eq!(v["removed"][0]["session"]["id"], serde_json::Value::from(session_id(&state.join("old"))));
+    assert!(state.join("old").exists(), "dry run");
+    let (_, v) = cli_json(&s, &["gc".as_ref(), "--older-than".as_ref(), "365d".as_ref(), "--json".as_ref()]);
+    assert_eq!(v["removed"].as_array().unwrap().len(), 1);
+    assert!(!state.join("old").exists());
+    let (_, v) = cli_json(&s, &["gc".as_ref(), "--max-size".as_ref(), "80K".as_ref(), "--json".as_ref()]);
+    assert_eq!(v["removed"].as_array().unwrap().len(), 1, "{v}");
+    assert!(!state.join("mid").exists(), "the oldest went first");
+    assert!(state.join("new").exists());
+    let out = s.cli(&["gc".as_ref()]);
+    assert_eq!(out.status.code(), Some(1), "gc without a limit is an error");
+}
+
+fn session_id(dir: &std::path::Path) -> String {
+    let h: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap();
+    h["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn sessions_lists_every_session_newest_first_with_its_counts() {
+    let s = Scratch::new("sessions_lists_every_session_newest_first_with_its_counts");
+    let state = s.root.join("state/aether-journal");
+    s.sh("echo 1 > a && head -c 4000 /dev/zero > z");
+    s.run_ok(&state.join("first"), &["rm", "a"]);
+    age_session(&state.join("first"), "2026-01-01T00:00:00Z");
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["run", "--journal"])
+        .arg(state.join("second"))
+        .args(["--", "sh", "-c", "echo x > z"])
+        .current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_MAX_FILE", "1K");
+    assert!(cmd.status().unwrap().success());
+    let (code, v) = cli_json(&s, &["sessions".as_ref(), "--json".as_ref()]);
+    assert_eq!(code, 0);
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["id"], serde_json::Value::from(session_id(&state.join("second"))), "newest first");
+    for e in list {
+        for key in ["id", "dir", "root_command", "created", "state", "records", "bytes_captured", "irreversible"] {
+            assert!(!e[key].is_null(), "{key} in {e}");
+        }
+    }
+    assert_eq!(list[0]["irreversible"], 1, "the over-budget capture");
+    assert_eq!(list[1]["state"], "active");
+    assert!(list[1]["bytes_captured"].as_u64().unwrap() >= 2);
+    let out = s.cli(&["sessions".as_ref()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().contains("STATE"), "{text}");
+}
+
+#[test]
+fn the_undo_and_log_json_shapes_are_the_documented_contract() {
+    let s = Scratch::new("the_undo_and_log_json_shapes_are_the_documented_contract");
+    s.sh("echo 1 > a");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "rm a; echo 2 > b"]);
+    let (code, r) =
+        cli_json(&s, &["undo".as_ref(), "--dry-run".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
+    assert_eq!(code, 0);
+    assert!(r["complete"].is_boolean() && r["dry_run"] == true && r["summary"]["total"].is_u64());
+    for o in r["outcomes"].as_array().unwrap() {
+        assert!(o["seq"].is_u64() && o["outcome"].is_string() && o["why"].is_string());
+        assert!(o["path"].is_string() || o["path"].is_null());
+        assert!(
+            ["restored", "removed", "recreated", "unchanged", "skipped", "failed", "conflict"]
+                .contains(&o["outcome"].as_str().unwrap())
+        );
+    }
+    let log = s.log_json(&session);
+    for r in log["records"].as_array().unwrap() {
+        for key in ["v", "seq", "time", "pid", "ppid", "prog", "call", "op", "kind"] {
+            assert!(!r[key].is_null(), "{key} in {r}");
+        }
+        assert_eq!(r["kind"], r["op"]["kind"]);
+    }
+}
+
+#[test]
+fn completions_and_the_man_page_are_generated_from_the_cli_definition() {
+    let s = Scratch::new("completions_and_the_man_page_are_generated_from_the_cli_definition");
+    let out = s.cli(&["completions".as_ref(), "bash".as_ref()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("aether-journal") && text.contains("review") && text.contains("--dry-run"));
+    let out = s.cli(&["man".as_ref()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(".TH") && text.contains("aether-journal"), "{text}");
+}

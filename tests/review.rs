@@ -81,7 +81,7 @@ fn normalise(text: &str, s: &Scratch, port: u16) -> String {
         }
         // sed's temporary names
         if let Some(i) = l.find("/sed") {
-            let end = l[i..].find(|c: char| c == ' ' || c == ')').map_or(l.len(), |e| i + e);
+            let end = l[i..].find([' ', ')']).map_or(l.len(), |e| i + e);
             l = format!("{}/sed<tmp>{}", &l[..i], &l[end..]);
         }
         out.push(l);

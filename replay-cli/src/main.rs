@@ -164,7 +164,32 @@ enum Command {
     Man,
 }
 
+/// When this program runs inside a session (an agent running `aether-journal` itself), the shim
+/// is loaded into it and would refuse its writes to its own store. Start again without it; the
+/// enclosing session journals this program as unobserved, which is what it is to that session.
+fn leave_the_shim() {
+    use std::os::unix::process::CommandExt;
+    let Some(preload) = std::env::var_os("LD_PRELOAD") else { return };
+    let preload = preload.to_string_lossy().into_owned();
+    if !preload.contains("libaether_journal") || std::env::var_os("AETHER_JOURNAL").is_some_and(|v| v == "off") {
+        return;
+    }
+    let rest: Vec<&str> =
+        preload.split([':', ' ']).filter(|e| !e.is_empty() && !e.contains("libaether_journal")).collect();
+    let Ok(exe) = std::env::current_exe() else { return };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1)).env("AETHER_JOURNAL", "off");
+    if rest.is_empty() {
+        cmd.env_remove("LD_PRELOAD");
+    } else {
+        cmd.env("LD_PRELOAD", rest.join(":"));
+    }
+    let e = cmd.exec();
+    let _ = writeln!(std::io::stderr(), "aether-journal: warning: could not leave the shim ({e})");
+}
+
 fn main() -> ExitCode {
+    leave_the_shim();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { journal, strict, command } => run::run(journal, strict, command),
@@ -236,10 +261,12 @@ pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
         Some(d) => d,
         None => {
             let root = sessions_root()?;
-            return session::latest_session(&root).map_err(|e| match e {
+            let s = session::latest_session(&root).map_err(|e| match e {
                 SessionError::NoSessions(r) => format!("no sessions found under {}: pass --journal DIR", r.display()),
                 e => e.to_string(),
-            });
+            })?;
+            session::check_ownership(s.dir())?;
+            return Ok(s);
         }
     };
     let s = Session::open(&dir).map_err(|e| e.to_string())?;

@@ -174,7 +174,12 @@ fn resolve_program(p: Program<'_>, cwd: &[u8]) -> Vec<u8> {
 /// Runs `f` under the guard and `catch_unwind`, with errno preserved; `None` when this thread
 /// is already inside the shim or `f` panicked.
 fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
-    let guard = Guard::enter()?;
+    let Some(guard) = Guard::enter() else {
+        if !crate::alloc::in_persistent() {
+            crate::state::note_unjournaled();
+        }
+        return None;
+    };
     let saved = errno();
     let out = catch_unwind(AssertUnwindSafe(f)).ok();
     drop(guard);
@@ -224,7 +229,8 @@ pub fn prepare(
                     why: format!("{call}() runs its command with an environment that lost LD_PRELOAD"),
                 }));
             }
-            EnvFix::Changed(new) => plan.env = Some(env_block(new)),
+            // The environment outlives this guarded scope (it is used by the real exec).
+            EnvFix::Changed(new) => plan.env = Some(crate::alloc::persistent(|| env_block(new))),
         }
         if let Some(reason) = reason {
             let program = BPath::new(program.clone());

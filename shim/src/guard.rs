@@ -11,8 +11,9 @@
 //! shared, and a flag left set there would silently switch the parent's hooks off (§6.8). The
 //! guard is therefore dropped before every real call, and re-entered afterwards.
 //!
-//! What this module cannot do: tell a signal handler that interrupted the shim's bookkeeping
-//! from the shim's own recursion. Both see the flag set and go straight to the real function.
+//! What this module cannot do: journal a call made while the flag is set by anything but the
+//! shim itself (signals are held back, so only a synchronous callback could): such a call goes
+//! straight to the real function and is counted as lost, so no undo claims completeness.
 
 use std::cell::Cell;
 
@@ -20,30 +21,67 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Proof that the current thread is inside the shim's own work.
-pub struct Guard(());
+/// Proof that the current thread is inside the shim's own work. Asynchronous signals are
+/// held back while it lives: a handler that writes a file then runs just after the shim's
+/// bookkeeping instead of in the middle of it, and is journaled like any other call.
+pub struct Guard {
+    old_mask: libc::sigset_t,
+}
+
+/// Signals that report a fault in the running code: never held back (blocking them turns a
+/// fault into a silent kill).
+const SYNCHRONOUS: [libc::c_int; 6] =
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS];
 
 impl Guard {
-    /// Enters the guard, or returns `None` when this thread is already inside the shim (or its
-    /// thread-local storage is gone).
+    /// Enters the guard, or returns `None` when this thread is already inside the shim.
     pub fn enter() -> Option<Guard> {
-        BUSY.try_with(|b| {
-            if b.get() {
-                None
-            } else {
-                b.set(true);
-                Some(Guard(()))
+        // Signals first, then the flag: a handler arriving in between must not find the flag
+        // set by a hook that has not started its work yet.
+        // SAFETY: plain sigset manipulation on local values; pthread_sigmask only changes the
+        // calling thread's mask and is async-signal-safe.
+        let old_mask = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            for s in SYNCHRONOUS {
+                libc::sigdelset(&mut all, s);
             }
-        })
-        .ok()
-        .flatten()
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            old
+        };
+        let entered = BUSY
+            .try_with(|b| {
+                if b.get() {
+                    false
+                } else {
+                    b.set(true);
+                    true
+                }
+            })
+            .unwrap_or(false);
+        if !entered {
+            // SAFETY: restores the mask saved just above.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+            return None;
+        }
+        Some(Guard { old_mask })
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = BUSY.try_with(|b| b.set(false));
+        // SAFETY: restores the mask saved by `enter` on this same thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut()) };
+        // Everything this hook allocated is normally freed by now: let the arena start over.
+        crate::alloc::reset_arena();
     }
+}
+
+/// Whether this thread is inside the shim's own work.
+pub fn busy() -> bool {
+    BUSY.try_with(Cell::get).unwrap_or(false)
 }
 
 /// The calling thread's errno.

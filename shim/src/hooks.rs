@@ -294,7 +294,14 @@ fn journaled_with<R>(
     refused: impl FnOnce(c_int) -> R,
 ) -> R {
     let pending = match Guard::enter() {
-        None => None,
+        None => {
+            // Already inside the shim: the shim's own calls (which mean to pass through), or a
+            // signal handler that interrupted its bookkeeping (which cannot be journaled now).
+            if !crate::alloc::in_persistent() {
+                crate::state::note_unjournaled();
+            }
+            None
+        }
         Some(guard) => {
             let saved = errno();
             let pending = catch_unwind(AssertUnwindSafe(|| store().map(|s| (s, pre(s))))).unwrap_or_else(|payload| {
@@ -329,7 +336,11 @@ fn journaled_with<R>(
 fn journaled_after<R>(call: &'static str, real: impl FnOnce() -> R, post: impl FnOnce(&'static Store, &R)) -> R {
     let result = real();
     let err = errno();
-    if let Some(guard) = Guard::enter() {
+    let guard = Guard::enter();
+    if guard.is_none() && !crate::alloc::in_persistent() {
+        crate::state::note_unjournaled();
+    }
+    if let Some(guard) = guard {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
             if let Some(s) = store() {
                 post(s, &result)

@@ -18,6 +18,7 @@
 // calls), so the hooks look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod alloc;
 mod covered;
 mod effects;
 mod exec;
@@ -33,6 +34,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use guard::{Guard, errno, set_errno};
 
+#[global_allocator]
+static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
+
 /// Runs once when the library is loaded, before the program's `main`: reads the configuration
 /// (the environment may be cleared later, e.g. by `env -i`) and silences panic output.
 ///
@@ -45,9 +49,9 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         // Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11).
         std::panic::set_hook(Box::new(|_| {}));
         // SAFETY: the loader passes the program's argc/argv.
-        let args = unsafe { state::collect_argv(argc, argv) };
+        let args = alloc::persistent(|| unsafe { state::collect_argv(argc, argv) });
         state::adopt_store_after_fork();
-        state::init_from_ctor(args);
+        alloc::persistent(|| state::init_from_ctor(args));
         // SAFETY: registering a handler with no preparation or parent part; the child part
         // only stores zeros into atomics, which is safe in a freshly forked child.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };

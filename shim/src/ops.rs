@@ -76,8 +76,10 @@ enum Resolved<'a> {
     Target(Target<'a>),
     /// The call will fail without touching anything.
     WillFail,
-    /// The path must not be journaled (session directory, /proc, /sys, /dev).
+    /// The path is not journaled (/proc, /sys, /dev).
     Excluded,
+    /// The path is the session's own store: the call is refused.
+    Protected(BPath),
     /// Resolution failed on its own: journal the lexical path as irreversible.
     Unknown(BPath, String),
 }
@@ -109,11 +111,14 @@ fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<
         }
     };
     match resolve(base, &base_path, path, follow) {
+        Ok(t) if store.protected(t.abs.as_bytes()) => Resolved::Protected(t.abs),
         Ok(t) if store.excluded(t.abs.as_bytes()) => Resolved::Excluded,
         Ok(t) => Resolved::Target(t),
         Err(Unresolved::CallWillFail(_)) => Resolved::WillFail,
         Err(Unresolved::Failed { lexical, error }) => {
-            if store.excluded(lexical.as_bytes()) {
+            if store.protected(lexical.as_bytes()) {
+                Resolved::Protected(lexical)
+            } else if store.excluded(lexical.as_bytes()) {
                 Resolved::Excluded
             } else {
                 Resolved::Unknown(lexical, error.to_string())
@@ -140,7 +145,13 @@ fn change(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
     pending
 }
 
-/// Journals a refusal under the strict policy.
+/// Refuses (always, whatever the policy) a call that would change the session's own store.
+fn protect(store: &Store, call: &str, path: &BPath) -> Pending {
+    let what = format!("{call} {} would change this session's own journal store", path.display_lossy());
+    refuse(store, call, what, libc::EACCES)
+}
+
+/// Journals a refusal (strict policy, or the session's own store).
 pub fn refuse(store: &Store, call: &str, what: String, errno: i32) -> Pending {
     store.record(call, Op::Refused { what, errno });
     Pending::Refuse(errno)
@@ -169,6 +180,7 @@ fn target_or_record<'a>(
     match locate(store, dirfd, path, follow) {
         Resolved::Target(t) => Ok(t),
         Resolved::WillFail | Resolved::Excluded => Err(Pending::Nothing),
+        Resolved::Protected(p) => Err(protect(store, call, &p)),
         Resolved::Unknown(p, why) => Err(irreversible(store, call, p, "resolve the path", why)),
     }
 }
@@ -270,6 +282,9 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
         return Pending::Nothing;
     }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
+    if store.protected(&path) {
+        return protect(store, call, &BPath::new(path));
+    }
     if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") {
         // An unlinked file: it is not in the tree, and a capture made when it was opened or
         // removed inside the session already covers it.
@@ -304,6 +319,8 @@ pub fn before_rename(
     let from = locate(store, olddir, old, false);
     let to = locate(store, newdir, new, false);
     let (from, to) = match (from, to) {
+        (Resolved::Protected(p), _) | (_, Resolved::Protected(p)) => return protect(store, call, &p),
+        (Resolved::Target(f), _) if store.holds_store(f.abs.as_bytes()) => return protect(store, call, &f.abs),
         (Resolved::WillFail, _) | (_, Resolved::WillFail) | (Resolved::Excluded, Resolved::Excluded) => {
             return Pending::Nothing;
         }
@@ -444,6 +461,9 @@ pub fn before_fd_meta(store: &Store, call: &str, fd: i32, what: MetaKind, xattr:
         return Pending::Nothing;
     }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
+    if store.protected(&path) {
+        return protect(store, call, &BPath::new(path));
+    }
     if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") || store.excluded(&path) {
         // Not a named file in the tree (a pipe, a socket, an unlinked file).
         return Pending::Nothing;

@@ -63,7 +63,7 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// The configuration, read now if the constructor has not run yet.
 pub fn config() -> &'static Config {
-    CONFIG.get_or_init(|| read_config(None))
+    CONFIG.get_or_init(|| crate::alloc::persistent(|| read_config(None)))
 }
 
 /// Called from the constructor with the program's arguments.
@@ -305,7 +305,7 @@ pub fn store() -> Option<&'static Store> {
     if !cfg.enabled {
         return None;
     }
-    let fresh = Box::into_raw(Box::new(open_store(cfg)?));
+    let fresh = crate::alloc::persistent(|| open_store(cfg).map(|s| Box::into_raw(Box::new(s))))?;
     // Lock-free: whoever loses the race frees its own copy (closing its descriptors), so a
     // fork can never catch another thread halfway through a lock.
     match STORE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
@@ -313,7 +313,7 @@ pub fn store() -> Option<&'static Store> {
         Ok(_) => Some(unsafe { &*fresh }),
         Err(winner) => {
             // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-            drop(unsafe { Box::from_raw(fresh) });
+            crate::alloc::persistent(|| drop(unsafe { Box::from_raw(fresh) }));
             // SAFETY: as for the first branch.
             Some(unsafe { &*winner })
         }
@@ -344,6 +344,17 @@ impl std::ops::Deref for ExecStore {
     }
 }
 
+/// Counts a mutating call that ran without a record because this thread was already inside
+/// the shim (a signal handler that interrupted the shim's own bookkeeping): no undo of this
+/// session may then claim completeness.
+pub fn note_unjournaled() {
+    let p = STORE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
+        unsafe { &*p }.counters.add_lost();
+    }
+}
+
 /// See [`ExecStore`].
 pub fn exec_store() -> Option<ExecStore> {
     let p = STORE.load(Ordering::Acquire);
@@ -355,7 +366,7 @@ pub fn exec_store() -> Option<ExecStore> {
     if !cfg.enabled {
         return None;
     }
-    open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s)))
+    crate::alloc::persistent(|| open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s))))
 }
 
 impl Store {
@@ -406,14 +417,21 @@ impl Store {
         seq
     }
 
-    /// Whether a path must never be journaled: the session's own directory, and the
-    /// pseudo-file systems under /proc, /sys and /dev.
+    /// Whether a path is never journaled: the pseudo-file systems under /proc, /sys and /dev.
     pub fn excluded(&self, abs: &[u8]) -> bool {
         let p = BPath::new(abs.to_vec());
-        p.starts_with_dir(&self.session_canon)
-            || p.starts_with_dir(b"/proc")
-            || p.starts_with_dir(b"/sys")
-            || p.starts_with_dir(b"/dev")
+        p.starts_with_dir(b"/proc") || p.starts_with_dir(b"/sys") || p.starts_with_dir(b"/dev")
+    }
+
+    /// Whether a path is the session's own store (or inside it): processes of the session may
+    /// not change it, so that `rm -rf ~` cannot take the means of recovery with it.
+    pub fn protected(&self, abs: &[u8]) -> bool {
+        BPath::new(abs.to_vec()).starts_with_dir(&self.session_canon)
+    }
+
+    /// Whether moving `abs` away would move the store with it.
+    pub fn holds_store(&self, abs: &[u8]) -> bool {
+        BPath::new(self.session_canon.clone()).starts_with_dir(abs)
     }
 }
 

@@ -157,12 +157,22 @@ impl Capturer<'_> {
         if intent == Intent::Destroy
             && rustix::fs::linkat(parent, name, self.blobs, blob.as_str(), AtFlags::empty()).is_ok()
         {
+            // Describe the inode actually linked: another process may have swapped the name
+            // between the stat and the link.
+            let linked = match rustix::fs::statat(self.blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => l,
+                _ => {
+                    let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+                    return failed("link into the store", "the file was replaced while being captured");
+                }
+            };
+            let size = linked.st_size.max(0) as u64;
             self.counters.add_bytes_kept(size);
             if self.sync {
                 let _ = rustix::fs::fsync(self.blobs);
             }
             let node = Node::File { blob, size, hash: None, how: CaptureHow::Link };
-            return Before::Contents(snapshot_meta(st, node));
+            return Before::Contents(snapshot_meta(&linked, node));
         }
         match self.copy_into_store(parent, name, &blob) {
             Ok((how, hash, copied, fresh, xattrs)) => {
@@ -171,6 +181,12 @@ impl Capturer<'_> {
                 let mut snap = snapshot_meta(&fresh, node);
                 snap.xattrs = Some(xattrs);
                 Before::Contents(snap)
+            }
+            // It vanished between the stat and the capture (another process removed it): it
+            // is absent now, which is what the call will find too.
+            Err((_, e)) if e.kind() == io::ErrorKind::NotFound && is_gone(parent, name) => {
+                let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+                Before::Absent
             }
             Err((step, e)) => {
                 let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
@@ -210,6 +226,10 @@ impl Capturer<'_> {
         }
         Ok((result.0, result.1, result.2, st, xattrs))
     }
+}
+
+fn is_gone(parent: BorrowedFd<'_>, name: &[u8]) -> bool {
+    matches!(rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW), Err(Errno::NOENT))
 }
 
 fn open_dir_nofollow_at(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<OwnedFd> {

@@ -176,6 +176,11 @@ pub struct Seal {
     pub paths: Vec<(BPath, AfterState)>,
     /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures).
     pub blob_hashes: BTreeMap<String, String>,
+    /// The linked blobs whose size and modification time were, at sealing, still those of
+    /// their capture: their sealed hash is then the hash of the captured bytes (a descriptor
+    /// kept open could otherwise have changed the inode after it was captured).
+    #[serde(default)]
+    pub blob_intact: std::collections::BTreeSet<String>,
 }
 
 impl Seal {
@@ -228,6 +233,7 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl
         progress();
     }
     let mut blob_hashes = BTreeMap::new();
+    let mut blob_intact = std::collections::BTreeSet::new();
     for r in &journal.records {
         let befores: Vec<&Before> = match &r.op {
             Op::Change { before, .. } => vec![before],
@@ -236,11 +242,18 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl
         };
         for b in befores {
             if let Before::Contents(s) = b {
-                if let Node::File { blob, hash: None, how: CaptureHow::Link | CaptureHow::Reflink, .. } = &s.node {
+                if let Node::File { blob, size, hash: None, how: how @ (CaptureHow::Link | CaptureHow::Reflink) } =
+                    &s.node
+                {
                     let path = blobs_dir.join(blob);
                     if let Ok(f) = std::fs::File::open(&path) {
-                        if let Ok((h, _)) = hash_fd(&f) {
+                        let st = rustix::fs::fstat(&f).ok();
+                        if let Ok((h, n)) = hash_fd(&f) {
                             blob_hashes.insert(blob.clone(), h);
+                            let unchanged = st.is_some_and(|st| [st.st_mtime, st.st_mtime_nsec as i64] == s.mtime);
+                            if *how == CaptureHow::Reflink || (n == *size && unchanged) {
+                                blob_intact.insert(blob.clone());
+                            }
                         }
                     }
                     progress();
@@ -248,7 +261,7 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl
             }
         }
     }
-    Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes }
+    Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes, blob_intact }
 }
 
 /// What an unsealed session's newest record on a path allows that path to be now. A record does

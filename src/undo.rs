@@ -308,13 +308,47 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
 /// Executes a plan.
 pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
     let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut linked = std::collections::HashMap::new();
+    for r in &plan.journal.records {
+        let befores: Vec<&Before> = match &r.op {
+            Op::Change { before, .. } => vec![before],
+            Op::Rename { to_before, .. } => vec![to_before],
+            _ => vec![],
+        };
+        for b in befores {
+            if let Before::Contents(Snapshot { node: Node::File { blob, how: CaptureHow::Link, .. }, ident, .. }) = b {
+                linked.entry(*ident).or_insert_with(|| blob.clone());
+            }
+        }
+    }
+    let mut tampered = HashSet::new();
+    if let Some(seal) = plan.seal {
+        for (blob, want) in &seal.blob_hashes {
+            let got = rustix::fs::openat(
+                &blobs,
+                blob.as_str(),
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+            .and_then(|fd| hash_fd(&fd).ok())
+            .map(|(h, _)| h);
+            if got.as_ref().is_some_and(|g| g != want) {
+                tampered.insert(blob.clone());
+            }
+        }
+    }
     let exec = Executor {
         blobs,
+        blobs_path: plan.blobs_dir.to_path_buf(),
+        linked,
+        tampered,
         dry_run: plan.opts.dry_run,
         force: plan.opts.force,
         journal: plan.journal,
         seal: plan.seal,
         deferred: Default::default(),
+        prior: Default::default(),
         current: Default::default(),
         drift: Default::default(),
     };
@@ -341,6 +375,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
             exec.drift_of(p);
         }
     }
+    exec.learn_prior_facts(plan, &failed_calls);
     for (i, rec) in todo.into_iter().enumerate() {
         progress(i, total);
         if plan.already.contains(&rec.seq) {
@@ -375,6 +410,9 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
     exec.apply_deferred(&mut report.outcomes);
     let failed_dirs: HashSet<u64> = report.outcomes[before..].iter().filter_map(|o| o.seq).collect();
     report.undone.retain(|s| !failed_dirs.contains(s));
+    if !plan.opts.dry_run {
+        exec.forgive_superseded(plan, &failed_calls, &mut report);
+    }
     if plan.only.is_none() {
         for p in &plan.journal.problems {
             report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
@@ -392,6 +430,12 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
 
 struct Executor<'a> {
     blobs: OwnedFd,
+    blobs_path: std::path::PathBuf,
+    /// Every inode some record captured by hard link, and the blob holding it.
+    linked: std::collections::HashMap<crate::record::Ident, String>,
+    /// Linked blobs whose content no longer matches the hash sealed with the session (checked
+    /// once, before this undo changes anything).
+    tampered: HashSet<String>,
     dry_run: bool,
     force: bool,
     journal: &'a JournalContents,
@@ -401,6 +445,9 @@ struct Executor<'a> {
     /// Directory metadata, applied after every entry has been put back: a read-only or
     /// freshly timestamped directory must not be changed again by the restores inside it.
     deferred: std::cell::RefCell<Vec<Deferred>>,
+    /// What each path was before the session, worked out before anything is restored (the
+    /// blobs it reads may be moved back or rewritten by the undo itself).
+    prior: std::cell::RefCell<std::collections::HashMap<BPath, PriorFacts>>,
     /// The record being undone (for deferred work's report lines).
     current: std::cell::Cell<Option<u64>>,
 }
@@ -415,6 +462,72 @@ struct Deferred {
 enum DeferredMeta {
     Snapshot(Snapshot),
     Meta(MetaBefore),
+}
+
+/// What is known of a path's state before the session, aspect by aspect (`None`: unknown).
+#[derive(Default)]
+struct PriorFacts {
+    body: Option<Body>,
+    mode: Option<u32>,
+    owner: Option<(u32, u32)>,
+}
+
+/// Existence and contents.
+enum Body {
+    Absent,
+    /// BLAKE3 hex and size of a regular file.
+    File(String, u64),
+    Symlink(BPath),
+    Dir,
+    /// It existed, but what it held cannot be verified.
+    Unknown,
+}
+
+/// What a step restores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Aspect {
+    Body,
+    Mode,
+    Owner,
+}
+
+impl PriorFacts {
+    /// Whether every aspect in `aspects` is known and is, now, as it was.
+    fn verified(&self, path: &BPath, aspects: &[Aspect]) -> bool {
+        let st = match rustix::fs::lstat(path.as_bytes()) {
+            Ok(st) => Some(st),
+            Err(Errno::NOENT) => None,
+            Err(_) => return false,
+        };
+        if aspects.contains(&Aspect::Body) && matches!(self.body, Some(Body::Absent)) {
+            return st.is_none();
+        }
+        let Some(st) = st else { return false };
+        aspects.iter().all(|a| match a {
+            Aspect::Mode => self.mode.is_some_and(|m| m == st.st_mode & 0o7777 || file_type(&st) == FileType::Symlink),
+            Aspect::Owner => self.owner.is_some_and(|o| o == (st.st_uid, st.st_gid)),
+            Aspect::Body => match &self.body {
+                Some(Body::File(want, size)) => {
+                    file_type(&st) == FileType::RegularFile
+                        && rustix::fs::open(
+                            path.as_bytes(),
+                            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                            Mode::empty(),
+                        )
+                        .ok()
+                        .and_then(|fd| hash_fd(&fd).ok())
+                        .is_some_and(|(h, n)| h == *want && n == *size)
+                }
+                Some(Body::Symlink(target)) => {
+                    file_type(&st) == FileType::Symlink
+                        && rustix::fs::readlink(path.as_bytes(), Vec::new())
+                            .is_ok_and(|t| t.as_bytes() == target.as_bytes())
+                }
+                Some(Body::Dir) => file_type(&st) == FileType::Directory,
+                Some(Body::Absent) | Some(Body::Unknown) | None => false,
+            },
+        })
+    }
 }
 
 /// Result of one restore action: outcome and explanation.
@@ -815,6 +928,198 @@ impl Executor<'_> {
         }
     }
 
+    /// A step can fail because processes of the session raced on one name (its target vanished
+    /// before its turn came), while an older record still puts the path back. What counts is
+    /// the end result: a failed step is forgiven when every aspect it would have restored
+    /// (existence and contents, mode, owner) is, now, verifiably what it was before the session
+    /// (see [`Executor::prior_facts`]).
+    /// Works out, before anything is restored, what every path of the plan was before the
+    /// session (see [`Executor::prior_facts`]).
+    fn learn_prior_facts(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>) {
+        if plan.opts.dry_run {
+            return;
+        }
+        let mut by_path: std::collections::HashMap<&BPath, Vec<&Record>> = std::collections::HashMap::new();
+        for r in plan.journal.records.iter().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))) {
+            if failed_calls.contains(&r.seq) {
+                continue;
+            }
+            for p in crate::select::record_paths(r) {
+                by_path.entry(p).or_default().push(r);
+            }
+        }
+        let mut prior = self.prior.borrow_mut();
+        for (path, records) in by_path {
+            prior.insert(path.clone(), self.prior_facts(path, &records));
+        }
+    }
+
+    fn forgive_superseded(&self, plan: &Plan<'_>, _failed_calls: &HashSet<u64>, report: &mut Report) {
+        let by_seq: std::collections::HashMap<u64, &Record> = plan.journal.records.iter().map(|r| (r.seq, r)).collect();
+        let facts = self.prior.borrow();
+        for o in report.outcomes.iter_mut().filter(|o| o.outcome == Outcome::Failed) {
+            let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
+            let (Some(f), Some(rec)) = (facts.get(path), by_seq.get(&seq)) else { continue };
+            let aspects = match &rec.op {
+                Op::Meta { before, .. } => match before.what {
+                    MetaKind::Mode => vec![Aspect::Mode],
+                    MetaKind::Owner => vec![Aspect::Mode, Aspect::Owner],
+                    MetaKind::Times | MetaKind::Xattr => continue,
+                },
+                Op::Change { .. } | Op::Rename { .. } => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
+                _ => continue,
+            };
+            if f.verified(path, &aspects) {
+                o.outcome = Outcome::Unchanged;
+                o.why = format!(
+                    "this step could not be replayed ({}), but the path ended exactly as it was before the session (verified)",
+                    o.why
+                );
+                report.undone.push(seq);
+            }
+        }
+    }
+
+    /// What is known, aspect by aspect, about `path` before the session: from its oldest
+    /// records (`records`, oldest first), each aspect from the oldest record that knows it. An
+    /// append's prior length is laid over the oldest full capture after it. A capture by hard
+    /// link proves nothing about prior bytes (the inode may have been changed afterwards
+    /// through a descriptor kept open).
+    fn prior_facts(&self, path: &BPath, records: &[&Record]) -> PriorFacts {
+        let mut f = PriorFacts::default();
+        let mut prefix: Option<u64> = None;
+        for r in records {
+            let before = match &r.op {
+                Op::Meta { before, .. } => {
+                    match before.what {
+                        MetaKind::Mode => {
+                            f.mode.get_or_insert(before.mode);
+                        }
+                        MetaKind::Owner => {
+                            f.mode.get_or_insert(before.mode);
+                            f.owner.get_or_insert((before.uid, before.gid));
+                        }
+                        MetaKind::Times | MetaKind::Xattr => {}
+                    }
+                    continue;
+                }
+                Op::Rename { from, .. } if from == path => {
+                    f.body.get_or_insert(Body::Unknown);
+                    return f;
+                }
+                Op::Change { before, .. } | Op::Rename { to_before: before, .. } => before,
+                _ => continue,
+            };
+            match before {
+                Before::Absent => {
+                    f.body.get_or_insert(if prefix.is_none() { Body::Absent } else { Body::Unknown });
+                    return f;
+                }
+                Before::Irreversible { .. } => {
+                    f.body.get_or_insert(Body::Unknown);
+                    return f;
+                }
+                Before::Contents(s) => {
+                    f.mode.get_or_insert(s.mode);
+                    f.owner.get_or_insert((s.uid, s.gid));
+                    let body = match &s.node {
+                        Node::Prefix { len } => {
+                            prefix.get_or_insert(*len);
+                            continue;
+                        }
+                        Node::File { blob, how: CaptureHow::Link | CaptureHow::Reflink, .. }
+                            if !self.seal.is_some_and(|seal| seal.blob_intact.contains(blob)) =>
+                        {
+                            Body::Unknown
+                        }
+                        Node::File { blob, size, hash, .. } => {
+                            match (self.expected_hash(blob, hash.as_deref()), prefix) {
+                                (None, _) => Body::Unknown,
+                                (Some(h), None) => Body::File(h.to_string(), *size),
+                                (Some(h), Some(len)) => match std::fs::read(self.blobs_path.join(blob)) {
+                                    Ok(bytes)
+                                        if bytes.len() as u64 >= len && blake3::hash(&bytes).to_hex().as_str() == h =>
+                                    {
+                                        Body::File(blake3::hash(&bytes[..len as usize]).to_hex().to_string(), len)
+                                    }
+                                    _ => Body::Unknown,
+                                },
+                            }
+                        }
+                        Node::Symlink { target } if prefix.is_none() => Body::Symlink(target.clone()),
+                        Node::Dir if prefix.is_none() => Body::Dir,
+                        _ => Body::Unknown,
+                    };
+                    f.body.get_or_insert(body);
+                    return f;
+                }
+            }
+        }
+        f
+    }
+
+    /// The blob holding `ident`, when a hard-link capture put that inode in the store and it is
+    /// still there.
+    fn stored_inode(&self, ident: crate::record::Ident) -> Option<&str> {
+        let blob = self.linked.get(&ident)?;
+        let st = lstat(self.blobs.as_fd(), blob.as_bytes()).ok().flatten()?;
+        (ident_of(&st) == ident).then_some(blob.as_str())
+    }
+
+    /// Restores a snapshot into the captured inode that now lives in the store as `stored`.
+    fn restore_in_store(&self, stored: &str, snap: &Snapshot) -> Done {
+        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dst = match rustix::fs::openat(self.blobs.as_fd(), stored, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => return failed(format!("cannot open its captured inode (blob {stored}): {}", describe_errno(e))),
+        };
+        let later = format!("in the captured file (blob {stored}), which an older step puts back");
+        match &snap.node {
+            Node::Prefix { len } => {
+                let now = rustix::fs::fstat(&dst).map(|st| st.st_size as u64).unwrap_or(0);
+                if now < *len {
+                    return failed(format!(
+                        "only its length before an append ({len} bytes) was kept, but the file is now shorter ({now} bytes): bytes from before the session are gone"
+                    ));
+                }
+                if let Err(e) = rustix::fs::ftruncate(&dst, *len) {
+                    return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+                }
+                match set_meta_fd(dst.as_fd(), snap) {
+                    None => {
+                        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes) {later}"))
+                    }
+                    Some(p) => failed(format!("truncated back to {len} bytes, but {p}")),
+                }
+            }
+            Node::File { blob, size, hash, .. } => {
+                let ro = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let src = match rustix::fs::openat(self.blobs.as_fd(), blob.as_str(), ro, Mode::empty()) {
+                    Ok(fd) => fd,
+                    Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+                };
+                let verified = hash_fd(&src).ok().is_some_and(|(h, n)| {
+                    n == *size && self.expected_hash(blob, hash.as_deref()).is_none_or(|want| want == h)
+                });
+                if !verified {
+                    return failed(format!(
+                        "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
+                    ));
+                }
+                if let Err(e) = copy_from_start(&src, &dst) {
+                    return failed(format!("writing the captured contents back failed: {e}"));
+                }
+                match set_meta_fd(dst.as_fd(), snap) {
+                    None => {
+                        (Outcome::Restored, format!("wrote back its prior contents ({size} bytes, verified) {later}"))
+                    }
+                    Some(p) => failed(format!("contents restored, but {p}")),
+                }
+            }
+            _ => failed("this kind of capture cannot be restored into the store"),
+        }
+    }
+
     /// Whether `path` changed since the session ended, and how (cached per path).
     fn drift_of(&self, path: &BPath) -> Option<String> {
         if self.force {
@@ -935,6 +1240,16 @@ impl Executor<'_> {
     }
 
     fn restore(&self, dir: BorrowedFd<'_>, name: &[u8], path: &BPath, cur: Option<&Stat>, snap: &Snapshot) -> Done {
+        // The inode this record captured is no longer at its path but in the store (a later
+        // unlink or rename over it linked it there): restore the inode itself, which the
+        // older step then puts back, with this state in it.
+        let in_place_kind =
+            matches!(&snap.node, Node::Prefix { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. });
+        if in_place_kind && !cur.is_some_and(|st| ident_of(st) == snap.ident) {
+            if let Some(blob) = self.stored_inode(snap.ident) {
+                return self.restore_in_store(blob, snap);
+            }
+        }
         match &snap.node {
             Node::File { blob, size, hash, how } => {
                 self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
@@ -985,21 +1300,10 @@ impl Executor<'_> {
                     "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
                 ));
             }
-            if let Some(want) = self.expected_hash(blob, None) {
-                let got = rustix::fs::openat(
-                    self.blobs.as_fd(),
-                    blob,
-                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .ok()
-                .and_then(|fd| hash_fd(&fd).ok())
-                .map(|(h, _)| h);
-                if got.as_deref() != Some(want) {
-                    return failed(format!(
-                        "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
-                    ));
-                }
+            if self.tampered.contains(blob) {
+                return failed(format!(
+                    "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
+                ));
             }
             let replaced = match cur {
                 Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
@@ -1251,9 +1555,27 @@ impl Executor<'_> {
             Err(done) => return done,
         };
         let st = match lstat(dir.as_fd(), name) {
-            Ok(Some(st)) => st,
-            Ok(None) => return failed(format!("it no longer exists, so its {what} cannot be set back")),
+            Ok(st) => st,
             Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident) {
+            if let Some(blob) = self.stored_inode(m.ident) {
+                return match MetaHandle::open(self.blobs.as_fd(), blob.as_bytes()) {
+                    Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
+                        None => (
+                            Outcome::Restored,
+                            format!(
+                                "set back its {what} in the captured file (blob {blob}), which an older step puts back"
+                            ),
+                        ),
+                        Some(p) => failed(p),
+                    },
+                    Err(e) => failed(format!("cannot open its captured inode: {}", describe_errno(e))),
+                };
+            }
+        }
+        let Some(st) = st else {
+            return failed(format!("it no longer exists, so its {what} cannot be set back"));
         };
         if (file_type(&st) == FileType::Symlink) != m.symlink {
             return (
@@ -1814,6 +2136,33 @@ mod tests {
         assert_eq!(md.modified().unwrap(), mtime, "directory mtime set after its entries were put back");
         assert_eq!(fs::read(f.p("ro/inner")).unwrap(), b"1");
         assert_eq!(crate::capture::xattr_value(f.bp("ro").as_bytes(), b"user.dir").unwrap().unwrap(), b"d");
+    }
+
+    #[test]
+    fn a_failed_step_superseded_by_an_exact_older_restore_is_forgiven() {
+        let mut f = Fixture::new();
+        fs::write(f.p("log"), b"orig").unwrap();
+        f.change("log", Intent::Overwrite); // a full, hashed copy of "orig"
+        fs::write(f.p("log"), b"rewritten").unwrap();
+        f.change("log", Intent::Append); // only the length: 9
+        // The file then vanishes in a way the journal does not explain step by step (a race).
+        fs::remove_file(f.p("log")).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(fs::read(f.p("log")).unwrap(), b"orig");
+        assert_eq!(r.outcomes[0].outcome, Outcome::Unchanged);
+        assert!(r.outcomes[0].why.contains("could not be replayed") && r.outcomes[0].why.contains("verified"), "{r:?}");
+    }
+
+    #[test]
+    fn a_failed_step_is_not_forgiven_when_the_prior_state_cannot_be_verified() {
+        let mut f = Fixture::new();
+        fs::write(f.p("log"), b"orig").unwrap();
+        f.change("log", Intent::Append); // only the length is known: nothing to verify against
+        fs::write(f.p("log"), b"o").unwrap(); // bytes from before the session are gone
+        let r = f.undo();
+        assert!(!r.complete);
+        assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
     }
 
     #[test]

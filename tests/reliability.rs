@@ -3,9 +3,43 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::process::Command;
 
 use common::*;
+
+/// Compiles one of tests/progs/*.c into the scratch directory.
+fn compile(s: &Scratch, name: &str) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(format!("{name}.c"));
+    let out = s.root.join(name);
+    let o = Command::new("gcc").args(["-O1", "-pthread", "-o"]).arg(&out).arg(&src).output().expect("gcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Runs a command, failing the test (instead of hanging it) if it does not finish in time.
+fn bounded(mut cmd: Command, secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {secs} s: deadlocked under the shim");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn run_cmd(s: &Scratch, session: &std::path::Path, argv: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.arg("run").arg("--journal").arg(session).arg("--").args(argv).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd
+}
 
 fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
     log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
@@ -98,7 +132,328 @@ print('ok')
     assert_eq!(removed.len(), 3, "every step journaled: {removed:?}");
     let (code, r) = s.undo_json(&session);
     let mut now = manifest(&s.tree());
-    now.remove(&b"victim.log".to_vec());
+    now.remove(b"victim.log".as_slice());
     assert_same_tree(&before, &now);
     assert_complete(code, &r);
+}
+
+#[test]
+fn a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled() {
+    let s = Scratch::new("a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled");
+    let prog = compile(&s, "sigwrite");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str(), "1500".as_ref()]), 60);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let signals: usize = text.trim().strip_prefix("done signals=").unwrap().parse().unwrap();
+    assert!(signals > 100, "the handler ran: {text}");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
+fn fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge() {
+    let s = Scratch::new("fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge");
+    let prog = compile(&s, "forkthreads");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str()]), 120);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
+fn eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly() {
+    let s = Scratch::new("eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly");
+    let prog = compile(&s, "storm");
+    s.sh("mkdir shared own && for i in $(seq 0 11); do echo original-$i > shared/f$i; done && chmod 640 shared/f3");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str()]), 120);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(before, manifest(&s.tree()));
+    let log = s.log_json(&session);
+    assert!(log["problems"].as_array().unwrap().is_empty());
+    let (code, r) = s.undo_json(&session);
+    let after = manifest(&s.tree());
+    if after != before {
+        // Never acceptable, and least of all with a report that claims completeness.
+        assert_eq!(r["complete"], false, "the tree differs but the undo claims completeness: {r}");
+    }
+    assert_same_tree(&before, &after);
+    assert_complete(code, &r);
+}
+
+#[test]
+fn kill_9_of_the_whole_process_group_mid_storm_leaves_a_readable_journal_and_a_complete_undo() {
+    let s = Scratch::new("kill_9_of_the_whole_process_group_mid_storm_leaves_a_readable_journal_and_a_complete_undo");
+    s.sh("mkdir d && for i in $(seq 1 50); do head -c 3000 /dev/urandom > d/f$i; done");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let storm = "for p in 1 2 3 4; do (while :; do for i in $(seq 1 50); do \
+                   echo $p$i >> d/f$i; cp d/f$i d/c$p-$i; mv d/c$p-$i d/m$p; rm -f d/m$p; : > d/t$p; done; done) & done; wait";
+    let mut cmd = run_cmd(&s, &session, &["bash".as_ref(), "-c".as_ref(), storm.as_ref()]);
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // To the whole group: the CLI, the shell and every worker.
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let log = s.log_json(&session);
+    assert!(log["problems"].as_array().unwrap().is_empty(), "no corruption: {}", log["problems"]);
+    assert!(log["records"].as_array().unwrap().len() > 50);
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+fn damage(session: &std::path::Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let p = session.join("journal");
+    let mut data = std::fs::read(&p).unwrap();
+    f(&mut data);
+    std::fs::write(&p, data).unwrap();
+}
+
+fn line_starts(data: &[u8]) -> Vec<usize> {
+    let mut v = vec![0];
+    v.extend(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1));
+    v.pop();
+    v
+}
+
+#[test]
+fn a_torn_final_record_is_reported_as_such_and_the_rest_is_undone() {
+    let s = Scratch::new("a_torn_final_record_is_reported_as_such_and_the_rest_is_undone");
+    s.sh("echo a > a && echo b > b");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "rm a; rm b"]);
+    let at = std::fs::metadata(session.join("journal")).unwrap().len();
+    damage(&session, |d| d.extend_from_slice(b"0123456789abcdef {\"v\":1,\"seq\":99,\"ti"));
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+    let note = format!("the journal ends in an incomplete record at byte {at}");
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with(&note)), "{r}");
+    assert!(std::fs::metadata(session.join("journal")).unwrap().len() > at, "the reader never truncates");
+}
+
+#[test]
+fn a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone() {
+    let s = Scratch::new("a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone");
+    s.sh("echo a > a && echo b > b && echo c > c");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > a; echo 2 > b; echo 3 > c"]);
+    let data = std::fs::read(session.join("journal")).unwrap();
+    // Damage the record about b (flip one byte of its JSON).
+    let starts = line_starts(&data);
+    let (i, at) = starts
+        .iter()
+        .enumerate()
+        .find(|(_, s)| {
+            data[**s..].starts_with(b"") && {
+                let end = data[**s..].iter().position(|b| *b == b'\n').unwrap() + **s;
+                data[**s..end].windows(6).any(|w| w == b"tree/b")
+            }
+        })
+        .map(|(i, s)| (i, *s))
+        .unwrap();
+    damage(&session, |d| d[at + 40] ^= 0x20);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let failed: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "failed").collect();
+    assert_eq!(failed.len(), 1, "{r}");
+    let why = failed[0]["why"].as_str().unwrap();
+    assert!(why.contains(&format!("at byte {at} (line {}", i + 1)) && why.contains("checksum"), "{why}");
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(s.path("c")).unwrap(), b"c\n");
+    assert_eq!(std::fs::read(s.path("b")).unwrap(), b"2\n", "the damaged step is not guessed at");
+}
+
+#[test]
+fn an_unknown_format_version_is_a_clear_error_not_a_panic() {
+    let s = Scratch::new("an_unknown_format_version_is_a_clear_error_not_a_panic");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo x > f"]);
+    let header = session.join("session.json");
+    let text = std::fs::read_to_string(&header).unwrap().replace("\"version\": 1", "\"version\": 9");
+    std::fs::write(&header, text).unwrap();
+    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("session format version 9"), "{err}");
+}
+
+#[test]
+fn missing_and_tampered_blobs_are_named_and_never_written_back() {
+    let s = Scratch::new("missing_and_tampered_blobs_are_named_and_never_written_back");
+    s.sh("echo keep-a > a && echo keep-b > b && echo keep-c > c");
+    let session = s.session("session");
+    // a and b are captured by copy (rewritten), c by link (removed).
+    s.run_ok(&session, &["sh", "-c", "echo new > a; echo new > b; rm c"]);
+    let log = s.log_json(&session);
+    let blob_of = |name: &str| {
+        log["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["op"]["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .unwrap()["op"]["before"]["node"]["blob"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    std::fs::remove_file(session.join("blobs").join(blob_of("/a"))).unwrap();
+    std::fs::write(session.join("blobs").join(blob_of("/b")), b"EVIL!!!\n").unwrap();
+    let cblob = session.join("blobs").join(blob_of("/c"));
+    let mut f = std::fs::OpenOptions::new().write(true).open(&cblob).unwrap();
+    use std::io::Write;
+    f.write_all(b"X").unwrap();
+    drop(f);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let why_for = |name: &str| {
+        r["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .unwrap()["why"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(why_for("/a").contains("missing"), "{r}");
+    assert!(why_for("/b").contains("tampered"), "{r}");
+    assert!(why_for("/c").contains("sealed"), "a linked blob is checked against the seal: {r}");
+    assert_eq!(std::fs::read(s.path("b")).unwrap(), b"new\n", "no unverified byte written back");
+    assert!(!s.path("c").exists());
+}
+
+#[test]
+fn a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_force() {
+    let s = Scratch::new("a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_force");
+    s.sh("mkdir d && echo secret > d/f && mkdir ../outside");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "rm d/f"]);
+    s.sh("rmdir d && ln -s ../outside d");
+    for force in [false, true] {
+        let mut args: Vec<&OsStr> = vec!["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+        if force {
+            args.push("--force".as_ref());
+        }
+        let out = s.cli(&args);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(3), "{r}");
+        assert_eq!(r["outcomes"][0]["outcome"], "conflict", "{r}");
+        assert_eq!(
+            std::fs::read_dir(s.root.join("outside")).unwrap().count(),
+            0,
+            "nothing written through the symlink"
+        );
+    }
+}
+
+#[test]
+fn undo_as_root_restores_owners_and_never_grants_more_than_before() {
+    if !is_root() {
+        return;
+    }
+    let s = Scratch::new("undo_as_root_restores_owners_and_never_grants_more_than_before");
+    s.sh("echo x > f && chown 65534:65534 f && chmod 640 f && echo y > g && chown 65534 g && chmod 4750 g");
+    roundtrip(&s, &["sh", "-c", "chown 0:0 f g && chmod 6777 f && echo changed > g && chmod 777 g"]);
+}
+
+#[test]
+fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
+    let s = Scratch::new("with_sync_every_record_is_on_disk_before_its_call_proceeds");
+    s.sh("echo x > victim");
+    let session = s.session("session");
+    let trace = s.root.join("trace");
+    let mut cmd = run_cmd(
+        &s,
+        &session,
+        &[
+            "strace".as_ref(),
+            "-f".as_ref(),
+            "-o".as_ref(),
+            trace.as_os_str(),
+            "-e".as_ref(),
+            "trace=fsync,fdatasync,unlinkat,write".as_ref(),
+            "rm".as_ref(),
+            "victim".as_ref(),
+        ],
+    );
+    cmd.env("AETHER_JOURNAL_SYNC", "1");
+    assert!(cmd.status().unwrap().success());
+    let t = std::fs::read_to_string(&trace).unwrap();
+    let unlink = t.lines().position(|l| l.contains("unlinkat(AT_FDCWD, \"victim\"")).expect(&t);
+    let synced: Vec<&str> =
+        t.lines().take(unlink).filter(|l| l.contains("fsync(") || l.contains("fdatasync(")).collect();
+    assert!(synced.len() >= 2, "blob directory and journal are synced before the unlink:\n{t}");
+}
+
+#[test]
+fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest() {
+    if !is_root() {
+        return; // mounting a small tmpfs needs root
+    }
+    let s = Scratch::new("a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest");
+    let mnt = s.root.join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    assert!(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k"])
+            .arg("tmpfs")
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success()
+    );
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    s.sh("head -c 600000 /dev/urandom > big && echo small > small");
+    let script = "echo overwritten > big; echo changed > small; echo created > new; cat small";
+    let bare = Command::new("sh").args(["-c", script]).current_dir(s.tree()).output().unwrap();
+    s.sh("head -c 600000 /dev/urandom > big && echo small > small && rm new");
+    let session = mnt.join("session");
+    let out = s.run(&session, &["sh", "-c", script]);
+    assert_eq!(out.stdout, bare.stdout, "unchanged behaviour");
+    assert_eq!(out.status.code(), bare.status.code());
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let big = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with("/big")))
+        .unwrap();
+    assert_eq!(big["outcome"], "skipped");
+    assert!(big["why"].as_str().unwrap().contains("No space left"), "{r}");
+    assert_eq!(std::fs::read(s.path("small")).unwrap(), b"small\n");
+    assert!(!s.path("new").exists());
+    // Strict policy: the same call is refused instead (the file is big again: the skipped step
+    // left it overwritten).
+    s.sh("head -c 600000 /dev/urandom > big");
+    let mut cmd2 = Command::new(&artifacts().cli);
+    cmd2.args(["run", "--strict", "--journal"])
+        .arg(mnt.join("strict"))
+        .args(["--", "sh", "-c", "echo again > big || echo refused"])
+        .current_dir(s.tree());
+    isolate(&mut cmd2, &s.root);
+    let out = cmd2.output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("refused"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(s.path("big")).unwrap().len(), 600000, "the refused open did not truncate");
 }

@@ -27,9 +27,15 @@ use crate::state::Store;
 pub enum Pending {
     /// Nothing.
     Nothing,
-    /// A blob was hard-linked to a file the call was about to remove. If the call fails the
-    /// link is dropped again, so that the file's link count is what it would have been.
-    Linked(String),
+    /// A blob was hard-linked to a file the call (record `seq`) was about to remove. If the call
+    /// fails, the link is dropped again (so that the file's link count is what it would have
+    /// been) and a `call_failed` record tells undo that the step changed nothing.
+    Linked {
+        /// The blob.
+        blob: String,
+        /// The record naming it.
+        seq: u64,
+    },
     /// A record whose call may fail in a way undo cannot see: if it does, a `call_failed`
     /// record says so.
     Recorded(u64),
@@ -140,9 +146,8 @@ fn change(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
             return refuse(store, call, format!("{call} {}: {reason}", path.display_lossy()), libc::EACCES);
         }
     }
-    let pending = pending_of(&before);
-    store.record(call, Op::Change { path, before });
-    pending
+    let seq = store.record(call, Op::Change { path, before: before.clone() });
+    pending_of(&before, seq)
 }
 
 /// Refuses (always, whatever the policy) a call that would change the session's own store.
@@ -185,10 +190,10 @@ fn target_or_record<'a>(
     }
 }
 
-fn pending_of(before: &Before) -> Pending {
+fn pending_of(before: &Before, seq: u64) -> Pending {
     match before {
         Before::Contents(s) => match &s.node {
-            Node::File { blob, how: CaptureHow::Link, .. } => Pending::Linked(blob.clone()),
+            Node::File { blob, how: CaptureHow::Link, .. } => Pending::Linked { blob: blob.clone(), seq },
             Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. } => {
                 // Bytes and metadata are kept apart from the inode: any later change to it
                 // through a descriptor is undone by restoring this capture.
@@ -350,17 +355,13 @@ pub fn before_rename(
         store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
         return Pending::Nothing;
     }
-    let (to_before, pending) = match stat_target(store, call, &to) {
+    let to_before = match stat_target(store, call, &to) {
         Err(p) => return p,
-        Ok(None) => (Before::Absent, Pending::Nothing),
+        Ok(None) => Before::Absent,
         Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => return Pending::Nothing, // EEXIST
         // Two names of one inode: rename does nothing at all.
         Ok(Some(tst)) if ident_of(&tst) == ident_of(&fst) => return Pending::Nothing,
-        Ok(Some(tst)) => {
-            let before = capture(store, to.parent.as_fd(), &to.name, &tst, Intent::Destroy);
-            let pending = pending_of(&before);
-            (before, pending)
-        }
+        Ok(Some(tst)) => capture(store, to.parent.as_fd(), &to.name, &tst, Intent::Destroy),
     };
     if let Before::Irreversible { reason } = &to_before {
         if store.settings.policy == Policy::Strict {
@@ -368,8 +369,8 @@ pub fn before_rename(
             return refuse(store, call, what, libc::EACCES);
         }
     }
-    store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before });
-    pending
+    let seq = store.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: to_before.clone() });
+    pending_of(&to_before, seq)
 }
 
 /// Before unlink/unlinkat/rmdir/remove.
@@ -536,8 +537,9 @@ pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno
                 store.record(call, Op::CallFailed { of_seq: seq, errno });
             }
         }
-        Pending::Linked(blob) => {
+        Pending::Linked { blob, seq } => {
             if !succeeded {
+                store.record(call, Op::CallFailed { of_seq: seq, errno });
                 let _ = store.blobs.with(|fd| rustix::fs::unlinkat(fd, blob.as_str(), AtFlags::empty()));
             }
         }

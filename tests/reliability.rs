@@ -457,3 +457,78 @@ fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_hones
     assert!(String::from_utf8_lossy(&out.stdout).contains("refused"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::metadata(s.path("big")).unwrap().len(), 600000, "the refused open did not truncate");
 }
+
+#[test]
+fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete() {
+    if !is_root() || !std::path::Path::new("/sys/fs/ext4").exists() {
+        return; // needs a loop mount and ext4's error trigger
+    }
+    let s = Scratch::new("a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete");
+    let img = s.root.join("store.img");
+    let mnt = s.root.join("store");
+    std::fs::create_dir(&mnt).unwrap();
+    s.sh(&format!("truncate -s 32M {0} && mkfs.ext4 -q {0}", img.display()));
+    let ok = Command::new("mount").arg("-o").arg("loop,errors=remount-ro").arg(&img).arg(&mnt).status().unwrap();
+    assert!(ok.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    let dev =
+        String::from_utf8(Command::new("findmnt").args(["-no", "SOURCE"]).arg(&mnt).output().unwrap().stdout).unwrap();
+    let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", dev.trim().rsplit('/').next().unwrap());
+    s.sh("echo 1 > a && echo 2 > b && echo 3 > c");
+    let session = mnt.join("session");
+    let script = format!(
+        "import os, time, subprocess\nos.unlink('a')\nwhile not os.path.exists('go'): time.sleep(0.01)\n\
+         os.unlink('b')\nsubprocess.run(['rm', 'c'], check=True)\nprint('finished')\n"
+    );
+    let mut cmd = run_cmd(&s, &session, &[python().as_ref(), "-c".as_ref(), script.as_ref()]);
+    cmd.stdout(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&trigger, "1").unwrap();
+    std::fs::write(s.path("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "finished", "the program ran on undisturbed");
+    assert!(!s.path("b").exists() && !s.path("c").exists());
+    let out =
+        s.cli(&["undo".as_ref(), "--dry-run".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{r}");
+    let lost = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["why"].as_str().unwrap().contains("without a journal record"));
+    assert!(lost.is_some(), "the steps that could not be journaled are named: {r}");
+}
+
+#[test]
+fn aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it() {
+    let s = Scratch::new("aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it");
+    s.sh("echo inner > inner-file && echo outer > outer-file");
+    let outer = s.session("outer");
+    let inner = s.session("inner");
+    let cli = artifacts().cli.to_str().unwrap().to_string();
+    let script = format!(
+        "rm outer-file && {cli} run --journal {} -- rm inner-file && {cli} log --journal {} > /dev/null && echo ok",
+        inner.display(),
+        inner.display()
+    );
+    let out = s.run_ok(&outer, &["sh", "-c", &script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    // The inner session journaled its own command and undoes it.
+    let (code, r) = s.undo_json(&inner);
+    assert_complete(code, &r);
+    assert!(s.path("inner-file").exists());
+    // The outer one cannot claim to have seen what ran under the inner one.
+    let (code, r) = s.undo_json(&outer);
+    assert_eq!(code, 3, "{r}");
+    assert!(s.path("outer-file").exists());
+    let why: Vec<&str> = r["outcomes"].as_array().unwrap().iter().filter_map(|o| o["why"].as_str()).collect();
+    assert!(why.iter().any(|w| w.contains("AETHER_JOURNAL=off")), "{why:?}");
+}

@@ -206,6 +206,15 @@ pub fn prepare(
             return (program, plan);
         }
         let Some(store) = exec_store() else { return (program, plan) };
+        // A store that went read-only cannot be joined by the new program: nothing it does will
+        // be journaled, so say so while the counters can still be written.
+        let read_only = store
+            .journal
+            .with(|fd| rustix::fs::fstatvfs(fd).is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)))
+            .unwrap_or(true);
+        if read_only {
+            crate::state::count_lost(&store);
+        }
         if record_exec {
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();

@@ -355,6 +355,11 @@ pub fn note_unjournaled() {
     }
 }
 
+/// Counts one step that will not be journaled, in `store`'s shared counters.
+pub fn count_lost(store: &Store) {
+    store.counters.add_lost();
+}
+
 /// See [`ExecStore`].
 pub fn exec_store() -> Option<ExecStore> {
     let p = STORE.load(Ordering::Acquire);

@@ -482,10 +482,8 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
     let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", dev.trim().rsplit('/').next().unwrap());
     s.sh("echo 1 > a && echo 2 > b && echo 3 > c");
     let session = mnt.join("session");
-    let script = format!(
-        "import os, time, subprocess\nos.unlink('a')\nwhile not os.path.exists('go'): time.sleep(0.01)\n\
-         os.unlink('b')\nsubprocess.run(['rm', 'c'], check=True)\nprint('finished')\n"
-    );
+    let script = "import os, time, subprocess\nos.unlink('a')\nwhile not os.path.exists('go'): time.sleep(0.01)\n\
+                  os.unlink('b')\nsubprocess.run(['rm', 'c'], check=True)\nprint('finished')\n";
     let mut cmd = run_cmd(&s, &session, &[python().as_ref(), "-c".as_ref(), script.as_ref()]);
     cmd.stdout(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();

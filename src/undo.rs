@@ -869,7 +869,7 @@ impl Executor<'_> {
         }
         match &rec.op {
             Op::Change { path, before } => {
-                let (outcome, why) = self.undo_change(path, before);
+                let (outcome, why) = self.undo_changed_path(path, before);
                 out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
             }
             Op::Rename { from, to, flags, moved, to_before } => {
@@ -880,11 +880,14 @@ impl Executor<'_> {
                     self.undo_move(from, to, *flags)
                 };
                 let moved_back = outcome == Outcome::Restored;
+                if moved_back && !self.dry_run {
+                    self.deferred_moved(to, from, exchange);
+                }
                 out.push(StepReport { seq, outcome, path: Some(from.clone()), why });
                 // When the move did not happen the destination was never clobbered; an
                 // exchange destroys nothing.
                 if !exchange && moved_back && !matches!(to_before, Before::Absent) {
-                    let (outcome, why) = self.undo_change(to, to_before);
+                    let (outcome, why) = self.undo_changed_path(to, to_before);
                     out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
                 }
             }
@@ -1191,6 +1194,48 @@ impl Executor<'_> {
                 describe_errno(e)
             ))),
             Err(e) => Err(failed(format!("cannot open its directory: {}", describe_errno(e)))),
+        }
+    }
+
+    /// Undoes a change and keeps the deferred directory metadata true to the tree: when the
+    /// step took away a directory that newer steps had put back (it did not exist before the
+    /// session, or something else stood there), the metadata queued for it and for
+    /// everything inside it has nowhere to go and no longer applies.
+    fn undo_changed_path(&self, path: &BPath, before: &Before) -> Done {
+        let dir_before = if self.dry_run { None } else { self.directory_at(path) };
+        let done = self.undo_change(path, before);
+        if let Some(old) = dir_before {
+            if matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)
+                && self.directory_at(path) != Some(old)
+            {
+                self.deferred.borrow_mut().retain(|d| !d.path.starts_with_dir(path.as_bytes()));
+            }
+        }
+        done
+    }
+
+    /// The identity of the directory standing at `path`, if one does.
+    fn directory_at(&self, path: &BPath) -> Option<crate::record::Ident> {
+        let (dir, name) = self.parent_of(path).ok()?;
+        let st = lstat(dir.as_fd(), name).ok().flatten()?;
+        (file_type(&st) == FileType::Directory).then(|| ident_of(&st))
+    }
+
+    /// Follows a directory that an undo step moved from `now` back to `back` (or exchanged
+    /// with it): its queued metadata, and its entries', move with it.
+    fn deferred_moved(&self, now: &BPath, back: &BPath, exchange: bool) {
+        let swap = |p: &BPath, from: &BPath, to: &BPath| -> Option<BPath> {
+            p.starts_with_dir(from.as_bytes()).then(|| {
+                let mut b = to.as_bytes().to_vec();
+                b.extend_from_slice(&p.as_bytes()[from.as_bytes().len()..]);
+                BPath::new(b)
+            })
+        };
+        for d in self.deferred.borrow_mut().iter_mut() {
+            let moved = swap(&d.path, now, back).or_else(|| if exchange { swap(&d.path, back, now) } else { None });
+            if let Some(p) = moved {
+                d.path = p;
+            }
         }
     }
 
@@ -2114,6 +2159,46 @@ mod tests {
         assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.keep").unwrap().unwrap(), b"v1");
         assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.new").unwrap(), None);
         assert_eq!(fs::read(f.p("a")).unwrap(), b"x", "contents untouched by metadata undo");
+    }
+
+    #[test]
+    fn a_directory_created_and_removed_within_the_session_leaves_no_failed_metadata() {
+        let mut f = Fixture::new();
+        // mkdir d; mkdir d/sub; rm -rf d: the undo recreates both, then removes both.
+        f.change("d", Intent::Overwrite);
+        fs::create_dir(f.p("d")).unwrap();
+        f.change("d/sub", Intent::Overwrite);
+        fs::create_dir(f.p("d/sub")).unwrap();
+        fs::set_permissions(f.p("d/sub"), fs::Permissions::from_mode(0o750)).unwrap();
+        f.change("d/sub", Intent::Destroy);
+        fs::remove_dir(f.p("d/sub")).unwrap();
+        f.change("d", Intent::Destroy);
+        fs::remove_dir(f.p("d")).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(
+            Fixture::outcomes(&r),
+            vec![Outcome::Recreated, Outcome::Recreated, Outcome::Removed, Outcome::Removed]
+        );
+        assert!(!f.p("d").exists());
+    }
+
+    #[test]
+    fn a_directory_moved_back_takes_its_pending_mode_with_it() {
+        let mut f = Fixture::new();
+        fs::create_dir(f.p("d")).unwrap();
+        fs::set_permissions(f.p("d"), fs::Permissions::from_mode(0o751)).unwrap();
+        // mv d e; chmod 700 e
+        let moved = Some(ident_of(&rustix::fs::stat(f.p("d")).unwrap()));
+        f.push(Op::Rename { from: f.bp("d"), to: f.bp("e"), flags: 0, moved, to_before: Before::Absent });
+        fs::rename(f.p("d"), f.p("e")).unwrap();
+        let before = crate::capture::meta_before(&rustix::fs::lstat(f.p("e")).unwrap(), MetaKind::Mode, None);
+        f.push(Op::Meta { path: f.bp("e"), before });
+        fs::set_permissions(f.p("e"), fs::Permissions::from_mode(0o700)).unwrap();
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert!(!f.p("e").exists());
+        assert_eq!(fs::metadata(f.p("d")).unwrap().permissions().mode() & 0o7777, 0o751);
     }
 
     #[test]

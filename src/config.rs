@@ -24,6 +24,8 @@ pub const ENV_SYNC: &str = "AETHER_JOURNAL_SYNC";
 pub const ENV_NETWORK: &str = "AETHER_JOURNAL_NETWORK";
 /// Path of the shim library, for `aether-journal run`.
 pub const ENV_SHIM: &str = "AETHER_JOURNAL_SHIM";
+/// Test suite only: the shim panics inside its own work for a path ending with this value.
+pub const ENV_TEST_FAULT: &str = "AETHER_JOURNAL_TEST_FAULT";
 
 /// Default per-file budget: 1 GiB.
 pub const DEFAULT_MAX_FILE: u64 = 1 << 30;

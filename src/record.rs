@@ -296,13 +296,39 @@ pub struct Ident {
     pub ino: u64,
 }
 
+/// Whether `name` is one the capture code makes: a decimal id, optionally inside the shard
+/// directory named by the id's low byte in two hex digits (`2a/1066`). Nothing else: a name
+/// with `..`, a leading `/` or another directory in a tampered journal would send undo (or
+/// review) outside the store.
+pub fn is_blob_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    match name.split_once('/') {
+        None => digits(name),
+        Some((shard, id)) => {
+            digits(id) && shard.len() == 2 && id.parse::<u64>().is_ok_and(|n| format!("{:02x}", n & 0xff) == shard)
+        }
+    }
+}
+
+fn blob_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if is_blob_name(&name) {
+        Ok(name)
+    } else {
+        Err(serde::de::Error::custom(format!("{name:?} is not a blob name this store makes")))
+    }
+}
+
 /// The kind of node a snapshot holds, and where its content went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Node {
     /// A regular file whose bytes are kept in a blob.
     File {
-        /// Blob name inside the session's `blobs/` directory.
+        /// Blob name inside the session's `blobs/` directory: `hh/ID` (see
+        /// [`crate::capture::blob_name`]), or a bare `ID` in sessions made before blobs were
+        /// sharded. Any other name is refused when the journal is read ([`is_blob_name`]).
+        #[serde(deserialize_with = "blob_name")]
         blob: String,
         /// Size in bytes at capture time.
         size: u64,
@@ -310,6 +336,11 @@ pub enum Node {
         hash: Option<String>,
         /// How the blob was made.
         how: CaptureHow,
+        /// For a file kept by moving its inode into the store before an `O_TRUNC` open (see
+        /// [`crate::capture::MOVE_ASIDE_MIN`]): the identity of the empty file left in its
+        /// place, which the call then opened.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        twin: Option<Ident>,
     },
     /// A regular file about to be appended to: its first `len` bytes stay as they are, so
     /// undo only truncates back to `len`.
@@ -576,9 +607,27 @@ mod tests {
     }
 
     #[test]
+    fn only_blob_names_the_store_makes_are_accepted() {
+        assert!(is_blob_name("2a/1066") && is_blob_name("00/256") && is_blob_name("ff/255"));
+        assert!(is_blob_name("17"), "sessions made before sharding");
+        for bad in ["", "../x", "/etc/passwd", "2a/../../x", "2b/1066", "2a/", "/1", "a/b/1", "2A/1066", "1e3"] {
+            assert!(!is_blob_name(bad), "{bad:?} accepted");
+        }
+        let json = r#"{"type":"file","blob":"../../../etc/shadow","size":1,"hash":null,"how":"link"}"#;
+        let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
+        assert!(err.contains("not a blob name"), "{err}");
+    }
+
+    #[test]
     fn every_prior_state_round_trips_through_json() {
         let snap = Snapshot {
-            node: Node::File { blob: "b1".into(), size: 3, hash: Some("ab".into()), how: CaptureHow::Copy },
+            node: Node::File {
+                blob: "01/1".into(),
+                size: 3,
+                hash: Some("ab".into()),
+                how: CaptureHow::Copy,
+                twin: None,
+            },
             mode: 0o644,
             uid: 0,
             gid: 0,

@@ -77,7 +77,9 @@ pub fn getcwd() -> io::Result<Vec<u8>> {
     Ok(rustix::process::getcwd(Vec::new())?.into_bytes())
 }
 
-fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
+/// Splits a path into its directory part (empty for a bare name, `/` for a name in the root)
+/// and its final component, ignoring trailing slashes.
+pub fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
     let end = path.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
     let trimmed = &path[..end];
     match trimmed.iter().rposition(|&c| c == b'/') {

@@ -242,16 +242,19 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl
         };
         for b in befores {
             if let Before::Contents(s) = b {
-                if let Node::File { blob, size, hash: None, how: how @ (CaptureHow::Link | CaptureHow::Reflink) } =
-                    &s.node
-                {
+                // Linked and cloned captures, and copies reused by identity, were not hashed
+                // when they were made.
+                if let Node::File { blob, size, hash: None, how, .. } = &s.node {
+                    if blob_hashes.contains_key(blob) {
+                        continue;
+                    }
                     let path = blobs_dir.join(blob);
                     if let Ok(f) = std::fs::File::open(&path) {
                         let st = rustix::fs::fstat(&f).ok();
                         if let Ok((h, n)) = hash_fd(&f) {
                             blob_hashes.insert(blob.clone(), h);
                             let unchanged = st.is_some_and(|st| [st.st_mtime, st.st_mtime_nsec as i64] == s.mtime);
-                            if *how == CaptureHow::Reflink || (n == *size && unchanged) {
+                            if *how != CaptureHow::Link || (n == *size && unchanged) {
                                 blob_intact.insert(blob.clone());
                             }
                         }
@@ -290,8 +293,19 @@ pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
         match &r.op {
             Op::Change { path: p, before } if p == path => {
                 return match ident_of_before(before) {
-                    // Written in place (same inode), removed, or the call failed (same inode).
-                    Some(id) => Expectation::Allowed { idents: vec![id], may_be_absent: true },
+                    // Written in place (same inode), removed, or the call failed (same inode);
+                    // or, for a file moved aside, the empty twin left in its place.
+                    Some(id) => {
+                        let mut idents = vec![id];
+                        if let Before::Contents(crate::record::Snapshot {
+                            node: Node::File { twin: Some(t), .. },
+                            ..
+                        }) = before
+                        {
+                            idents.push(*t);
+                        }
+                        Expectation::Allowed { idents, may_be_absent: true }
+                    }
                     None => Expectation::Unknown,
                 };
             }

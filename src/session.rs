@@ -7,7 +7,11 @@
 //!   session.json             header: format, version, id, created, root command, cwd, shim version
 //!   journal                  append-only records (see crate::journal), mode 0600
 //!   counters                 4096 bytes shared by every process of the session (see below)
-//!   blobs/                   mode 0700: captured prior contents, one file per capture
+//!   captures                 1 MiB, sparse: the capture index shared by the session's processes
+//!                            (which blob holds which state of a file; see the shim's index.rs)
+//!   blobs/                   mode 0700: captured prior contents, one file per capture, spread
+//!     2a/1066                over up to 256 shard directories named by the id's low byte
+//!   seal.json                what the tree looked like when `run` ended (see crate::seal)
 //!   state.json               present once the session was undone or kept
 //! ```
 //!
@@ -50,6 +54,10 @@ pub const COUNTERS_FILE: &str = "counters";
 pub const STATE_FILE: &str = "state.json";
 /// Size of the counters file.
 pub const COUNTERS_LEN: usize = 4096;
+/// Capture index file name.
+pub const CAPTURES_FILE: &str = "captures";
+/// Size of the capture index (sparse until used).
+pub const CAPTURES_LEN: usize = 1 << 20;
 /// Magic at the start of the counters file.
 pub const COUNTERS_MAGIC: &[u8; 8] = b"AJCOUNT1";
 /// Slot index (in `u64`s) of the last id handed out.
@@ -237,6 +245,7 @@ pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
     let journal = dir.join(JOURNAL_FILE);
     fs::OpenOptions::new().append(true).create(true).mode(0o600).open(&journal)?;
     ensure_counters(&dir.join(COUNTERS_FILE))?;
+    ensure_captures(&dir.join(CAPTURES_FILE))?;
     let header_path = dir.join(HEADER_FILE);
     if !header_path.exists() {
         write_atomically(&header_path, &serde_json::to_vec_pretty(header).map_err(io::Error::other)?)?;
@@ -256,6 +265,16 @@ pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
     f.read_exact_at(&mut magic, 0)?;
     if &magic != COUNTERS_MAGIC {
         f.write_all_at(COUNTERS_MAGIC, 0)?;
+    }
+    Ok(f)
+}
+
+/// Makes sure the capture index exists and is [`CAPTURES_LEN`] bytes long (all zero: empty).
+/// Idempotent, and safe to race with itself.
+pub fn ensure_captures(path: &Path) -> io::Result<fs::File> {
+    let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    if f.metadata()?.len() < CAPTURES_LEN as u64 {
+        f.set_len(CAPTURES_LEN as u64)?;
     }
     Ok(f)
 }
@@ -417,19 +436,27 @@ pub struct SessionInfo {
     pub bytes_captured: u64,
     /// Steps that can never be undone.
     pub irreversible: usize,
-    /// Bytes the session directory takes in all.
+    /// Bytes the session directory takes on disk in all (allocated blocks).
     pub bytes_total: u64,
 }
 
-fn dir_size(p: &Path) -> u64 {
+/// Bytes of the files under `p`: their lengths, or (`on_disk`) the blocks they occupy, which is
+/// what a sparse file like `captures` really costs.
+fn dir_size_of(p: &Path, on_disk: bool) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let Ok(rd) = fs::read_dir(p) else { return 0 };
     rd.filter_map(|e| e.ok())
         .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) if m.is_dir() => dir_size_of(&e.path(), on_disk),
+            Ok(m) if on_disk => m.blocks() * 512,
             Ok(m) => m.len(),
             Err(_) => 0,
         })
         .sum()
+}
+
+fn dir_size(p: &Path) -> u64 {
+    dir_size_of(p, false)
 }
 
 impl Session {
@@ -445,14 +472,14 @@ impl Session {
             records: journal.records.len(),
             bytes_captured: dir_size(&self.blobs_dir()),
             irreversible: journal.records.iter().filter(|r| r.irreversible()).count(),
-            bytes_total: dir_size(&self.dir),
+            bytes_total: dir_size_of(&self.dir, true),
         }
     }
 
     /// Accepts the session: releases its captured contents, keeps its header and journal (the
     /// audit log). With `forget`, deletes the session directory altogether.
     pub fn keep(&self, forget: bool, root: Option<&Path>) -> Result<u64, SessionError> {
-        let freed = dir_size(&self.dir);
+        let freed = dir_size_of(&self.dir, true);
         if forget {
             if let Some(root) = root {
                 let link = root.join(&self.header.id);

@@ -309,6 +309,7 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
 pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
     let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     let mut linked = std::collections::HashMap::new();
+    let mut hashed = std::collections::HashMap::new();
     for r in &plan.journal.records {
         let befores: Vec<&Before> = match &r.op {
             Op::Change { before, .. } => vec![before],
@@ -316,8 +317,16 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
             _ => vec![],
         };
         for b in befores {
-            if let Before::Contents(Snapshot { node: Node::File { blob, how: CaptureHow::Link, .. }, ident, .. }) = b {
-                linked.entry(*ident).or_insert_with(|| blob.clone());
+            match b {
+                Before::Contents(Snapshot { node: Node::File { blob, how: CaptureHow::Link, .. }, ident, .. }) => {
+                    linked.entry(*ident).or_insert_with(|| blob.clone());
+                }
+                // A copy reused by identity names its blob without a hash: the record that
+                // made the blob has it.
+                Before::Contents(Snapshot { node: Node::File { blob, hash: Some(h), .. }, .. }) => {
+                    hashed.entry(blob.clone()).or_insert_with(|| h.clone());
+                }
+                _ => {}
             }
         }
     }
@@ -342,6 +351,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         blobs,
         blobs_path: plan.blobs_dir.to_path_buf(),
         linked,
+        hashed,
         tampered,
         dry_run: plan.opts.dry_run,
         force: plan.opts.force,
@@ -433,6 +443,8 @@ struct Executor<'a> {
     blobs_path: std::path::PathBuf,
     /// Every inode some record captured by hard link, and the blob holding it.
     linked: std::collections::HashMap<crate::record::Ident, String>,
+    /// The hash each copied blob was recorded with (by the record that made it).
+    hashed: std::collections::HashMap<String, String>,
     /// Linked blobs whose content no longer matches the hash sealed with the session (checked
     /// once, before this undo changes anything).
     tampered: HashSet<String>,
@@ -1169,10 +1181,13 @@ impl Executor<'_> {
         }
     }
 
-    /// The hash a blob must have: recorded at capture time, or (linked and cloned captures)
-    /// when the session was sealed.
+    /// The hash a blob must have: recorded at capture time (by this record, or by the one that
+    /// made a blob this record reuses), or (linked and cloned captures) when the session was
+    /// sealed.
     fn expected_hash<'h>(&'h self, blob: &str, recorded: Option<&'h str>) -> Option<&'h str> {
-        recorded.or_else(|| self.seal.and_then(|s| s.blob_hashes.get(blob)).map(String::as_str))
+        recorded
+            .or_else(|| self.hashed.get(blob).map(String::as_str))
+            .or_else(|| self.seal.and_then(|s| s.blob_hashes.get(blob)).map(String::as_str))
     }
 
     fn parent_of<'p>(&self, path: &'p BPath) -> Result<(OwnedFd, &'p [u8]), Done> {
@@ -1296,7 +1311,7 @@ impl Executor<'_> {
             }
         }
         match &snap.node {
-            Node::File { blob, size, hash, how } => {
+            Node::File { blob, size, hash, how, .. } => {
                 self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
             }
             Node::Prefix { len } => self.restore_prefix(dir, name, cur, snap, *len),
@@ -1869,8 +1884,13 @@ mod tests {
         fn change(&mut self, name: &str, intent: Intent) {
             let blobs = fs::File::open(&self.blobs).unwrap();
             let work = fs::File::open(&self.work).unwrap();
-            let cap =
-                Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &self.counters, sync: false };
+            let cap = Capturer {
+                blobs: blobs.as_fd(),
+                budget: Budget::default(),
+                counters: &self.counters,
+                sync: false,
+                index: None,
+            };
             let before = cap.capture(work.as_fd(), name.as_bytes(), intent);
             let path = self.bp(name);
             self.push(Op::Change { path, before });
@@ -1891,6 +1911,16 @@ mod tests {
         fn undo(&self) -> Report {
             let j = JournalContents { records: self.records.clone(), ..Default::default() };
             undo_records(&j, &self.blobs, &UndoOptions::default()).unwrap()
+        }
+        /// Every blob file in the store (inside its shard directory).
+        fn blob_files(&self) -> Vec<PathBuf> {
+            let mut out = vec![];
+            for shard in fs::read_dir(&self.blobs).unwrap() {
+                for b in fs::read_dir(shard.unwrap().path()).unwrap() {
+                    out.push(b.unwrap().path());
+                }
+            }
+            out
         }
         fn outcomes(r: &Report) -> Vec<Outcome> {
             r.outcomes.iter().map(|o| o.outcome).collect()
@@ -1935,7 +1965,7 @@ mod tests {
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated]);
         assert_eq!(fs::read(f.p("a")).unwrap(), b"keep me");
         assert_eq!(fs::metadata(f.p("a")).unwrap().ino(), ino);
-        assert_eq!(fs::read_dir(&f.blobs).unwrap().count(), 0, "the blob was moved back, not copied");
+        assert_eq!(f.blob_files().len(), 0, "the blob was moved back, not copied");
         // A second run finds it in place.
         let r2 = f.undo();
         assert_eq!(Fixture::outcomes(&r2), vec![Outcome::Unchanged]);
@@ -1972,7 +2002,13 @@ mod tests {
         fs::write(f.p("dst"), b"old").unwrap();
         let blobs = fs::File::open(&f.blobs).unwrap();
         let work = fs::File::open(&f.work).unwrap();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &f.counters, sync: false };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &f.counters,
+            sync: false,
+            index: None,
+        };
         let to_before = cap.capture(work.as_fd(), b"dst", Intent::Destroy);
         let moved = Some(ident_of(&rustix::fs::stat(f.p("tmp")).unwrap()));
         let (from, to) = (f.bp("tmp"), f.bp("dst"));
@@ -2019,7 +2055,7 @@ mod tests {
         fs::write(f.p("a"), b"original").unwrap();
         f.change("a", Intent::Overwrite);
         fs::write(f.p("a"), b"changed").unwrap();
-        let blob = fs::read_dir(&f.blobs).unwrap().next().unwrap().unwrap().path();
+        let blob = f.blob_files().remove(0);
         fs::write(&blob, b"evil!!!!").unwrap();
         let r = f.undo();
         assert!(!r.complete);
@@ -2036,8 +2072,8 @@ mod tests {
         f.change("b", Intent::Overwrite);
         fs::write(f.p("a"), b"2").unwrap();
         fs::write(f.p("b"), b"2").unwrap();
-        for e in fs::read_dir(&f.blobs).unwrap() {
-            fs::remove_file(e.unwrap().path()).unwrap();
+        for b in f.blob_files() {
+            fs::remove_file(b).unwrap();
         }
         let r = f.undo();
         assert!(!r.complete);
@@ -2097,7 +2133,13 @@ mod tests {
         fs::write(f.work.join(name), b"x").unwrap();
         let blobs = fs::File::open(&f.blobs).unwrap();
         let work = fs::File::open(&f.work).unwrap();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &f.counters, sync: false };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &f.counters,
+            sync: false,
+            index: None,
+        };
         let before = cap.capture(work.as_fd(), name.as_bytes(), Intent::Destroy);
         let path = BPath::from(f.work.join(name).as_path());
         f.push(Op::Change { path, before });

@@ -177,7 +177,10 @@ fn the_session_directory_and_its_blobs_are_private() {
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&session), 0o700);
     assert_eq!(mode(&session.join("blobs")), 0o700);
-    let blobs: Vec<_> = std::fs::read_dir(session.join("blobs")).unwrap().map(|e| e.unwrap().path()).collect();
+    let shards: Vec<_> = std::fs::read_dir(session.join("blobs")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(shards.len(), 1);
+    assert_eq!(mode(&shards[0]), 0o700, "a shard directory is private too");
+    let blobs: Vec<_> = std::fs::read_dir(&shards[0]).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(blobs.len(), 1);
     assert_eq!(mode(&blobs[0]), 0o600, "a copied capture is readable by its owner only");
     assert_eq!(std::fs::read(&blobs[0]).unwrap(), b"secret\n");

@@ -530,3 +530,26 @@ fn aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could
     let why: Vec<&str> = r["outcomes"].as_array().unwrap().iter().filter_map(|o| o["why"].as_str()).collect();
     assert!(why.iter().any(|w| w.contains("AETHER_JOURNAL=off")), "{why:?}");
 }
+
+#[test]
+fn a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible() {
+    let s = Scratch::new("a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible");
+    let session = s.session("session");
+    let script = "echo one > ./faulty; echo two > fine; cat faulty fine";
+    let mut cmd = run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    // The shim panics in its own bookkeeping for this one path (a test-only switch).
+    cmd.env("AETHER_JOURNAL_TEST_FAULT", "/faulty");
+    let out = bounded(cmd, 60);
+    assert!(out.status.success(), "the program was not disturbed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\n", "both writes happened");
+    assert!(out.stderr.is_empty() || !String::from_utf8_lossy(&out.stderr).contains("panicked"), "no panic output");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "a step whose capture failed makes the undo incomplete: {r}");
+    let outcomes = r["outcomes"].as_array().unwrap();
+    let skipped: Vec<_> = outcomes.iter().filter(|o| o["outcome"] == "skipped").collect();
+    assert_eq!(skipped.len(), 1, "{r}");
+    assert!(skipped[0]["path"].as_str().unwrap().ends_with("faulty"), "{r}");
+    assert!(skipped[0]["why"].as_str().unwrap().contains("fault injected"), "the reason is named: {r}");
+    assert!(!s.path("fine").exists(), "the other step was undone");
+    assert!(s.path("faulty").exists(), "the step that could not be captured is left as it is");
+}

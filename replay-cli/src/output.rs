@@ -54,13 +54,14 @@ fn describe_before(b: &Before) -> String {
         Before::Absent => "did not exist".into(),
         Before::Irreversible { reason } => format!("IRREVERSIBLE: {reason}"),
         Before::Contents(s) => match &s.node {
-            Node::File { size, how, .. } => format!(
+            Node::File { size, how, twin, .. } => format!(
                 "{size}-byte file, mode {:o}, kept by {}",
                 s.mode,
-                match how {
-                    CaptureHow::Link => "link",
-                    CaptureHow::Copy => "copy",
-                    CaptureHow::Reflink => "clone",
+                match (how, twin) {
+                    (CaptureHow::Link, Some(_)) => "moving it aside",
+                    (CaptureHow::Link, None) => "link",
+                    (CaptureHow::Copy, _) => "copy",
+                    (CaptureHow::Reflink, _) => "clone",
                 }
             ),
             Node::Prefix { len } => format!("{len}-byte file about to be appended to (length kept)"),

@@ -61,6 +61,8 @@ pub struct Plan {
     pub refuse: Option<i32>,
     /// The `unobserved` record made for this exec (cancelled if the exec fails).
     pub unobserved: Option<u64>,
+    /// The working directory the exec runs in (for the record posix_spawn makes afterwards).
+    pub cwd: Vec<u8>,
 }
 
 /// Reads a null-terminated array of C strings.
@@ -205,16 +207,13 @@ pub fn prepare(
         if !cfg.enabled {
             return (program, plan);
         }
-        let Some(store) = exec_store() else { return (program, plan) };
-        // A store that went read-only cannot be joined by the new program: nothing it does will
-        // be journaled, so say so while the counters can still be written.
-        let read_only = store
-            .journal
-            .with(|fd| rustix::fs::fstatvfs(fd).is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)))
-            .unwrap_or(true);
-        if read_only {
-            crate::state::count_lost(&store);
+        if !record_exec {
+            plan.cwd = cwd.clone();
         }
+        let Some(store) = exec_store() else { return (program, plan) };
+        // A store that went read-only cannot be joined by the new program. No separate check
+        // is needed: the exec record (here, or after posix_spawn) fails to be written, and a
+        // record that cannot be written is counted as lost.
         if record_exec {
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
@@ -268,16 +267,16 @@ pub fn failed(call: &str, plan: &Plan, err: i32) {
 }
 
 /// After posix_spawn succeeded: the audit record, with the child's pid.
-pub fn spawned(call: &str, program: &[u8], argv: *const *const c_char, child: u32) {
+pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_char, child: u32) {
     guarded(|| {
         if !config().enabled {
             return;
         }
         if let Some(store) = exec_store() {
-            let cwd = journal::resolve::getcwd().unwrap_or_default();
             // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
-            let op = Op::Exec { program: BPath::from(program), argv: args, cwd: BPath::new(cwd), child: Some(child) };
+            let cwd = BPath::new(plan.cwd.clone());
+            let op = Op::Exec { program: BPath::from(program), argv: args, cwd, child: Some(child) };
             store.record_fresh(call, op);
         }
     });
@@ -295,6 +294,7 @@ mod tests {
             settings: Settings::from_lookup(|_| None).0,
             shim_path: b"/lib/libaether_journal.so".to_vec(),
             exec_env: vec![b"AETHER_JOURNAL_DIR=/s".to_vec(), b"AETHER_JOURNAL_MAX_FILE=1K".to_vec()],
+            test_fault: None,
         }
     }
 

@@ -304,7 +304,13 @@ fn journaled_with<R>(
         }
         Some(guard) => {
             let saved = errno();
-            let pending = catch_unwind(AssertUnwindSafe(|| store().map(|s| (s, pre(s))))).unwrap_or_else(|payload| {
+            let pending = catch_unwind(AssertUnwindSafe(|| {
+                store().map(|s| {
+                    injected_fault(path);
+                    (s, pre(s))
+                })
+            }))
+            .unwrap_or_else(|payload| {
                 let _ = catch_unwind(AssertUnwindSafe(|| record_panic(call, path, payload)));
                 None
             });
@@ -320,10 +326,13 @@ fn journaled_with<R>(
     if let Some((store, pending)) = pending {
         if !matches!(pending, Pending::Nothing) {
             let err = errno();
-            if let Some(guard) = Guard::enter() {
-                let (ok, fd) = outcome(&result);
-                let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
-                drop(guard);
+            let (ok, fd) = outcome(&result);
+            // Most outcomes need nothing, or only lock-free work: no guard for those.
+            if let Some(pending) = ops::after_quick(pending, ok, fd) {
+                if let Some(guard) = Guard::enter() {
+                    let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
+                    drop(guard);
+                }
             }
             set_errno(err);
         }
@@ -352,6 +361,13 @@ fn journaled_after<R>(call: &'static str, real: impl FnOnce() -> R, post: impl F
     }
     set_errno(err);
     result
+}
+
+/// The test suite's fault injection (see [`crate::state::Config::test_fault`]).
+fn injected_fault(path: &[u8]) {
+    if crate::state::config().test_fault.as_deref().is_some_and(|f| path.ends_with(f)) {
+        panic!("fault injected by AETHER_JOURNAL_TEST_FAULT");
+    }
 }
 
 fn record_panic(call: &str, path: &[u8], payload: Box<dyn std::any::Any + Send>) {
@@ -475,6 +491,9 @@ fn h_truncate(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -
 }
 
 fn h_ftruncate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, int_ok)
 }
 
@@ -547,11 +566,17 @@ fn h_set_euid(call: &'static str, real: impl FnOnce() -> c_int, euid: uid_t) -> 
 // ----- descriptors changed in place -----
 
 fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, int_ok)
 }
 
 /// posix_fallocate returns an error number instead of setting errno.
 fn h_posix_fallocate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| (*r == 0, None), |errno| errno)
 }
 
@@ -575,6 +600,9 @@ fn meta_at(
     };
     match path {
         _ if on_dirfd_itself => {
+            if ops::fd_covered(dirfd) {
+                return real();
+            }
             journaled(call, b"", |s| ops::before_fd_meta(s, call, dirfd, what, xattr), real, int_ok)
         }
         // An empty path without AT_EMPTY_PATH fails with ENOENT.
@@ -595,6 +623,9 @@ fn h_meta_nofollow_mode(call: &'static str, real: impl FnOnce() -> c_int, path: 
 }
 
 fn h_fd_meta_mode(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Mode, None), real, int_ok)
 }
 
@@ -611,6 +642,9 @@ fn h_meta_nofollow_owner(call: &'static str, real: impl FnOnce() -> c_int, path:
 }
 
 fn h_fd_meta_owner(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Owner, None), real, int_ok)
 }
 
@@ -633,6 +667,9 @@ fn h_meta_nofollow_times(call: &'static str, real: impl FnOnce() -> c_int, path:
 }
 
 fn h_fd_meta_times(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Times, None), real, int_ok)
 }
 
@@ -664,6 +701,9 @@ fn h_xattr_nofollow(call: &'static str, real: impl FnOnce() -> c_int, path: Str<
 
 fn h_fd_xattr(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, name: Str<'_>) -> c_int {
     let Some(name) = name else { return real() };
+    if ops::fd_covered(fd) {
+        return real();
+    }
     journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Xattr, Some(name)), real, int_ok)
 }
 
@@ -919,7 +959,7 @@ fn spawn(
         // SAFETY: on success posix_spawn stored the child's pid through the caller's pointer
         // (when it passed one).
         let child = if pid.is_null() { 0 } else { unsafe { *pid } };
-        crate::exec::spawned(call, &resolved, argv.cast(), child as u32);
+        crate::exec::spawned(call, &resolved, &plan, argv.cast(), child as u32);
     } else {
         crate::exec::failed(call, &plan, r);
     }

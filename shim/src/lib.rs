@@ -20,11 +20,13 @@
 
 mod alloc;
 mod covered;
+mod dircache;
 mod effects;
 mod exec;
 mod exec_l;
 mod guard;
 mod hooks;
+mod index;
 mod ops;
 mod real;
 mod state;

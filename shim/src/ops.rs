@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use journal::BPath;
 use journal::capture::{Capturer, Intent, ident_of, meta_before, xattr_value};
 use journal::record::{Before, Bytes, CaptureHow, MetaKind, Node, Op, Reason, UnobservedReason, XattrBefore};
-use journal::resolve::{Target, Unresolved, fd_path, getcwd, resolve};
+use journal::resolve::{DirFd, Target, Unresolved, fd_path, getcwd, resolve, split_last};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
@@ -47,6 +47,18 @@ pub enum Pending {
     /// An open that may create a file recorded `Absent`: once it returns a descriptor, the new
     /// inode is remembered as covered.
     Created,
+    /// An `O_TRUNC` open whose file was moved into the store (record `seq`, blob `blob`) and
+    /// replaced by an empty twin. If the call fails, the original goes back to `path` and a
+    /// `call_failed` record says the step changed nothing; if it succeeds, the twin it opened
+    /// is covered (undo puts the original inode back over it).
+    MovedAside {
+        /// The blob holding the original inode.
+        blob: String,
+        /// The record naming it.
+        seq: u64,
+        /// Where it came from.
+        path: BPath,
+    },
 }
 
 /// Which kinds of node an unlink-like call accepts.
@@ -65,8 +77,16 @@ fn capture(store: &Store, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent
     store
         .blobs
         .with(|blobs| {
-            let c =
-                Capturer { blobs, budget: store.settings.budget, counters: &store.counters, sync: store.settings.sync };
+            let c = Capturer {
+                blobs,
+                budget: store.settings.budget,
+                counters: &store.counters,
+                sync: store.settings.sync,
+                index: (intent != Intent::Destroy)
+                    .then(|| store.index())
+                    .flatten()
+                    .map(|i| i as &dyn journal::capture::CaptureIndex),
+            };
             c.capture_stat(parent, name, st, intent)
         })
         .unwrap_or_else(|| Before::Irreversible {
@@ -97,6 +117,9 @@ fn call_will_fail(e: Errno) -> bool {
 
 /// Resolves `path` relative to `dirfd` as the kernel will for the real call.
 fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<'a> {
+    if let Some(t) = locate_cached(dirfd, path, follow) {
+        return checked(store, t);
+    }
     let (base, base_path) = if path.first() == Some(&b'/') {
         (CWD, b"/".to_vec())
     } else if dirfd == libc::AT_FDCWD {
@@ -117,9 +140,10 @@ fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<
         }
     };
     match resolve(base, &base_path, path, follow) {
-        Ok(t) if store.protected(t.abs.as_bytes()) => Resolved::Protected(t.abs),
-        Ok(t) if store.excluded(t.abs.as_bytes()) => Resolved::Excluded,
-        Ok(t) => Resolved::Target(t),
+        Ok(t) => {
+            remember_parent(&t);
+            checked(store, t)
+        }
         Err(Unresolved::CallWillFail(_)) => Resolved::WillFail,
         Err(Unresolved::Failed { lexical, error }) => {
             if store.protected(lexical.as_bytes()) {
@@ -128,6 +152,69 @@ fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<
                 Resolved::Excluded
             } else {
                 Resolved::Unknown(lexical, error.to_string())
+            }
+        }
+    }
+}
+
+fn checked<'a>(store: &Store, t: Target<'a>) -> Resolved<'a> {
+    if store.protected(t.abs.as_bytes()) {
+        Resolved::Protected(t.abs)
+    } else if store.excluded(t.abs.as_bytes()) {
+        Resolved::Excluded
+    } else {
+        Resolved::Target(t)
+    }
+}
+
+/// The fast way to name a target whose path has a directory part: one `stat` of that
+/// directory, whose canonical name comes from [`crate::dircache`] if that name still leads to
+/// the same directory (checked with a second `stat` unless the path already is that name).
+/// The target is then addressed by the path as written, relative to the caller's base, which
+/// is exactly what the real call will resolve. `None`: use the full resolver.
+fn locate_cached<'a>(dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>> {
+    if path.last() == Some(&b'/') {
+        return None;
+    }
+    let (dir_part, name) = split_last(path);
+    if dir_part.is_empty() || name.is_empty() || name == b"." || name == b".." {
+        return None;
+    }
+    let base = if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
+        CWD
+    } else {
+        // SAFETY: `dirfd` is the caller's descriptor, open for the duration of the call that
+        // passed it to us; we only use it for the *at calls that resolve this path.
+        unsafe { BorrowedFd::borrow_raw(dirfd) }
+    };
+    let is_dir = |st: &Stat| FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    let st = rustix::fs::statat(base, dir_part, AtFlags::empty()).ok().filter(is_dir)?;
+    let id = ident_of(&st);
+    let canonical = crate::dircache::get(id)?;
+    if canonical != dir_part {
+        let now = rustix::fs::statat(CWD, canonical.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok().filter(is_dir)?;
+        if ident_of(&now) != id {
+            return None;
+        }
+    }
+    if follow {
+        // The call follows a final symlink: that is the full resolver's job.
+        if let Ok(fin) = rustix::fs::statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(fin.st_mode) == FileType::Symlink {
+                return None;
+            }
+        }
+    }
+    let abs = BPath::new(journal::bpath::join(&canonical, name));
+    Some(Target { parent: DirFd::Borrowed(base), name: path.to_vec(), abs })
+}
+
+/// After a full resolution through an opened parent: remember the parent's canonical name.
+fn remember_parent(t: &Target<'_>) {
+    if let (DirFd::Owned(fd), Some((parent, _))) = (&t.parent, t.abs.split_parent()) {
+        if parent.first() == Some(&b'/') && !parent.ends_with(b" (deleted)") {
+            if let Ok(st) = rustix::fs::fstat(fd) {
+                crate::dircache::put(ident_of(&st), parent);
             }
         }
     }
@@ -247,7 +334,7 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
     let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
     let ft = FileType::from_raw_mode(st.st_mode);
     let intent = match ft {
-        FileType::RegularFile if flags & libc::O_TRUNC != 0 => Intent::Overwrite,
+        FileType::RegularFile if flags & libc::O_TRUNC != 0 => Intent::Truncate,
         FileType::RegularFile if acc == libc::O_WRONLY && flags & libc::O_APPEND != 0 => Intent::Append,
         FileType::RegularFile if writes => Intent::Overwrite,
         FileType::Fifo | FileType::Socket | FileType::CharacterDevice | FileType::BlockDevice if writes => {
@@ -257,7 +344,13 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         _ => return Pending::Nothing,
     };
     let before = capture(store, t.parent.as_fd(), &t.name, &st, intent);
-    change(store, call, t.abs, before)
+    let moved_aside = intent == Intent::Truncate
+        && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
+    let path = t.abs.clone();
+    match change(store, call, t.abs, before) {
+        Pending::Linked { blob, seq } if moved_aside => Pending::MovedAside { blob, seq, path },
+        other => other,
+    }
 }
 
 /// Before truncate/truncate64.
@@ -518,16 +611,60 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
     Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
 }
 
+/// Whether the file behind `fd` is already journaled whole by this process, so that a change
+/// through the descriptor needs no record. Guard-free: one raw `fstat` (no libc call that could
+/// re-enter a hook, errno untouched) and a lock-free lookup.
+#[inline]
+pub fn fd_covered(fd: i32) -> bool {
+    // SAFETY: `fd` is the caller's descriptor, open for the duration of its call; fstat on a
+    // number that is not open fails with EBADF and changes nothing.
+    rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).is_ok_and(|st| crate::covered::contains(ident_of(&st)))
+}
+
+/// Remembers the file an open returned as covered (raw `fstat`, lock-free insert).
+fn learn_created(fd: Option<i32>) {
+    if let Some(fd) = fd.filter(|&fd| fd >= 0) {
+        // SAFETY: the descriptor the real open just returned to the caller.
+        if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
+            crate::covered::insert(ident_of(&st));
+        }
+    }
+}
+
+/// The part of [`after`] that needs no guard: a call that succeeded leaves a capture or a record
+/// as it is, and a created file is learned with a raw `fstat` and a lock-free insert. Returns
+/// what is left for [`after`] (under the guard), if anything.
+pub fn after_quick(pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
+    match pending {
+        Pending::Created => {
+            learn_created(fd);
+            None
+        }
+        Pending::MovedAside { .. } if succeeded => {
+            learn_created(fd);
+            None
+        }
+        Pending::Nothing | Pending::Refuse(_) => None,
+        Pending::Recorded(_) | Pending::Linked { .. } if succeeded => None,
+        other => Some(other),
+    }
+}
+
 /// After the real call: undo what the capture did to the world if the call failed, and learn
 /// what it created. `fd` is the descriptor an open returned.
 pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32, fd: Option<i32>) {
     match pending {
-        Pending::Created => {
-            if let Some(fd) = fd.filter(|&fd| fd >= 0) {
-                // SAFETY: the descriptor the real open just returned to the caller.
-                if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
-                    crate::covered::insert(ident_of(&st));
-                }
+        Pending::Created => learn_created(fd),
+        Pending::MovedAside { blob, seq, path } => {
+            if succeeded {
+                learn_created(fd);
+            } else if store
+                .blobs
+                .with(|b| rustix::fs::renameat(b, blob.as_str(), CWD, path.as_bytes()))
+                .is_some_and(|r| r.is_ok())
+            {
+                // The original is back where it was: the step changed nothing.
+                store.record(call, Op::CallFailed { of_seq: seq, errno });
             }
         }
         Pending::Nothing | Pending::Refuse(_) => {}

@@ -7,14 +7,14 @@
 
 use std::ffi::{OsStr, c_char};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use journal::BPath;
 use journal::capture::Counters;
-use journal::config::{ENV_DIR, ENV_SWITCH, Settings};
+use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
 use journal::record::{Op, RECORD_VERSION, Record};
 use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use rustix::fs::{Mode, OFlags};
@@ -32,6 +32,10 @@ pub struct Config {
     /// Every `AETHER_*` variable of this process image (`NAME=value`), re-inserted into a
     /// child's environment when a caller passes one without them.
     pub exec_env: Vec<Vec<u8>>,
+    /// For the test suite only (`AETHER_JOURNAL_TEST_FAULT=SUFFIX`): the shim's own work
+    /// panics on a hooked call whose path ends with SUFFIX, so that a test can prove a panic
+    /// is caught, the call still made, and the step journaled as irreversible.
+    pub test_fault: Option<Vec<u8>>,
 }
 
 /// The path of the object this function lives in: the shim itself.
@@ -80,27 +84,31 @@ fn cmdline() -> Vec<BPath> {
 fn read_config(argv: Option<Vec<BPath>>) -> Config {
     let (settings, _warnings) = Settings::from_env();
     let shim_path = own_path();
+    let test_fault = std::env::var_os(ENV_TEST_FAULT).filter(|v| !v.is_empty()).map(|v| v.into_vec());
     let disabled = Config {
         enabled: false,
         session_dir: Vec::new(),
         settings: settings.clone(),
         shim_path: shim_path.clone(),
         exec_env: Vec::new(),
+        test_fault: None,
     };
     if std::env::var_os(ENV_SWITCH).is_some_and(|v| v == "off") {
         return disabled;
     }
-    let cwd = journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
+    let cwd = || journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
     if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
-        let dir = journal::bpath::join(&cwd, dir.as_bytes());
-        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: aether_vars() };
+        let dir = dir.into_vec();
+        // Every descendant of a session inherits an absolute directory: no getcwd on that path.
+        let dir = if dir.first() == Some(&b'/') { dir } else { journal::bpath::join(&cwd(), &dir) };
+        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: aether_vars(), test_fault };
     }
     // No session yet: this process is the root of a new one. Create it now and export its
     // directory so that every descendant joins it.
     let Some(root) = session::sessions_root() else { return disabled };
     let id = session::new_session_id();
     let dir = root.join(&id);
-    let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd), "shim");
+    let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
     if session::ensure_layout(&dir, &header).is_err() {
         return disabled;
     }
@@ -114,6 +122,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         settings,
         shim_path,
         exec_env: aether_vars(),
+        test_fault,
     }
 }
 
@@ -256,6 +265,31 @@ pub struct Store {
     pub settings: Settings,
     /// The uid that owns the session store: only it (and root) can write there.
     pub owner_uid: u32,
+    /// The shared capture index, mapped on first use (most processes never copy a file).
+    index: AtomicPtr<crate::index::SharedIndex>,
+    /// Where the index lives.
+    index_path: std::path::PathBuf,
+}
+
+impl Store {
+    /// The session's capture index, mapped on first use; `None` if it cannot be.
+    pub fn index(&self) -> Option<&crate::index::SharedIndex> {
+        let p = self.index.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: a non-null pointer here is a leaked Box that is never freed.
+            return Some(unsafe { &*p });
+        }
+        let fresh = crate::alloc::persistent(|| {
+            crate::index::SharedIndex::map(&self.index_path).map(|i| Box::into_raw(Box::new(i)))
+        })?;
+        // Lock-free, like STORE: the loser of a race leaks its mapping (never unmapped).
+        match self.index.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: we just stored `fresh`, a leaked Box that is never freed.
+            Ok(_) => Some(unsafe { &*fresh }),
+            // SAFETY: the winner's pointer is a leaked Box that is never freed.
+            Err(winner) => Some(unsafe { &*winner }),
+        }
+    }
 }
 
 static STORE: AtomicPtr<Store> = AtomicPtr::new(std::ptr::null_mut());
@@ -290,7 +324,17 @@ fn open_store(cfg: &Config) -> Option<Store> {
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
     let owner_uid = blobs.with(|fd| rustix::fs::fstat(fd).map(|st| st.st_uid).ok()).flatten().unwrap_or(u32::MAX);
-    Some(Store { session_canon, journal, blobs, counters, prog, settings: cfg.settings.clone(), owner_uid })
+    Some(Store {
+        session_canon,
+        journal,
+        blobs,
+        counters,
+        prog,
+        settings: cfg.settings.clone(),
+        owner_uid,
+        index: AtomicPtr::new(std::ptr::null_mut()),
+        index_path: dir.join(session::CAPTURES_FILE),
+    })
 }
 
 /// The process's store, opened on first use. `None` when the shim is disabled or the store
@@ -355,11 +399,6 @@ pub fn note_unjournaled() {
     }
 }
 
-/// Counts one step that will not be journaled, in `store`'s shared counters.
-pub fn count_lost(store: &Store) {
-    store.counters.add_lost();
-}
-
 /// See [`ExecStore`].
 pub fn exec_store() -> Option<ExecStore> {
     let p = STORE.load(Ordering::Acquire);
@@ -370,6 +409,14 @@ pub fn exec_store() -> Option<ExecStore> {
     let cfg = config();
     if !cfg.enabled {
         return None;
+    }
+    // The ids cached by the constructor (or the fork handler) are this process's own unless
+    // this is a vfork child, which shares its parent's memory and so sees the parent's pid
+    // there. Only then must the store stay unpublished; anywhere else it is opened once and
+    // kept, instead of once per exec (a shell that runs many commands, posix_spawn loops).
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    if owner != 0 && owner == rustix::process::getpid().as_raw_nonzero().get() as u32 {
+        return store().map(ExecStore::Shared);
     }
     crate::alloc::persistent(|| open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s))))
 }
@@ -390,7 +437,12 @@ impl Store {
     /// run in a vfork child (whose memory, cached ids included, is its parent's).
     pub fn record_fresh(&self, call: &str, op: Op) -> u64 {
         let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-        let ppid = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32);
+        // The cached parent is right whenever the cached pid is (not a vfork child).
+        let ppid = if pid == OWNER_PID.load(Ordering::Relaxed) {
+            OWNER_PPID.load(Ordering::Relaxed)
+        } else {
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
+        };
         self.record_as(call, op, pid, ppid)
     }
 

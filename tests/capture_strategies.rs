@@ -1,0 +1,235 @@
+//! End-to-end tests of the capture strategies (issue 5): each one must keep exactly what undo
+//! needs, and each fallback must be taken when its strategy cannot be. Speed is measured in
+//! bench/, never here.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+
+use common::*;
+
+/// The `before.node` of every change record, in journal order.
+fn captured_nodes(log: &serde_json::Value) -> Vec<serde_json::Value> {
+    log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "change")
+        .map(|r| r["op"]["before"]["node"].clone())
+        .collect()
+}
+
+fn ino(p: &std::path::Path) -> u64 {
+    std::fs::symlink_metadata(p).unwrap().ino()
+}
+
+#[test]
+fn a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back() {
+    let s = Scratch::new("a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back");
+    s.sh("head -c 3000000 /dev/urandom > big && chmod 604 big && setfattr -n user.origin -v kept big");
+    let original = ino(&s.path("big"));
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["dd", "if=/dev/zero", "of=big", "bs=64k", "count=2", "status=none"]);
+    let during = std::fs::metadata(s.path("big")).unwrap();
+    assert_eq!(during.len(), 131072, "dd wrote what it was asked to");
+    assert_eq!(during.mode() & 0o7777, 0o604, "the twin dd wrote into has the original's mode");
+    let nodes = captured_nodes(&s.log_json(&session));
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0]["how"], "link", "kept by moving the inode, not by copying: {nodes:?}");
+    assert_eq!(nodes[0]["twin"]["ino"], during.ino(), "the record names the twin left in its place");
+    let kept = session.join("blobs").join(nodes[0]["blob"].as_str().unwrap());
+    assert_eq!(ino(&kept), original, "the store holds the original inode itself");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+    assert_eq!(ino(&s.path("big")), original, "undo moved the very inode back");
+}
+
+#[test]
+fn a_truncating_open_that_fails_after_the_move_puts_the_original_back() {
+    let s = Scratch::new("a_truncating_open_that_fails_after_the_move_puts_the_original_back");
+    s.sh("head -c 2000000 /dev/urandom > big");
+    let original = ino(&s.path("big"));
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    // O_DIRECTORY on a regular file: the kernel refuses the open (ENOTDIR) only after the
+    // shim has moved the file aside.
+    let script = "import os, errno\ntry:\n    os.open('big', os.O_WRONLY | os.O_TRUNC | os.O_DIRECTORY)\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n";
+    let out = s.run_ok(&session, &[python(), "-c", script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ENOTDIR");
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_eq!(ino(&s.path("big")), original, "the original is back at its name, not a copy");
+    let log = s.log_json(&session);
+    assert!(log["records"].as_array().unwrap().iter().any(|r| r["kind"] == "call_failed"), "{log}");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn a_running_program_is_never_moved_aside_so_its_truncation_still_fails_with_etxtbsy() {
+    let s = Scratch::new("a_running_program_is_never_moved_aside_so_its_truncation_still_fails_with_etxtbsy");
+    // A copy of the interpreter: over the move-aside threshold, and executable.
+    std::fs::copy(std::fs::canonicalize(python()).unwrap(), s.path("busy")).unwrap();
+    assert!(std::fs::metadata(s.path("busy")).unwrap().len() > 1 << 20);
+    let mut running =
+        Command::new(s.path("busy")).args(["-c", "import time; time.sleep(30)"]).spawn().expect("run the copy");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let session = s.session("session");
+    let script = "import os, errno\ntry:\n    os.open('busy', os.O_WRONLY | os.O_TRUNC)\n    print('opened')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n";
+    let out = s.run(&session, &[python(), "-c", script]);
+    let _ = running.kill();
+    let _ = running.wait();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ETXTBSY", "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata(s.path("busy")).unwrap().len() > 1 << 20, "the program file is untouched");
+}
+
+#[test]
+fn a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exact() {
+    let s = Scratch::new("a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exact");
+    s.sh("head -c 200000 /dev/urandom > db");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    // Three separate processes open it read-write; only the third writes. Then a fourth.
+    let open_rw = |write: bool| {
+        format!(
+            "{} -c \"f = open('db', 'r+b'); {} f.close()\"",
+            python(),
+            if write { "f.write(b'CHANGED');" } else { "" }
+        )
+    };
+    let script = [open_rw(false), open_rw(false), open_rw(true), open_rw(false)].join(" && ");
+    s.run_ok(&session, &["sh", "-c", &script]);
+    let nodes = captured_nodes(&s.log_json(&session));
+    assert_eq!(nodes.len(), 4, "{nodes:?}");
+    assert!(nodes[0]["hash"].is_string(), "the first capture is a hashed copy: {nodes:?}");
+    assert_eq!(nodes[1]["blob"], nodes[0]["blob"], "unchanged since: the copy is reused");
+    assert_eq!(nodes[2]["blob"], nodes[0]["blob"]);
+    assert_ne!(nodes[3]["blob"], nodes[0]["blob"], "changed since (written): copied anew");
+    let blobs = walk_files(&session.join("blobs"));
+    assert_eq!(blobs, 2, "two states of the file, two blobs");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
+fn a_reused_blob_that_was_tampered_with_is_never_written_back() {
+    let s = Scratch::new("a_reused_blob_that_was_tampered_with_is_never_written_back");
+    s.sh("head -c 50000 /dev/urandom > db");
+    let session = s.session("session");
+    let touch = format!("{} -c \"open('db', 'r+b').close()\"", python());
+    let write = format!("{} -c \"f = open('db', 'r+b'); f.write(b'NEW'); f.close()\"", python());
+    s.run_ok(&session, &["sh", "-c", &format!("{touch} && {touch} && {write}")]);
+    let nodes = captured_nodes(&s.log_json(&session));
+    assert_eq!(nodes[1]["blob"], nodes[0]["blob"], "{nodes:?}");
+    assert!(nodes[1]["hash"].is_null(), "the reusing record carries no hash of its own");
+    // Damage the shared blob: both the record that made it and the one reusing it must refuse.
+    std::fs::write(session.join("blobs").join(nodes[0]["blob"].as_str().unwrap()), vec![0u8; 50000]).unwrap();
+    let during = std::fs::read(s.path("db")).unwrap();
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let failed: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "failed").collect();
+    assert!(!failed.is_empty() && failed.iter().all(|o| o["why"].as_str().unwrap().contains("tampered")), "{r}");
+    assert_eq!(std::fs::read(s.path("db")).unwrap(), during, "no unverified byte was written back");
+}
+
+fn walk_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() { walk_files(&e.path()) } else { 1 }
+        })
+        .sum()
+}
+
+#[test]
+fn a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_inode() {
+    let s = Scratch::new("a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_inode");
+    s.sh("head -c 70000 /dev/urandom > doomed");
+    let original = ino(&s.path("doomed"));
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["rm", "doomed"]);
+    let nodes = captured_nodes(&s.log_json(&session));
+    assert_eq!(nodes[0]["how"], "link", "{nodes:?}");
+    let kept = session.join("blobs").join(nodes[0]["blob"].as_str().unwrap());
+    assert_eq!((ino(&kept), std::fs::metadata(&kept).unwrap().nlink()), (original, 1), "it lives on in the store");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+    assert_eq!(ino(&s.path("doomed")), original);
+}
+
+#[test]
+fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
+    if !is_root() {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    }
+    let s = Scratch::new("a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy");
+    s.sh("mkdir other");
+    let mnt = s.path("other");
+    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"]).arg(&mnt).status().unwrap();
+    assert!(ok.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    s.sh("echo new > other/tmp && echo old > other/target && head -c 30000 /dev/urandom > other/removed");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "mv other/tmp other/target && rm other/removed"]);
+    let nodes = captured_nodes(&s.log_json(&session));
+    let renames: Vec<_> = s.log_json(&session)["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "rename")
+        .map(|r| r["op"]["to_before"]["node"].clone())
+        .collect();
+    assert_eq!(renames.len(), 1);
+    assert_eq!(renames[0]["how"], "copy", "the store is on another file system: copied, {renames:?}");
+    assert_eq!(nodes.last().unwrap()["how"], "copy", "{nodes:?}");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
+fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        panic!("strace is needed (apt-get install strace; .ci/run installs it)");
+    }
+    let s = Scratch::new("a_read_only_open_costs_no_system_call_of_the_shims_own");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/progs/open_close.c");
+    let prog = s.root.join("open_close");
+    let o = Command::new("gcc").args(["-O1", "-o"]).arg(&prog).arg(&src).output().expect("gcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    s.sh("echo data > file && mkdir d");
+    // Total system calls of the hooked program for N and 2N open+close pairs: start-up
+    // cancels out, and each extra pair must cost exactly its own openat and close.
+    let count = |n: u32| -> u64 {
+        let out_file = s.root.join(format!("strace-{n}"));
+        let mut cmd = Command::new("strace");
+        cmd.arg("-f").arg("-c").arg("-o").arg(&out_file);
+        // The environment of the traced program only, not strace's own.
+        cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+        cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", s.session(&format!("session-{n}")).display()));
+        cmd.arg(&prog).arg("file").arg(n.to_string()).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(&out_file).unwrap();
+        let total = text.lines().find(|l| l.trim_end().ends_with("total")).expect("strace summary");
+        total.split_whitespace().nth(3).unwrap().parse().unwrap()
+    };
+    let (one, two) = (count(2000), count(4000));
+    assert_eq!(two - one, 2 * 2000, "2000 more read-only open+close pairs cost {} system calls", two - one);
+}

@@ -264,6 +264,44 @@ impl Capturer<'_> {
         }
     }
 
+    /// For a name about to be unlinked: hard-links whatever it names into the store first and
+    /// describes the inode actually linked, which saves looking at it beforehand. `None` when
+    /// the name is not a regular file, or cannot be linked here (another file system, a
+    /// directory, gone): capture it the usual way ([`Capturer::capture`]).
+    pub fn capture_doomed_file(&self, parent: BorrowedFd<'_>, name: &[u8]) -> Option<Before> {
+        let blob = blob_name(self.counters.next_id());
+        in_shard(self.blobs, &blob, || rustix::fs::linkat(parent, name, self.blobs, blob.as_str(), AtFlags::empty()))
+            .ok()?;
+        let drop_blob = || {
+            let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+        };
+        let linked = match rustix::fs::statat(self.blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => l,
+            _ => {
+                drop_blob();
+                return None;
+            }
+        };
+        let size = linked.st_size.max(0) as u64;
+        if size > self.budget.max_file {
+            drop_blob();
+            return Some(Before::Irreversible { reason: Reason::OverFileBudget { size, limit: self.budget.max_file } });
+        }
+        let used = self.counters.bytes_kept();
+        if used.saturating_add(size) > self.budget.max_total {
+            drop_blob();
+            return Some(Before::Irreversible {
+                reason: Reason::OverTotalBudget { size, used, limit: self.budget.max_total },
+            });
+        }
+        self.counters.add_bytes_kept(size);
+        if self.sync {
+            sync_shard(self.blobs, &blob);
+        }
+        let node = Node::File { blob, size, hash: None, how: CaptureHow::Link, twin: None };
+        Some(Before::Contents(snapshot_meta(&linked, node)))
+    }
+
     /// A capture that refers to an earlier copy of exactly this state of the file (same
     /// [`CaptureKey`]), if the index has one and its blob is still the size it was. The file's
     /// extended attributes are read again (they are part of the snapshot, not of the blob).
@@ -710,6 +748,32 @@ pub(crate) mod tests {
             assert!(matches!(how, CaptureHow::Copy | CaptureHow::Reflink) && twin.is_none(), "{name}: {how:?}");
             assert_eq!(fs::metadata(t.path().join("work").join(name)).unwrap().ino(), ino, "{name} stays put");
         }
+    }
+
+    #[test]
+    fn a_doomed_name_is_linked_first_only_when_it_is_a_regular_file_within_budget() {
+        let (t, blobs, work) = setup();
+        fs::write(t.path().join("work/f"), b"12345").unwrap();
+        fs::write(t.path().join("work/big"), vec![0u8; 100]).unwrap();
+        std::os::unix::fs::symlink("f", t.path().join("work/l")).unwrap();
+        fs::create_dir(t.path().join("work/d")).unwrap();
+        let c = TestCounters::default();
+        let budget = Budget { max_file: 50, max_total: 1000 };
+        let cap = Capturer { blobs: blobs.as_fd(), budget, counters: &c, sync: false, index: None };
+        let Some(Before::Contents(snap)) = cap.capture_doomed_file(work.as_fd(), b"f") else { panic!() };
+        assert!(matches!(snap.node, Node::File { how: CaptureHow::Link, size: 5, .. }));
+        assert_eq!(
+            cap.capture_doomed_file(work.as_fd(), b"big"),
+            Some(Before::Irreversible { reason: Reason::OverFileBudget { size: 100, limit: 50 } })
+        );
+        for other in [&b"l"[..], b"d", b"missing"] {
+            assert_eq!(cap.capture_doomed_file(work.as_fd(), other), None, "{}", String::from_utf8_lossy(other));
+        }
+        let kept: usize = fs::read_dir(t.path().join("blobs"))
+            .unwrap()
+            .map(|d| fs::read_dir(d.unwrap().path()).unwrap().count())
+            .sum();
+        assert_eq!(kept, 1, "only the captured file is left in the store");
     }
 
     #[test]

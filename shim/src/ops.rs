@@ -72,29 +72,30 @@ pub enum Removes {
     Either,
 }
 
+/// A capturer into the store's `blobs/` (the index only where a copy may be made).
+fn capturer<'a>(store: &'a Store, blobs: BorrowedFd<'a>, intent: Intent) -> Capturer<'a> {
+    Capturer {
+        blobs,
+        budget: store.settings.budget,
+        counters: &store.counters,
+        sync: store.settings.sync,
+        index: (intent != Intent::Destroy)
+            .then(|| store.index())
+            .flatten()
+            .map(|i| i as &dyn journal::capture::CaptureIndex),
+    }
+}
+
 /// Captures with the store's `blobs/` descriptor (checked before use).
 fn capture(store: &Store, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
-    store
-        .blobs
-        .with(|blobs| {
-            let c = Capturer {
-                blobs,
-                budget: store.settings.budget,
-                counters: &store.counters,
-                sync: store.settings.sync,
-                index: (intent != Intent::Destroy)
-                    .then(|| store.index())
-                    .flatten()
-                    .map(|i| i as &dyn journal::capture::CaptureIndex),
-            };
-            c.capture_stat(parent, name, st, intent)
-        })
-        .unwrap_or_else(|| Before::Irreversible {
+    store.blobs.with(|blobs| capturer(store, blobs, intent).capture_stat(parent, name, st, intent)).unwrap_or_else(
+        || Before::Irreversible {
             reason: Reason::CaptureFailed {
                 step: "open the session store".into(),
                 error: "its blobs directory is gone".into(),
             },
-        })
+        },
+    )
 }
 
 /// A resolved target, or why there is none.
@@ -128,7 +129,7 @@ fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<
             Err(e) => return Resolved::Unknown(BPath::new(path.to_vec()), format!("getcwd: {e}")),
         }
     } else {
-        match fd_path(dirfd) {
+        match dir_path_of_fd(dirfd) {
             // SAFETY: `dirfd` is the caller's descriptor, open for the duration of the call
             // that passed it to us; we only use it for the *at calls that resolve this path.
             Ok(p) if p.first() == Some(&b'/') => (unsafe { BorrowedFd::borrow_raw(dirfd) }, p),
@@ -207,6 +208,28 @@ fn locate_cached<'a>(dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>
     }
     let abs = BPath::new(journal::bpath::join(&canonical, name));
     Some(Target { parent: DirFd::Borrowed(base), name: path.to_vec(), abs })
+}
+
+/// The canonical path of the directory open as `fd`: from [`crate::dircache`] when the cached
+/// name still leads to it (fstat + stat), else read from `/proc/self/fd` and remembered.
+fn dir_path_of_fd(fd: i32) -> std::io::Result<Vec<u8>> {
+    // SAFETY: `fd` is the caller's descriptor, open for the duration of its call; fstat on a
+    // number that is not open fails with EBADF.
+    let st = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) })?;
+    let id = ident_of(&st);
+    let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    if is_dir {
+        if let Some(p) = crate::dircache::get(id) {
+            if rustix::fs::statat(CWD, p.as_slice(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|now| ident_of(&now) == id) {
+                return Ok(p);
+            }
+        }
+    }
+    let p = fd_path(fd)?;
+    if is_dir && p.first() == Some(&b'/') && !p.ends_with(b" (deleted)") {
+        crate::dircache::put(id, &p);
+    }
+    Ok(p)
 }
 
 /// After a full resolution through an opened parent: remember the parent's canonical name.
@@ -472,6 +495,15 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
         Ok(t) => t,
         Err(p) => return p,
     };
+    if removes == Removes::NonDir {
+        // The common case (rm of a file): link first, look after.
+        let linked = store
+            .blobs
+            .with(|blobs| capturer(store, blobs, Intent::Destroy).capture_doomed_file(t.parent.as_fd(), &t.name));
+        if let Some(Some(before)) = linked {
+            return change(store, call, t.abs, before);
+        }
+    }
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
         Ok(None) => return Pending::Nothing,

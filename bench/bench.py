@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""The performance suite: each workload run bare and under the shim, paired in one run.
+
+Run it through bench/run.sh, which builds the release artifacts and the helper programs and
+gives it a fresh loop-mounted ext4 to work on. This script builds its own deterministic inputs
+(seeded), then for every workload runs bare/shim pairs in alternating order (bare first on even
+rounds, shim first on odd ones), each with a fresh copy of its input prepared outside the
+timing, and prints one table: bare and shim medians with their spread, and the median of the
+per-pair ratios shim/bare with its min-max.
+
+Each shim run gets its own session directory, on the same filesystem as the work (where the
+shim can keep a replaced or deleted file by hard-linking it). After each shim run the script
+checks that the session journaled what the workload did (at least one record for the mutating
+workloads, none for the read-only ones), so a shim that silently switched itself off cannot
+produce a good figure.
+
+What it cannot do: make a shared two-core machine quiet. The spread columns say how noisy a run
+was; a ratio whose min-max straddles the target is not a pass, whatever its median says.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+TREE_DIRS, TREE_FILES_PER_DIR = 200, 100  # 20,000 files
+SED_FILES = 2000
+GIT_FILES = 2000
+BIG_BYTES = 1 << 30
+C_FILES = 200
+INPUT_VERSION = "3"
+
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+    "sigma tau upsilon phi chi psi omega build test install config value result error"
+).split()
+
+
+def text(rng, size):
+    out, n = [], 0
+    while n < size:
+        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + "\n"
+        out.append(line)
+        n += len(line)
+    return "".join(out)
+
+
+def sh(cmd, **kw):
+    subprocess.run(cmd, shell=True, check=True, **kw)
+
+
+def rmtree(path):
+    if os.path.lexists(path):
+        shutil.rmtree(path)
+
+
+class Inputs:
+    """Builds (once per version) the deterministic inputs under DIR/inputs."""
+
+    def __init__(self, root):
+        self.root = root
+        self.dir = os.path.join(root, "inputs")
+        self.tree = os.path.join(self.dir, "tree")
+        self.tree_tar = os.path.join(self.dir, "tree.tar")
+        self.sed_tar = os.path.join(self.dir, "sed.tar")
+        self.repo = os.path.join(root, "w5", "repo")
+        self.big = os.path.join(root, "w6", "big")
+        self.csrc = os.path.join(root, "w8")
+
+    def build(self):
+        marker = os.path.join(self.dir, "version")
+        if os.path.exists(marker) and open(marker).read() == INPUT_VERSION:
+            return
+        print("building inputs (once)...", file=sys.stderr)
+        for d in (self.dir, os.path.dirname(self.repo), os.path.dirname(self.big), self.csrc):
+            rmtree(d)
+            os.makedirs(d)
+        rng = random.Random(20261129)
+        for d in range(TREE_DIRS):
+            dd = os.path.join(self.tree, "d%03d" % d)
+            os.makedirs(dd)
+            for f in range(TREE_FILES_PER_DIR):
+                with open(os.path.join(dd, "f%03d.txt" % f), "w") as fh:
+                    fh.write(text(rng, rng.randint(100, 3000)))
+        sh("tar cf %s -C %s tree" % (self.tree_tar, self.dir))
+        sed = os.path.join(self.dir, "sed")
+        os.makedirs(sed)
+        for f in range(SED_FILES):
+            with open(os.path.join(sed, "s%04d.txt" % f), "w") as fh:
+                fh.write(text(rng, rng.randint(200, 2000)))
+        sh("tar cf %s -C %s sed" % (self.sed_tar, self.dir))
+        rmtree(sed)
+        os.makedirs(self.repo)
+        git = "git -c user.email=b@x -c user.name=bench -c init.defaultBranch=main"
+        sh("%s init -q ." % git, cwd=self.repo)
+        for f in range(GIT_FILES):
+            with open(os.path.join(self.repo, "g%04d.txt" % f), "w") as fh:
+                fh.write(text(rng, rng.randint(200, 2000)))
+        sh("%s add -A && %s commit -qm main && %s checkout -qb other" % (git, git, git), cwd=self.repo)
+        for f in range(GIT_FILES):
+            with open(os.path.join(self.repo, "g%04d.txt" % f), "a") as fh:
+                fh.write(text(rng, rng.randint(50, 500)))
+        sh("%s commit -qam other && %s checkout -q main" % (git, git), cwd=self.repo)
+        sh("dd if=/dev/urandom of=%s bs=1M count=%d status=none" % (self.big, BIG_BYTES >> 20))
+        for f in range(C_FILES):
+            with open(os.path.join(self.csrc, "c%03d.c" % f), "w") as fh:
+                for k in range(8):
+                    fh.write(
+                        "int f%d_%d(int x) { int s = 0; for (int i = 0; i < x; i++) s += i * %d; return s; }\n"
+                        % (f, k, rng.randint(1, 99))
+                    )
+        objs = " ".join("c%03d.o" % f for f in range(C_FILES))
+        with open(os.path.join(self.csrc, "Makefile"), "w") as fh:
+            fh.write("all: %s\n%%.o: %%.c\n\t$(CC) -O1 -c $< -o $@\nclean:\n\trm -f *.o\n" % objs)
+        sh("sync")
+        with open(marker, "w") as fh:
+            fh.write(INPUT_VERSION)
+
+
+class Workload:
+    def __init__(self, key, name, cmd, cwd, prepare=None, target=None, mutates=True, runs=None):
+        self.key, self.name, self.cmd, self.cwd = key, name, cmd, cwd
+        self.prepare = prepare or (lambda: None)
+        self.target, self.mutates, self.runs = target, mutates, runs
+
+
+def workloads(inp, root, progs):
+    w2 = os.path.join(root, "w2")
+    w3 = os.path.join(root, "w3")
+    w4 = os.path.join(root, "w4")
+
+    def fresh(d, tar=None):
+        def prep():
+            rmtree(d)
+            os.makedirs(d)
+            if tar:
+                sh("tar xf %s -C %s" % (tar, d))
+            sh("sync")
+
+        return prep
+
+    def w6_prep():
+        if not os.path.exists(inp.big) or os.path.getsize(inp.big) != BIG_BYTES:
+            sh("dd if=/dev/zero of=%s bs=1M count=%d status=none" % (inp.big, BIG_BYTES >> 20))
+        # Write-back of the previous run must not land in this one: sync, then drop the page
+        # cache (root only), so that every run starts from the same clean, cold state.
+        sh("sync")
+        if os.geteuid() == 0:
+            with open("/proc/sys/vm/drop_caches", "w") as fh:
+                fh.write("3\n")
+
+    return [
+        Workload("W1", "grep -r, 20,000 files (read-only)", "grep -r -c omega tree >/dev/null", inp.dir,
+                 target=1.03, mutates=False),
+        Workload("W2", "tar xf, 20,000 files", "tar xf %s" % inp.tree_tar, w2, fresh(w2), target=1.25),
+        Workload("W3", "rm -rf, 20,000 files", "rm -rf tree", w3, fresh(w3, inp.tree_tar), target=1.5),
+        Workload("W4", "sed -i, 2,000 files", "sed -i s/omega/OMEGA/g sed/*", w4, fresh(w4, inp.sed_tar),
+                 target=1.5),
+        Workload("W5", "git checkout, 2,000 files, and back", "git checkout -q other && git checkout -q main",
+                 inp.repo, lambda: sh("sync"), target=1.5),
+        Workload("W6", "dd over an existing 1 GiB file", "dd if=/dev/zero of=big bs=1M count=1024 status=none",
+                 os.path.dirname(inp.big), w6_prep, target=1.5, runs=3),
+        Workload("W7", "1,000,000 read-only open+close", "%s/open_close Makefile 1000000" % progs, inp.csrc,
+                 target=1.03, mutates=False),
+        Workload("W8", "make -j2, 200 C files", "make -s -j2", inp.csrc,
+                 lambda: sh("make -s clean", cwd=inp.csrc), target=1.03),
+    ]
+
+
+def journal_records(session):
+    """How many records the session holds that change files (exec records do not count)."""
+    path = os.path.join(session, "journal")
+    if not os.path.exists(path):
+        return 0
+    n = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            try:
+                kind = json.loads(line.split(b" ", 1)[1])["op"]["kind"]
+            except (IndexError, ValueError, KeyError):
+                continue
+            n += kind in ("change", "rename", "meta")
+    return n
+
+
+def timed(cmd, cwd, env, cpu=None):
+    """Wall seconds of `cmd`; with a list as `cpu`, also appends the CPU seconds (user + system)
+    of the command and every descendant it waited for."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    t = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit("bench: %r failed (%d): %s" % (cmd, p.returncode, err.decode(errors="replace")))
+    if cpu is not None:
+        cpu.append(ru.ru_utime + ru.ru_stime)
+    return t
+
+
+class Runner:
+    def __init__(self, root, shim):
+        self.root, self.shim = root, shim
+        self.sessions = os.path.join(root, "sessions")
+        os.makedirs(self.sessions, exist_ok=True)
+        self.n = 0
+
+    def env(self, shimmed):
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        env.pop("AETHER_JOURNAL_DIR", None)
+        env["LC_ALL"] = "C"
+        session = None
+        if shimmed:
+            self.n += 1
+            session = os.path.join(self.sessions, "s%d" % self.n)
+            rmtree(session)
+            env["LD_PRELOAD"] = self.shim
+            env["AETHER_JOURNAL_DIR"] = session
+        return env, session
+
+    def pairs(self, w, runs):
+        bare, shim, ratios, records, cpu_ratios = [], [], [], [], []
+        for i in range(runs):
+            got, cpu = {}, {}
+            for shimmed in ((False, True) if i % 2 == 0 else (True, False)):
+                w.prepare()
+                env, session = self.env(shimmed)
+                c = []
+                got[shimmed] = timed(w.cmd, w.cwd, env, c)
+                cpu[shimmed] = c[0]
+                if shimmed:
+                    n = journal_records(session)
+                    records.append(n)
+                    if w.mutates and n == 0:
+                        raise SystemExit("bench: %s under the shim journaled nothing: the shim is not working" % w.key)
+                    if not w.mutates and n != 0:
+                        raise SystemExit("bench: read-only %s journaled %d records" % (w.key, n))
+                    rmtree(session)
+            bare.append(got[False])
+            shim.append(got[True])
+            ratios.append(got[True] / got[False])
+            cpu_ratios.append(cpu[True] / max(cpu[False], 1e-6))
+        return bare, shim, ratios, records, cpu_ratios
+
+
+def spread(xs, fmt):
+    return "%s (%s-%s)" % (fmt % statistics.median(xs), fmt % min(xs), fmt % max(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", required=True, help="work directory (a fresh ext4 mount, ideally)")
+    ap.add_argument("--shim", required=True, help="path to libaether_journal.so")
+    ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
+    ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
+    ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,EXEC,RSS)")
+    ap.add_argument("--json", help="also write the figures to this file")
+    a = ap.parse_args()
+    # The preload path is resolved by the loader in each workload's own directory.
+    a.shim, a.progs, a.dir = os.path.abspath(a.shim), os.path.abspath(a.progs), os.path.abspath(a.dir)
+    a.floor = os.path.abspath(a.floor or os.path.join(a.progs, "libnothing.so"))
+    only = set(k.strip().upper() for k in a.only.split(",") if k.strip())
+    inp = Inputs(a.dir)
+    inp.build()
+    runner = Runner(a.dir, a.shim)
+    rows, results = [], {}
+    for w in workloads(inp, a.dir, a.progs):
+        if only and w.key not in only:
+            continue
+        runs = w.runs or a.runs
+        print("%s: %d pairs..." % (w.key, runs), file=sys.stderr)
+        bare, shim, ratios, records, cpu_ratios = runner.pairs(w, runs)
+        verdict = "meets" if max(ratios) <= w.target else ("median meets" if statistics.median(ratios) <= w.target else "MISSES")
+        rows.append("| %s %s | %s | %s | %s | %s | %d | <= %.2f | %s |" % (
+            w.key, w.name, spread(bare, "%.3f"), spread(shim, "%.3f"), spread(ratios, "%.2f"),
+            spread(cpu_ratios, "%.2f"), statistics.median(records), w.target, verdict))
+        results[w.key] = {"bare": bare, "shim": shim, "ratios": ratios, "cpu_ratios": cpu_ratios,
+                          "records": records, "target": w.target}
+    if not only or "EXEC" in only:
+        n = 2000
+        cmd = "%s/spawn_true %d /bin/true" % (a.progs, n)
+        print("EXEC: %d triples..." % a.runs, file=sys.stderr)
+        # Bare, a do-nothing preload library (the floor any LD_PRELOAD pays), and the shim,
+        # rotated in order each round.
+        times = {"bare": [], "floor": [], "shim": []}
+        for i in range(a.runs):
+            order = ["bare", "floor", "shim"]
+            for kind in order[i % 3:] + order[:i % 3]:
+                env, session = runner.env(kind == "shim")
+                if kind == "floor":
+                    env["LD_PRELOAD"] = a.floor
+                times[kind].append(timed(cmd, a.dir, env) / n * 1e6)
+                if session:
+                    rmtree(session)
+        per = [s - b for b, s in zip(times["bare"], times["shim"])]
+        over_floor = [s - f for f, s in zip(times["floor"], times["shim"])]
+        floor = [f - b for b, f in zip(times["bare"], times["floor"])]
+        rows.append("| per exec of /bin/true (spawn+exec+wait, x%d), us | %s | %s | +%s us | | 0 | <= +20 us | %s |" % (
+            n, spread(times["bare"], "%.0f"), spread(times["shim"], "%.0f"), spread(per, "%.0f"),
+            "meets" if statistics.median(per) <= 20 else "MISSES"))
+        rows.append("| of which any preload library costs (do-nothing .so) | | | +%s us | | | | |" % spread(floor, "%.0f"))
+        rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | | |" % spread(over_floor, "%.0f"))
+        results["EXEC"] = {"per_exec_us": per, "floor_us": floor, "over_floor_us": over_floor}
+    if not only or "RSS" in only:
+        d = os.path.join(a.dir, "rss")
+        rss = {}
+        for shimmed in (False, True):
+            vals = []
+            for _ in range(3):
+                rmtree(d)
+                os.makedirs(d)
+                env, session = runner.env(shimmed)
+                out = subprocess.run(["%s/rss" % a.progs, d], env=env, check=True, capture_output=True).stdout
+                vals.append(int(out.split()[1]))
+                if session:
+                    rmtree(session)
+            rss[shimmed] = statistics.median(vals)
+        added = rss[True] - rss[False]
+        rows.append("| peak RSS of a hooked process (KiB) | %d | %d | | | | <= +2048 KiB | %s (+%d KiB) |" % (
+            rss[False], rss[True], "meets" if added <= 2048 else "MISSES", added))
+        results["RSS"] = {"bare_kib": rss[False], "shim_kib": rss[True]}
+    print()
+    print("| workload | bare s, median (min-max) | shim s, median (min-max) | wall ratio, median (min-max) | CPU ratio | records | target (wall) | verdict |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
 #   1. builds the shim and the CLI (release),
 #   2. makes a scratch project and takes a manifest of it,
 #   3. lets a scripted agent session loose on it under `aether-journal run`,
-#   4. shows what the session did (`aether-journal log`),
+#   4. shows what the session did (`aether-journal log`, then `review` with diffs),
 #   5. rewinds it (`aether-journal undo`) and prints the report,
 #   6. proves the project is byte-for-byte, mode-for-mode what it was.
 set -euo pipefail
@@ -49,6 +49,9 @@ step "running the agent session under aether-journal"
 
 step "what the session did (aether-journal log)"
 "$aj" log --journal "$session"
+
+step "what it changed, with diffs: the view to decide on (aether-journal review)"
+"$aj" review --journal "$session" --no-pager --color never
 
 step "the project now"
 find . -printf '%y %p\n' | sort

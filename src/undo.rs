@@ -1640,15 +1640,19 @@ impl Executor<'_> {
         if (file_type(&st) == FileType::Symlink) != m.symlink {
             return (
                 Outcome::Conflict,
-                format!("a different kind of node ({}) now stands there; its {what} was left alone", type_name(&st)),
+                format!(
+                    "a different kind of node ({}) now stands there; its {what} {} left alone",
+                    type_name(&st),
+                    if m.what == MetaKind::Times { "were" } else { "was" }
+                ),
             );
         }
         if meta_already(&st, m, path) {
-            return (Outcome::Unchanged, format!("its {what} is already as before"));
+            return (Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
         }
         if file_type(&st) == FileType::Directory {
             self.defer(path, DeferredMeta::Meta(m.clone()));
-            return (Outcome::Restored, format!("its {what} is set back at the end"));
+            return (Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));
         }
         match MetaHandle::open(dir.as_fd(), name) {
             Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
@@ -1765,6 +1769,11 @@ impl Executor<'_> {
             Err(e) => failed(format!("cannot exchange it back: {}", describe_errno(e))),
         }
     }
+}
+
+/// The verb for a metadata part's name ("times" is plural).
+fn is_are(what: MetaKind) -> &'static str {
+    if what == MetaKind::Times { "are" } else { "is" }
 }
 
 /// Opens an existing regular file for rewriting without following a symlink, making it

@@ -166,8 +166,7 @@ fn a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_i
 
 #[test]
 fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
-    if !is_root() {
-        eprintln!("SKIPPED: mounting a tmpfs needs root");
+    if skip_unless_root("to mount a tmpfs") {
         return;
     }
     let s = Scratch::new("a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy");

@@ -282,7 +282,7 @@ fn a_signal_to_a_process_outside_the_session_is_irreversible_and_one_inside_is_n
 
 #[test]
 fn a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved() {
-    if !is_root() {
+    if skip_unless_root("to make a set-uid program") {
         return;
     }
     let s = Scratch::new("a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved");

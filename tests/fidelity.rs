@@ -33,7 +33,7 @@ fn rm_rf_of_a_deep_tree_with_every_mode_and_a_read_only_directory_is_rewound_exa
 
 #[test]
 fn an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only() {
-    if !is_root() {
+    if skip_unless_root("to switch to another user") {
         return;
     }
     let s = Scratch::new("an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only");
@@ -84,7 +84,7 @@ fn chmod_recursive_is_rewound_exactly() {
 
 #[test]
 fn chown_recursive_is_rewound_exactly() {
-    if !is_root() {
+    if skip_unless_root("to chown to other users") {
         return;
     }
     let s = Scratch::new("chown_recursive_is_rewound_exactly");

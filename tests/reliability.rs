@@ -363,7 +363,7 @@ fn a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_
 
 #[test]
 fn undo_as_root_restores_owners_and_never_grants_more_than_before() {
-    if !is_root() {
+    if skip_unless_root("to own files as other users") {
         return;
     }
     let s = Scratch::new("undo_as_root_restores_owners_and_never_grants_more_than_before");
@@ -402,8 +402,8 @@ fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
 
 #[test]
 fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest() {
-    if !is_root() {
-        return; // mounting a small tmpfs needs root
+    if skip_unless_root("to mount a small tmpfs") {
+        return;
     }
     let s = Scratch::new("a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest");
     let mnt = s.root.join("small");
@@ -460,8 +460,12 @@ fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_hones
 
 #[test]
 fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete() {
-    if !is_root() || !std::path::Path::new("/sys/fs/ext4").exists() {
-        return; // needs a loop mount and ext4's error trigger
+    if skip_unless_root("to loop-mount an ext4") {
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/ext4").exists() {
+        eprintln!("SKIPPED: needs ext4's error trigger (/sys/fs/ext4)");
+        return;
     }
     let s = Scratch::new("a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete");
     let img = s.root.join("store.img");

@@ -303,3 +303,14 @@ pub fn roundtrip_changing(
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
+
+/// For a test that needs root: true (and a visible SKIPPED line naming what it needs) when it
+/// must be skipped. CI runs as root, so there nothing is skipped.
+#[allow(dead_code)]
+pub fn skip_unless_root(needs: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("SKIPPED: this test needs root ({needs})");
+    true
+}

@@ -1889,8 +1889,8 @@ mod tests {
         fn bp(&self, name: &str) -> BPath {
             BPath::from(self.p(name).as_path())
         }
-        /// Captures `name` as the shim would before a call with `intent`, and journals it.
-        fn change(&mut self, name: &str, intent: Intent) {
+        /// Captures `name` (in the work directory) as the shim would before a call with `intent`.
+        fn capture(&self, name: &[u8], intent: Intent) -> Before {
             let blobs = fs::File::open(&self.blobs).unwrap();
             let work = fs::File::open(&self.work).unwrap();
             let cap = Capturer {
@@ -1900,7 +1900,11 @@ mod tests {
                 sync: false,
                 index: None,
             };
-            let before = cap.capture(work.as_fd(), name.as_bytes(), intent);
+            cap.capture(work.as_fd(), name, intent)
+        }
+        /// Captures `name` as the shim would before a call with `intent`, and journals it.
+        fn change(&mut self, name: &str, intent: Intent) {
+            let before = self.capture(name.as_bytes(), intent);
             let path = self.bp(name);
             self.push(Op::Change { path, before });
         }
@@ -2009,16 +2013,7 @@ mod tests {
         let mut f = Fixture::new();
         fs::write(f.p("tmp"), b"new").unwrap();
         fs::write(f.p("dst"), b"old").unwrap();
-        let blobs = fs::File::open(&f.blobs).unwrap();
-        let work = fs::File::open(&f.work).unwrap();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &f.counters,
-            sync: false,
-            index: None,
-        };
-        let to_before = cap.capture(work.as_fd(), b"dst", Intent::Destroy);
+        let to_before = f.capture(b"dst", Intent::Destroy);
         let moved = Some(ident_of(&rustix::fs::stat(f.p("tmp")).unwrap()));
         let (from, to) = (f.bp("tmp"), f.bp("dst"));
         f.push(Op::Rename { from, to, flags: 0, moved, to_before });
@@ -2140,16 +2135,7 @@ mod tests {
         let mut f = Fixture::new();
         let name = std::ffi::OsStr::from_bytes(b"caf\xe9\nname");
         fs::write(f.work.join(name), b"x").unwrap();
-        let blobs = fs::File::open(&f.blobs).unwrap();
-        let work = fs::File::open(&f.work).unwrap();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &f.counters,
-            sync: false,
-            index: None,
-        };
-        let before = cap.capture(work.as_fd(), name.as_bytes(), Intent::Destroy);
+        let before = f.capture(name.as_bytes(), Intent::Destroy);
         let path = BPath::from(f.work.join(name).as_path());
         f.push(Op::Change { path, before });
         fs::remove_file(f.work.join(name)).unwrap();

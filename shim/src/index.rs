@@ -37,22 +37,10 @@ unsafe impl Sync for SharedIndex {}
 impl SharedIndex {
     /// Maps the session's `captures` file (creating it when an older session lacks it).
     pub fn map(path: &Path) -> Option<SharedIndex> {
-        let f = journal::session::ensure_captures(path).ok()?;
-        // SAFETY: mapping CAPTURES_LEN bytes of a file at least that long (ensure_captures),
-        // shared and read-write; the mapping is leaked on purpose so that the pointer stays
-        // valid for the life of the process. Its contents are only read and written through
+        // At least CAPTURES_LEN bytes long (ensure_captures); only ever accessed through
         // AtomicU64, whose alignment (8) the page-aligned mapping satisfies.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                CAPTURES_LEN,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                f.as_fd(),
-                0,
-            )
-        }
-        .ok()?;
+        let f = journal::session::ensure_captures(path).ok()?;
+        let p = crate::state::map_shared(f.as_fd(), CAPTURES_LEN)?;
         Some(SharedIndex { slots: p.cast() })
     }
 

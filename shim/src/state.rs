@@ -136,22 +136,29 @@ unsafe impl Send for SharedCounters {}
 // SAFETY: as above.
 unsafe impl Sync for SharedCounters {}
 
+/// Maps the first `len` bytes of a session file shared and read-write, for the life of the
+/// process (never unmapped: pointers into it stay valid). Touching the memory is only sound if
+/// the file is at least `len` bytes long: the callers make sure of that first.
+pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> Option<*mut std::ffi::c_void> {
+    // SAFETY: a new mapping at an address of the kernel's choosing (no MAP_FIXED), so nothing
+    // existing is replaced; the file stays referenced by the mapping after `fd` is closed.
+    unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }
+    .ok()
+}
+
 impl SharedCounters {
     fn map(fd: &OwnedFd) -> Option<SharedCounters> {
-        // SAFETY: mapping COUNTERS_LEN bytes of a file we made at least that long (see
-        // session::ensure_counters), shared and read-write; the mapping is leaked on purpose
-        // so that the pointer stays valid for the life of the process.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                COUNTERS_LEN,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }
-        .ok()?;
+        // The file is at least COUNTERS_LEN bytes long (session::ensure_counters).
+        let p = map_shared(fd.as_fd(), COUNTERS_LEN)?;
         Some(SharedCounters { slots: p.cast::<AtomicU64>() })
     }
 

@@ -65,7 +65,7 @@ for round in $(seq 1 "$rounds"); do
   before=$(manifest "$t")
   kill_it=$((RANDOM % 2))
   start=$(date +%s.%N)
-  ( cd "$t" && CAP=$cap setsid "$aj" run --journal "$s" -- bash -c "$workload" >/dev/null 2>&1; true ) &
+  ( cd "$t" && CAP=$cap setsid "$aj" run --journal "$s" -- bash -c "$workload" >/dev/null 2>&1; true ) 2>/dev/null &
   runner=$!
   if [ "$kill_it" = 1 ]; then
     sleep "$(awk -v r=$RANDOM -v c="$cap" 'BEGIN { printf "%.2f", 0.3 + (r / 32768) * (c - 0.5) }')"

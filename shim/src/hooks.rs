@@ -150,8 +150,8 @@ hooks! {
     fn mkdtemp(template: *mut c_char) -> *mut c_char => h_mktemp(template);
     fn truncate(path: *const c_char, length: off_t) -> c_int => h_truncate(path);
     fn truncate64(path: *const c_char, length: off64_t) -> c_int => h_truncate(path);
-    fn ftruncate(fd: c_int, length: off_t) -> c_int => h_ftruncate(fd);
-    fn ftruncate64(fd: c_int, length: off64_t) -> c_int => h_ftruncate(fd);
+    fn ftruncate(fd: c_int, length: off_t) -> c_int => h_fd_change(fd);
+    fn ftruncate64(fd: c_int, length: off64_t) -> c_int => h_fd_change(fd);
     fn rename(old: *const c_char, new: *const c_char) -> c_int => h_rename(old, new);
     fn renameat(olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char) -> c_int => h_renameat(olddirfd, old, newdirfd, new);
     fn renameat2(olddirfd: c_int, old: *const c_char, newdirfd: c_int, new: *const c_char, flags: c_uint) -> c_int => h_renameat2(olddirfd, old, newdirfd, new, flags);
@@ -490,13 +490,6 @@ fn h_truncate(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -
     journaled(call, p, |s| ops::before_truncate(s, call, p), real, int_ok)
 }
 
-fn h_ftruncate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, int_ok)
-}
-
 // ----- rename -----
 
 fn h_rename(call: &'static str, real: impl FnOnce() -> c_int, old: Str<'_>, new: Str<'_>) -> c_int {
@@ -565,6 +558,8 @@ fn h_set_euid(call: &'static str, real: impl FnOnce() -> c_int, euid: uid_t) -> 
 
 // ----- descriptors changed in place -----
 
+/// A change to a file's bytes through a descriptor (ftruncate, fallocate): nothing to journal
+/// when the file is already journaled whole, else its contents through its path.
 fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
     if ops::fd_covered(fd) {
         return real();
@@ -599,12 +594,7 @@ fn meta_at(
         Some(_) => false,
     };
     match path {
-        _ if on_dirfd_itself => {
-            if ops::fd_covered(dirfd) {
-                return real();
-            }
-            journaled(call, b"", |s| ops::before_fd_meta(s, call, dirfd, what, xattr), real, int_ok)
-        }
+        _ if on_dirfd_itself => fd_meta(call, real, dirfd, what, xattr),
         // An empty path without AT_EMPTY_PATH fails with ENOENT.
         None | Some(b"") => real(),
         Some(p) => {
@@ -623,10 +613,7 @@ fn h_meta_nofollow_mode(call: &'static str, real: impl FnOnce() -> c_int, path: 
 }
 
 fn h_fd_meta_mode(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Mode, None), real, int_ok)
+    fd_meta(call, real, fd, MetaKind::Mode, None)
 }
 
 fn h_metaat_mode(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>, flags: c_int) -> c_int {
@@ -642,10 +629,7 @@ fn h_meta_nofollow_owner(call: &'static str, real: impl FnOnce() -> c_int, path:
 }
 
 fn h_fd_meta_owner(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Owner, None), real, int_ok)
+    fd_meta(call, real, fd, MetaKind::Owner, None)
 }
 
 fn h_metaat_owner(
@@ -667,10 +651,7 @@ fn h_meta_nofollow_times(call: &'static str, real: impl FnOnce() -> c_int, path:
 }
 
 fn h_fd_meta_times(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Times, None), real, int_ok)
+    fd_meta(call, real, fd, MetaKind::Times, None)
 }
 
 /// utimensat: a null path means `dirfd` itself.
@@ -701,10 +682,16 @@ fn h_xattr_nofollow(call: &'static str, real: impl FnOnce() -> c_int, path: Str<
 
 fn h_fd_xattr(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, name: Str<'_>) -> c_int {
     let Some(name) = name else { return real() };
+    fd_meta(call, real, fd, MetaKind::Xattr, Some(name))
+}
+
+/// A metadata change through a descriptor: nothing to journal when the file is already
+/// journaled whole (no guard needed to find that out), else its prior metadata.
+fn fd_meta(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, what: MetaKind, xattr: Option<&[u8]>) -> c_int {
     if ops::fd_covered(fd) {
         return real();
     }
-    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, MetaKind::Xattr, Some(name)), real, int_ok)
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, what, xattr), real, int_ok)
 }
 
 // ----- effects outside the file system -----

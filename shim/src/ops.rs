@@ -283,6 +283,22 @@ fn stat_target(store: &Store, call: &str, t: &Target<'_>) -> Result<Option<Stat>
     }
 }
 
+/// The target of a call that acts on something existing, with its `lstat`; or what the hook
+/// must do instead (nothing when it does not exist: the call will fail).
+fn existing_target<'a>(
+    store: &Store,
+    call: &str,
+    dirfd: i32,
+    path: &[u8],
+    follow: bool,
+) -> Result<(Target<'a>, Stat), Pending> {
+    let t = target_or_record(store, call, dirfd, path, follow)?;
+    match stat_target(store, call, &t)? {
+        Some(st) => Ok((t, st)),
+        None => Err(Pending::Nothing),
+    }
+}
+
 /// The target of a call, or what the hook must do instead (nothing when the call will fail or
 /// the path is not journaled; the outcome of journaling an unresolvable path).
 fn target_or_record<'a>(
@@ -378,13 +394,8 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
 
 /// Before truncate/truncate64.
 pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
-    let t = match target_or_record(store, call, libc::AT_FDCWD, path, true) {
-        Ok(t) => t,
-        Err(p) => return p,
-    };
-    let st = match stat_target(store, call, &t) {
-        Ok(Some(st)) => st,
-        Ok(None) => return Pending::Nothing,
+    let (t, st) = match existing_target(store, call, libc::AT_FDCWD, path, true) {
+        Ok(x) => x,
         Err(p) => return p,
     };
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -411,13 +422,8 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
         // removed inside the session already covers it.
         return Pending::Nothing;
     }
-    let t = match target_or_record(store, call, libc::AT_FDCWD, &path, false) {
-        Ok(t) => t,
-        Err(p) => return p,
-    };
-    let st = match stat_target(store, call, &t) {
-        Ok(Some(st)) => st,
-        Ok(None) => return Pending::Nothing,
+    let (t, st) = match existing_target(store, call, libc::AT_FDCWD, &path, false) {
+        Ok(x) => x,
         Err(p) => return p,
     };
     if ident_of(&st) != ident_of(&fst) {
@@ -554,13 +560,8 @@ pub fn before_meta(
     what: MetaKind,
     xattr: Option<&[u8]>,
 ) -> Pending {
-    let t = match target_or_record(store, call, dirfd, path, follow) {
-        Ok(t) => t,
-        Err(p) => return p,
-    };
-    let st = match stat_target(store, call, &t) {
-        Ok(Some(st)) => st,
-        Ok(None) => return Pending::Nothing,
+    let (t, st) = match existing_target(store, call, dirfd, path, follow) {
+        Ok(x) => x,
         Err(p) => return p,
     };
     if crate::covered::contains(ident_of(&st)) {

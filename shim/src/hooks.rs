@@ -561,18 +561,14 @@ fn h_set_euid(call: &'static str, real: impl FnOnce() -> c_int, euid: uid_t) -> 
 /// A change to a file's bytes through a descriptor (ftruncate, fallocate): nothing to journal
 /// when the file is already journaled whole, else its contents through its path.
 fn h_fd_change(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_change(s, call, fd), real, int_ok)
+    let Some(st) = ops::uncovered_fd(fd) else { return real() };
+    journaled(call, b"", |s| ops::before_fd_change(s, call, fd, &st), real, int_ok)
 }
 
 /// posix_fallocate returns an error number instead of setting errno.
 fn h_posix_fallocate(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd), real, |r| (*r == 0, None), |errno| errno)
+    let Some(st) = ops::uncovered_fd(fd) else { return real() };
+    journaled_with(call, b"", |s| ops::before_fd_change(s, call, fd, &st), real, |r| (*r == 0, None), |errno| errno)
 }
 
 // ----- metadata -----
@@ -688,10 +684,8 @@ fn h_fd_xattr(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, name:
 /// A metadata change through a descriptor: nothing to journal when the file is already
 /// journaled whole (no guard needed to find that out), else its prior metadata.
 fn fd_meta(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, what: MetaKind, xattr: Option<&[u8]>) -> c_int {
-    if ops::fd_covered(fd) {
-        return real();
-    }
-    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, what, xattr), real, int_ok)
+    let Some(st) = ops::uncovered_fd(fd) else { return real() };
+    journaled(call, b"", |s| ops::before_fd_meta(s, call, fd, &st, what, xattr), real, int_ok)
 }
 
 // ----- effects outside the file system -----

@@ -407,10 +407,8 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
 
 /// Before a call that changes a file through a descriptor (ftruncate): the descriptor is
 /// resolved to its path, and the file captured there if that name still leads to it.
-pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
-    // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
-    let Ok(fst) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) else { return Pending::Nothing };
-    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile || crate::covered::contains(ident_of(&fst)) {
+pub fn before_fd_change(store: &Store, call: &str, fd: i32, fst: &Stat) -> Pending {
+    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile {
         return Pending::Nothing;
     }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
@@ -426,7 +424,7 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32) -> Pending {
         Ok(x) => x,
         Err(p) => return p,
     };
-    if ident_of(&st) != ident_of(&fst) {
+    if ident_of(&st) != ident_of(fst) {
         return Pending::Nothing;
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
@@ -580,13 +578,9 @@ pub fn before_meta(
 
 /// Before a call that changes metadata through a descriptor (fchmod, fchown, futimens,
 /// fsetxattr, ...): the descriptor is named through `/proc/self/fd`.
-pub fn before_fd_meta(store: &Store, call: &str, fd: i32, what: MetaKind, xattr: Option<&[u8]>) -> Pending {
+pub fn before_fd_meta(store: &Store, call: &str, fd: i32, st: &Stat, what: MetaKind, xattr: Option<&[u8]>) -> Pending {
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
     let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let Ok(st) = rustix::fs::fstat(bfd) else { return Pending::Nothing };
-    if crate::covered::contains(ident_of(&st)) {
-        return Pending::Nothing;
-    }
     let Ok(path) = fd_path(fd) else { return Pending::Nothing };
     if store.protected(&path) {
         return protect(store, call, &BPath::new(path));
@@ -616,7 +610,7 @@ pub fn before_fd_meta(store: &Store, call: &str, fd: i32, what: MetaKind, xattr:
             Some(XattrBefore { name: BPath::new(name.to_vec()), value })
         }
     };
-    store.record(call, Op::Meta { path: BPath::new(path), before: meta_before(&st, what, xattr) });
+    store.record(call, Op::Meta { path: BPath::new(path), before: meta_before(st, what, xattr) });
     Pending::Nothing
 }
 
@@ -644,14 +638,16 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
     Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
 }
 
-/// Whether the file behind `fd` is already journaled whole by this process, so that a change
-/// through the descriptor needs no record. Guard-free: one raw `fstat` (no libc call that could
-/// re-enter a hook, errno untouched) and a lock-free lookup.
+/// The `stat` of the file behind `fd` when a change through the descriptor must be journaled;
+/// `None` when it need not be: the file is already journaled whole by this process, or `fd` is
+/// not open (the call fails with EBADF). Guard-free: one raw `fstat` (no libc call that could
+/// re-enter a hook, errno untouched) and a lock-free lookup. The `before_fd_*` functions take
+/// this `stat` instead of asking again.
 #[inline]
-pub fn fd_covered(fd: i32) -> bool {
+pub fn uncovered_fd(fd: i32) -> Option<Stat> {
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call; fstat on a
     // number that is not open fails with EBADF and changes nothing.
-    rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).is_ok_and(|st| crate::covered::contains(ident_of(&st)))
+    rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok().filter(|st| !crate::covered::contains(ident_of(st)))
 }
 
 /// Remembers the file an open returned as covered (raw `fstat`, lock-free insert).

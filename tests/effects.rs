@@ -157,6 +157,21 @@ fn an_explicit_envp_without_the_shim_gets_it_back() {
 }
 
 #[test]
+fn a_program_that_clears_its_own_environment_before_its_first_change_is_still_journaled() {
+    // The configuration is built on the first change, long after the constructor: it must come
+    // from the environment the process started with, not the one it has by then.
+    let s = Scratch::new("a_program_that_clears_its_own_environment_before_its_first_change_is_still_journaled");
+    s.sh("echo a > a; echo b > b");
+    let script = "import os, subprocess\n\
+                  os.environ.clear()\n\
+                  os.unlink('a')\n\
+                  subprocess.run(['/bin/rm', 'b'], check=True)\n";
+    let report = roundtrip(&s, &[python(), "-c", script]);
+    let paths = report.to_string();
+    assert!(paths.contains("/a\"") && paths.contains("/b\""), "both removals undone: {report}");
+}
+
+#[test]
 fn posix_spawn_and_a_three_level_subprocess_chain_are_journaled() {
     let s = Scratch::new("posix_spawn_and_a_three_level_subprocess_chain_are_journaled");
     s.sh("echo 1 > one; echo 2 > two; echo 3 > three; echo 4 > four");

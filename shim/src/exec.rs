@@ -140,7 +140,7 @@ fn env_block(entries: Vec<Vec<u8>>) -> EnvBlock {
     EnvBlock { _owned: owned, ptrs }
 }
 
-fn current_environ() -> *const *const c_char {
+pub fn current_environ() -> *const *const c_char {
     // SAFETY: reading the address stored in libc's `environ`; we never write it.
     unsafe { std::ptr::addr_of!(environ).read() }
 }

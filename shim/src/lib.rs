@@ -39,26 +39,39 @@ use guard::{Guard, errno, set_errno};
 #[global_allocator]
 static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 
-/// Runs once when the library is loaded, before the program's `main`: reads the configuration
-/// (the environment may be cleared later, e.g. by `env -i`) and silences panic output.
+/// Runs once when the library is loaded, before the program's `main`: keeps the `AETHER_*`
+/// variables of the starting environment (the program may clear it later), silences panic
+/// output, and, in the root process of a new session only, creates the session.
 ///
 /// # Safety
 /// Called by the dynamic loader with the program's `argc`/`argv`.
 unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    let Some(guard) = Guard::enter() else { return };
     let saved = errno();
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11).
-        std::panic::set_hook(Box::new(|_| {}));
-        // SAFETY: the loader passes the program's argc/argv.
-        let args = alloc::persistent(|| unsafe { state::collect_argv(argc, argv) });
+    // No guard here: nothing below calls a hooked function (raw system calls, a scan of
+    // `environ`, pthread_atfork), and not touching the guard's thread-local flag, the signal
+    // mask or the heap is what keeps loading the library cheap (each page a process touches
+    // for the first time is a page fault).
+    let _ = catch_unwind(|| {
+        state::capture_early_env();
         state::adopt_store_after_fork();
-        alloc::persistent(|| state::init_from_ctor(args));
         // SAFETY: registering a handler with no preparation or parent part; the child part
-        // only stores zeros into atomics, which is safe in a freshly forked child.
+        // only stores into atomics, which is safe in a freshly forked child.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    }));
-    drop(guard);
+    });
+    // Everything else is built on first use: a process that changes nothing (most execs of a
+    // build) pays for loading the library and the scan above, not for the configuration. The
+    // root of a new session is the exception: it must create the session and export its
+    // directory before `main`, so that every descendant joins it.
+    if state::starts_a_session() {
+        if let Some(guard) = Guard::enter() {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: the loader passes the program's argc/argv.
+                let args = alloc::persistent(|| unsafe { state::collect_argv(argc, argv) });
+                alloc::persistent(|| state::init_from_ctor(args));
+            }));
+            drop(guard);
+        }
+    }
     set_errno(saved);
 }
 

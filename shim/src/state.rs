@@ -7,10 +7,10 @@
 
 use std::ffi::{OsStr, c_char};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use journal::BPath;
 use journal::capture::Counters;
@@ -56,21 +56,121 @@ fn own_path() -> Vec<u8> {
     Vec::new()
 }
 
-fn aether_vars() -> Vec<Vec<u8>> {
-    std::env::vars_os()
-        .filter(|(k, _)| k.as_bytes().starts_with(b"AETHER_"))
-        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-        .collect()
+/// Room for the `AETHER_*` entries of the starting environment (a session needs a few hundred
+/// bytes; a larger set falls back to reading the environment when the configuration is built).
+const EARLY_ENV_CAP: usize = 4096;
+
+/// The `AETHER_*` entries of the environment this process image started with, each
+/// `NAME=value` followed by a NUL, copied by the constructor into static storage.
+///
+/// # Rationale
+/// The configuration must come from the environment the image started with (a program may
+/// `clearenv` or `unsetenv` before it execs, and the exec hooks put our variables back), but
+/// building it costs allocations and code that a process which never changes a file never
+/// needs. The constructor only scans `environ` for the prefix and copies the few matching
+/// entries in place, without allocating; [`config`] parses them on first use.
+struct EarlyEnv {
+    /// `EARLY_EMPTY`, `EARLY_WRITING`, `EARLY_DONE` or `EARLY_OVERFLOW`.
+    state: AtomicU32,
+    len: AtomicUsize,
+    bytes: std::cell::UnsafeCell<[u8; EARLY_ENV_CAP]>,
+}
+
+// SAFETY: `bytes` is written only by the one thread that moved `state` from EMPTY to WRITING,
+// and read only after `state` is DONE (release/acquire).
+unsafe impl Sync for EarlyEnv {}
+
+const EARLY_EMPTY: u32 = 0;
+const EARLY_WRITING: u32 = 1;
+const EARLY_DONE: u32 = 2;
+const EARLY_OVERFLOW: u32 = 3;
+
+static EARLY_ENV: EarlyEnv = EarlyEnv {
+    state: AtomicU32::new(EARLY_EMPTY),
+    len: AtomicUsize::new(0),
+    bytes: std::cell::UnsafeCell::new([0; EARLY_ENV_CAP]),
+};
+
+/// Copies the `AETHER_*` entries of `environ` (see [`EarlyEnv`]), once. Allocates nothing.
+pub fn capture_early_env() {
+    if EARLY_ENV.state.compare_exchange(EARLY_EMPTY, EARLY_WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return;
+    }
+    // SAFETY: this thread alone moved the state to WRITING: nobody else touches `bytes` until
+    // it is DONE.
+    let bytes = unsafe { &mut *EARLY_ENV.bytes.get() };
+    let environ = crate::exec::current_environ();
+    let entries = (0..).map_while(|i| {
+        // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings; this
+        // runs in the constructor (before main and its threads) or on a hook's first use, and
+        // only reads.
+        let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
+        // SAFETY: a non-null entry is a NUL-terminated string (see above).
+        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+    });
+    let mut len = 0;
+    let mut state = EARLY_DONE;
+    for e in entries.filter(|e| e.starts_with(b"AETHER_")) {
+        let Some(room) = bytes.get_mut(len..len + e.len() + 1) else {
+            state = EARLY_OVERFLOW;
+            break;
+        };
+        room[..e.len()].copy_from_slice(e);
+        room[e.len()] = 0;
+        len += e.len() + 1;
+    }
+    EARLY_ENV.len.store(len, Ordering::Relaxed);
+    EARLY_ENV.state.store(state, Ordering::Release);
+}
+
+/// The `AETHER_*` entries the image started with, as `NAME=value` byte strings.
+fn early_env() -> Vec<Vec<u8>> {
+    capture_early_env();
+    if EARLY_ENV.state.load(Ordering::Acquire) == EARLY_DONE {
+        // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
+        let bytes = unsafe { &*EARLY_ENV.bytes.get() };
+        let len = EARLY_ENV.len.load(Ordering::Relaxed);
+        bytes[..len].split(|&b| b == 0).filter(|e| !e.is_empty()).map(<[u8]>::to_vec).collect()
+    } else {
+        // Too many variables to keep, or another thread is copying them right now.
+        std::env::vars_os()
+            .filter(|(k, _)| k.as_bytes().starts_with(b"AETHER_"))
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+            .collect()
+    }
+}
+
+/// The value of `name` among `entries` (`NAME=value` strings).
+fn lookup<'a>(entries: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
+    entries.iter().find_map(|e| e.strip_prefix(name.as_bytes()).and_then(|rest| rest.strip_prefix(b"=")))
+}
+
+/// Whether the constructor must build the configuration now: only for the root process of a
+/// new session (no session directory inherited), which must create the session and export its
+/// directory before `main` so that every descendant joins it.
+pub fn starts_a_session() -> bool {
+    capture_early_env();
+    if EARLY_ENV.state.load(Ordering::Acquire) != EARLY_DONE {
+        let entries = early_env();
+        let off = lookup(&entries, ENV_SWITCH) == Some(b"off");
+        return !off && lookup(&entries, ENV_DIR).is_none_or(<[u8]>::is_empty);
+    }
+    // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
+    let bytes = unsafe { &*EARLY_ENV.bytes.get() };
+    let mut entries = bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0);
+    let value = |e: &'static [u8], name: &str| e.strip_prefix(name.as_bytes()).and_then(|r| r.strip_prefix(b"="));
+    // Allocation-free: this runs in the constructor of every process.
+    !entries.any(|e| value(e, ENV_SWITCH) == Some(b"off") || value(e, ENV_DIR).is_some_and(|d| !d.is_empty()))
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// The configuration, read now if the constructor has not run yet.
+/// The configuration, built on first use from the environment the image started with.
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| crate::alloc::persistent(|| read_config(None)))
 }
 
-/// Called from the constructor with the program's arguments.
+/// Called from the constructor, with the program's arguments, by the root of a new session.
 pub fn init_from_ctor(argv: Vec<BPath>) {
     CONFIG.get_or_init(|| read_config(Some(argv)));
 }
@@ -82,9 +182,11 @@ fn cmdline() -> Vec<BPath> {
 }
 
 fn read_config(argv: Option<Vec<BPath>>) -> Config {
-    let (settings, _warnings) = Settings::from_env();
+    let vars = early_env();
+    let (settings, _warnings) =
+        Settings::from_lookup(|k| lookup(&vars, k).map(|v| String::from_utf8_lossy(v).into_owned()));
     let shim_path = own_path();
-    let test_fault = std::env::var_os(ENV_TEST_FAULT).filter(|v| !v.is_empty()).map(|v| v.into_vec());
+    let test_fault = lookup(&vars, ENV_TEST_FAULT).filter(|v| !v.is_empty()).map(<[u8]>::to_vec);
     let disabled = Config {
         enabled: false,
         session_dir: Vec::new(),
@@ -93,15 +195,15 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         exec_env: Vec::new(),
         test_fault: None,
     };
-    if std::env::var_os(ENV_SWITCH).is_some_and(|v| v == "off") {
+    if lookup(&vars, ENV_SWITCH) == Some(b"off") {
         return disabled;
     }
     let cwd = || journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
-    if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
-        let dir = dir.into_vec();
+    if let Some(dir) = lookup(&vars, ENV_DIR).filter(|d| !d.is_empty()) {
+        let dir = dir.to_vec();
         // Every descendant of a session inherits an absolute directory: no getcwd on that path.
         let dir = if dir.first() == Some(&b'/') { dir } else { journal::bpath::join(&cwd(), &dir) };
-        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: aether_vars(), test_fault };
+        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: vars, test_fault };
     }
     // No session yet: this process is the root of a new one. Create it now and export its
     // directory so that every descendant joins it.
@@ -116,12 +218,14 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
     // before any session exists), before the program's main and its threads: nothing else
     // reads or writes the environment concurrently.
     unsafe { std::env::set_var(ENV_DIR, &dir) };
+    let mut exec_env = vars;
+    exec_env.push([ENV_DIR.as_bytes(), b"=", dir.as_os_str().as_bytes()].concat());
     Config {
         enabled: true,
         session_dir: dir.as_os_str().as_bytes().to_vec(),
         settings,
         shim_path,
-        exec_env: aether_vars(),
+        exec_env,
         test_fault,
     }
 }

@@ -1,4 +1,5 @@
-//! The shim's configuration (read once per process image) and the per-process handle on the
+//! The shim's configuration (from the `AETHER_*` variables the process image started with,
+//! copied by the constructor and parsed on first use) and the per-process handle on the
 //! session store (opened at the first mutation, inherited across `fork`).
 //!
 //! What this module cannot do: journal anything when the session directory cannot be created

@@ -220,6 +220,27 @@ fn raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it() {
 }
 
 #[test]
+fn an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too() {
+    let s = Scratch::new("an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too");
+    s.sh("echo a > a; echo b > b");
+    let before = manifest(&s.tree());
+    let mut cmd = Command::new("bash");
+    // The child's environment is scrubbed: the shim puts its variables back, and the session
+    // directory it hands on must be the new one, not the empty value this process started with.
+    cmd.args(["-c", "rm a; env -i /bin/sh -c 'rm b'"]);
+    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_DIR", "");
+    assert!(cmd.status().unwrap().success());
+    let sessions: Vec<_> = std::fs::read_dir(s.root.join("state/aether-journal")).unwrap().collect();
+    assert_eq!(sessions.len(), 1, "one session for the whole tree of processes");
+    let out = s.cli(&["undo".as_ref(), "--json".as_ref()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
 fn aether_journal_off_disables_the_shim() {
     let s = Scratch::new("aether_journal_off_disables_the_shim");
     let mut cmd = Command::new("sh");

@@ -94,7 +94,8 @@ enum EnvFix {
 }
 
 /// Decides what the child's environment lacks: our library in `LD_PRELOAD`, and each of our
-/// `AETHER_*` variables (present ones are never overridden: a nested session keeps its own).
+/// `AETHER_*` variables (present, non-empty ones are never overridden: a nested session keeps
+/// its own).
 fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     let value_of =
         |name: &[u8]| entries.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"=")));
@@ -114,18 +115,28 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
         }
         replace_preload = Some(v);
     }
+    // An empty value counts as missing (a shell may hand on the empty AETHER_JOURNAL_DIR its
+    // session root started with, not the one the shim set).
+    let mut emptied: Vec<&[u8]> = Vec::new();
     for var in &cfg.exec_env {
         let name = var.split(|&b| b == b'=').next().unwrap_or_default();
-        if value_of(name).is_none() {
-            add.push(var.clone());
+        match value_of(name) {
+            None => add.push(var.clone()),
+            Some([]) => {
+                emptied.push(name);
+                add.push(var.clone());
+            }
+            Some(_) => {}
         }
     }
     if replace_preload.is_none() && add.is_empty() {
         return EnvFix::Unchanged;
     }
+    let is_emptied = |e: &[u8]| emptied.iter().any(|n| e.strip_prefix(*n) == Some(b"="));
     let mut out: Vec<Vec<u8>> = entries
         .iter()
         .filter(|e| replace_preload.is_none() || !e.starts_with(b"LD_PRELOAD="))
+        .filter(|e| !is_emptied(e))
         .map(|e| e.to_vec())
         .collect();
     out.extend(replace_preload);
@@ -315,6 +326,16 @@ mod tests {
         assert!(env.contains(&b"LD_PRELOAD=/lib/libaether_journal.so:/other.so".to_vec()));
         assert!(env.contains(&b"AETHER_JOURNAL_DIR=/nested".to_vec()));
         assert!(!env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
+    }
+
+    #[test]
+    fn an_empty_session_variable_is_replaced_not_kept_beside_ours() {
+        let EnvFix::Changed(env) = fix_env(&cfg(), &[b"LD_PRELOAD=/lib/libaether_journal.so", b"AETHER_JOURNAL_DIR="])
+        else {
+            panic!()
+        };
+        assert!(env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
+        assert!(!env.contains(&b"AETHER_JOURNAL_DIR=".to_vec()));
     }
 
     #[test]

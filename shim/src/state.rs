@@ -219,7 +219,9 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
     // before any session exists), before the program's main and its threads: nothing else
     // reads or writes the environment concurrently.
     unsafe { std::env::set_var(ENV_DIR, &dir) };
-    let mut exec_env = vars;
+    // An empty AETHER_JOURNAL_DIR= the process started with is replaced, not kept beside it.
+    let mut exec_env: Vec<Vec<u8>> =
+        vars.into_iter().filter(|v| lookup(std::slice::from_ref(v), ENV_DIR).is_none()).collect();
     exec_env.push([ENV_DIR.as_bytes(), b"=", dir.as_os_str().as_bytes()].concat());
     Config {
         enabled: true,

@@ -138,6 +138,36 @@ print('ok')
 }
 
 #[test]
+fn a_program_that_lowers_its_descriptor_limit_still_gets_the_lowest_free_descriptor() {
+    // The shim keeps its store descriptors high, out of the program's way. A program that
+    // lowers RLIMIT_NOFILE below that range and sweeps the shim's descriptors away must still
+    // get 3 from its next open: the reopened store must not take a low number.
+    let s = Scratch::new("a_program_that_lowers_its_descriptor_limit_still_gets_the_lowest_free_descriptor");
+    s.sh("echo 1 > a && echo 2 > b");
+    let before = manifest(&s.tree());
+    let script = r#"
+import os, resource
+os.unlink('a')
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+os.closerange(3, 65536)
+os.unlink('b')
+fd = os.open('/dev/null', os.O_RDONLY)
+print(fd)
+"#;
+    let session = s.session("session");
+    let out = s.run_ok(&session, &[python(), "-c", script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "3",
+        "the program's next descriptor is the lowest free one"
+    );
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
 fn a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled() {
     let s = Scratch::new("a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled");
     let prog = compile(&s, "sigwrite");

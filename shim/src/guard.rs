@@ -37,6 +37,12 @@ const SYNCHRONOUS: [libc::c_int; 6] =
 impl Guard {
     /// Enters the guard, or returns `None` when this thread is already inside the shim.
     pub fn enter() -> Option<Guard> {
+        // Already inside the shim (a libc call the shim's own work makes, coming back through a
+        // hook): the outer guard holds signals back already, so no system call is needed to
+        // say no. The flag is only ever set while signals are held back.
+        if busy() {
+            return None;
+        }
         // Signals first, then the flag: a handler arriving in between must not find the flag
         // set by a hook that has not started its work yet.
         // SAFETY: plain sigset manipulation on local values; pthread_sigmask only changes the
@@ -108,4 +114,31 @@ pub fn errno() -> i32 {
 pub fn set_errno(e: i32) {
     // SAFETY: as in `errno`; writing the thread's own errno is what the location is for.
     unsafe { *libc::__errno_location() = e }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usr1_blocked() -> bool {
+        // SAFETY: reads the calling thread's mask into a local set.
+        unsafe {
+            let mut cur: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+            libc::sigismember(&cur, libc::SIGUSR1) == 1
+        }
+    }
+
+    #[test]
+    fn a_nested_entry_is_refused_and_leaves_signals_held_until_the_outer_guard_ends() {
+        assert!(!usr1_blocked());
+        let outer = Guard::enter().expect("first entry");
+        assert!(busy() && usr1_blocked());
+        assert!(Guard::enter().is_none(), "the shim's own libc calls pass straight through");
+        assert!(busy() && usr1_blocked(), "a refused entry changes nothing");
+        drop(outer);
+        assert!(!busy() && !usr1_blocked());
+        let again = Guard::enter();
+        assert!(again.is_some(), "the next hook enters normally");
+    }
 }

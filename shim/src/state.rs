@@ -324,6 +324,8 @@ pub struct StoreFd {
     num: AtomicI32,
     dev: u64,
     ino: u64,
+    /// The owner of the file when it was opened.
+    uid: u32,
     path: std::path::PathBuf,
     flags: OFlags,
 }
@@ -332,7 +334,14 @@ impl StoreFd {
     fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
         let fd = to_high_fd(rustix::fs::open(&path, flags | OFlags::CLOEXEC, Mode::empty()).ok()?);
         let st = rustix::fs::fstat(&fd).ok()?;
-        Some(StoreFd { num: AtomicI32::new(fd.into_raw_fd()), dev: st.st_dev, ino: st.st_ino, path, flags })
+        Some(StoreFd {
+            num: AtomicI32::new(fd.into_raw_fd()),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            uid: st.st_uid,
+            path,
+            flags,
+        })
     }
 
     /// Runs `f` with a descriptor that is really this store file.
@@ -411,9 +420,21 @@ static STORE: AtomicPtr<Store> = AtomicPtr::new(std::ptr::null_mut());
 /// Moves a descriptor above the range programs normally use, close-on-exec, so that it never
 /// takes a number the program expects to get from `open`.
 fn to_high_fd(fd: OwnedFd) -> OwnedFd {
-    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
-    let min = if soft > 2048 { 1000 } else { (soft / 2).max(10) as i32 };
-    rustix::io::fcntl_dupfd_cloexec(&fd, min as _).unwrap_or(fd)
+    // Worked out once per process image; asked again if the program lowered its limit below it.
+    static MIN: AtomicI32 = AtomicI32::new(0);
+    let limit_based = || {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
+        let min = if soft > 2048 { 1000 } else { (soft / 2).max(10) as i32 };
+        MIN.store(min, Ordering::Relaxed);
+        min
+    };
+    let cached = MIN.load(Ordering::Relaxed);
+    let min = if cached == 0 { limit_based() } else { cached };
+    match rustix::io::fcntl_dupfd_cloexec(&fd, min as _) {
+        Ok(high) => high,
+        Err(_) if cached != 0 => rustix::io::fcntl_dupfd_cloexec(&fd, limit_based() as _).unwrap_or(fd),
+        Err(_) => fd,
+    }
 }
 
 fn open_store(cfg: &Config) -> Option<Store> {
@@ -437,7 +458,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
         .unwrap_or_else(|| cfg.session_dir.clone());
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
-    let owner_uid = blobs.with(|fd| rustix::fs::fstat(fd).map(|st| st.st_uid).ok()).flatten().unwrap_or(u32::MAX);
+    let owner_uid = blobs.uid;
     Some(Store {
         session_canon,
         journal,

@@ -447,7 +447,8 @@ impl Capturer<'_> {
         let result = if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
             (CaptureHow::Reflink, None, st.st_size.max(0) as u64)
         } else {
-            let (hash, n) = copy_hashing(&src, &dst).map_err(|e| ("copy into the store", e))?;
+            let (hash, n) =
+                copy_hashing(&src, &dst, st.st_size.max(0) as u64).map_err(|e| ("copy into the store", e))?;
             (CaptureHow::Copy, Some(hash), n)
         };
         if self.sync {
@@ -548,13 +549,25 @@ pub fn list_xattrs_fd(fd: impl AsFd) -> io::Result<Vec<Xattr>> {
         }
     };
     let mut out = Vec::new();
-    let mut value = vec![0u8; 65536];
+    // Most files have no attributes at all: no value buffer then (zeroing 64 KiB per capture
+    // cost more than the capture of a small file). Values start in 4 KiB and get the largest
+    // size Linux allows (64 KiB) only when one needs it.
+    let mut value = Vec::new();
     for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        match rustix::fs::fgetxattr(&fd, name, &mut value[..]) {
-            Ok(len) => out.push(Xattr { name: BPath::new(name.to_vec()), value: Bytes(value[..len].to_vec()) }),
-            // Removed between the listing and the read.
-            Err(Errno::NODATA) => {}
-            Err(e) => return Err(e.into()),
+        if value.is_empty() {
+            value.resize(4096, 0);
+        }
+        loop {
+            match rustix::fs::fgetxattr(&fd, name, &mut value[..]) {
+                Ok(len) => {
+                    out.push(Xattr { name: BPath::new(name.to_vec()), value: Bytes(value[..len].to_vec()) });
+                    break;
+                }
+                Err(Errno::RANGE) if value.len() < 65536 => value.resize(65536, 0),
+                // Removed between the listing and the read.
+                Err(Errno::NODATA) => break,
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(out)
@@ -563,12 +576,15 @@ pub fn list_xattrs_fd(fd: impl AsFd) -> io::Result<Vec<Xattr>> {
 /// The value of one extended attribute of `path` (never following a final symlink); `None`
 /// when it is not set.
 pub fn xattr_value(path: &[u8], name: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let mut value = vec![0u8; 65536];
-    match rustix::fs::lgetxattr(path, name, &mut value[..]) {
-        Ok(len) => Ok(Some(value[..len].to_vec())),
-        Err(Errno::NODATA) => Ok(None),
-        Err(e) if unsupported(e) => Ok(None),
-        Err(e) => Err(e.into()),
+    let mut value = vec![0u8; 4096];
+    loop {
+        match rustix::fs::lgetxattr(path, name, &mut value[..]) {
+            Ok(len) => return Ok(Some(value[..len].to_vec())),
+            Err(Errno::RANGE) if value.len() < 65536 => value.resize(65536, 0),
+            Err(Errno::NODATA) => return Ok(None),
+            Err(e) if unsupported(e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -600,10 +616,13 @@ pub fn open_for_capture(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<Owned
 }
 
 /// Copies `src` to `dst` from their current offsets, returning the BLAKE3 hex of the bytes and
-/// their count.
-pub fn copy_hashing(src: impl AsFd, dst: impl AsFd) -> io::Result<(String, u64)> {
+/// their count. `expected` (the size `fstat` gave) only sizes the buffer: a small file is
+/// copied through a small one (every fresh page a process touches is a page fault), and a file
+/// that grew meanwhile is still copied whole.
+pub fn copy_hashing(src: impl AsFd, dst: impl AsFd, expected: u64) -> io::Result<(String, u64)> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    let len = usize::try_from(expected).unwrap_or(usize::MAX).saturating_add(1).clamp(4096, 64 * 1024);
+    let mut buf = vec![0u8; len];
     let mut total = 0u64;
     loop {
         let n = match rustix::io::read(&src, &mut buf) {
@@ -702,6 +721,42 @@ pub(crate) mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(fs::metadata(t.path().join("blobs").join(&blob)).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(c.bytes_kept(), 5);
+    }
+
+    #[test]
+    fn a_file_that_grew_after_its_stat_is_still_copied_whole() {
+        let t = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
+        fs::write(t.path().join("src"), &data).unwrap();
+        let src = fs::File::open(t.path().join("src")).unwrap();
+        let dst = fs::File::create(t.path().join("dst")).unwrap();
+        // The stat said 10 bytes: the buffer is small, the copy must not be.
+        let (hash, n) = copy_hashing(&src, &dst, 10).unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert_eq!(hash, blake3::hash(&data).to_hex().to_string());
+        assert_eq!(fs::read(t.path().join("dst")).unwrap(), data);
+    }
+
+    #[test]
+    fn an_attribute_value_larger_than_the_first_buffer_is_read_whole() {
+        // ext4 keeps values within one block; tmpfs takes the 64 KiB Linux allows.
+        let Ok(t) = tempfile::tempdir_in("/dev/shm") else {
+            println!("SKIPPED: no /dev/shm");
+            return;
+        };
+        let f = t.path().join("f");
+        fs::write(&f, b"x").unwrap();
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        if rustix::fs::setxattr(f.as_path(), "user.big", &big, rustix::fs::XattrFlags::empty()).is_err() {
+            println!("SKIPPED: /dev/shm takes no user attributes here");
+            return;
+        }
+        rustix::fs::setxattr(f.as_path(), "user.small", b"v", rustix::fs::XattrFlags::empty()).unwrap();
+        let got = list_xattrs_fd(fs::File::open(&f).unwrap()).unwrap();
+        let value = |n: &str| got.iter().find(|x| x.name.as_bytes() == n.as_bytes()).map(|x| x.value.0.clone());
+        assert_eq!(value("user.big"), Some(big));
+        assert_eq!(value("user.small"), Some(b"v".to_vec()));
+        assert_eq!(xattr_value(f.as_os_str().as_encoded_bytes(), b"user.big").unwrap().map(|v| v.len()), Some(20_000));
     }
 
     #[test]

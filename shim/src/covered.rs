@@ -22,8 +22,14 @@ use journal::record::Ident;
 const SLOTS: usize = 16384;
 const WRITING: u64 = u64::MAX;
 
-static INO: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
-static DEV: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+/// One cache entry. Both words sit side by side, so that an insert touches one page of the
+/// table, not two (every fresh page a process touches is a page fault).
+struct Slot {
+    ino: AtomicU64,
+    dev: AtomicU64,
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot { ino: AtomicU64::new(0), dev: AtomicU64::new(0) } }; SLOTS];
 
 fn slot(id: Ident) -> usize {
     (id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(29)) as usize % SLOTS
@@ -34,26 +40,25 @@ pub fn insert(id: Ident) {
     if id.ino == 0 || id.ino == WRITING {
         return;
     }
-    let k = slot(id);
-    let cur = INO[k].load(Ordering::Acquire);
-    if cur == WRITING {
+    let s = &TABLE[slot(id)];
+    // Reserve the slot with a write first (a read of a page never touched maps the zero page,
+    // and the write after it faults a second time).
+    if s.ino.swap(WRITING, Ordering::AcqRel) == WRITING {
         return; // another thread is filling this slot: this entry is simply not cached
     }
-    if INO[k].compare_exchange(cur, WRITING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-        DEV[k].store(id.dev, Ordering::Release);
-        INO[k].store(id.ino, Ordering::Release);
-    }
+    s.dev.store(id.dev, Ordering::Release);
+    s.ino.store(id.ino, Ordering::Release);
 }
 
 /// Whether `id`'s whole state is already journaled by this process.
 pub fn contains(id: Ident) -> bool {
-    let k = slot(id);
-    let first = INO[k].load(Ordering::Acquire);
+    let s = &TABLE[slot(id)];
+    let first = s.ino.load(Ordering::Acquire);
     if first != id.ino {
         return false;
     }
-    let dev = DEV[k].load(Ordering::Acquire);
-    INO[k].load(Ordering::Acquire) == first && dev == id.dev
+    let dev = s.dev.load(Ordering::Acquire);
+    s.ino.load(Ordering::Acquire) == first && dev == id.dev
 }
 
 #[cfg(test)]

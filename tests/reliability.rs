@@ -197,6 +197,23 @@ fn fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge() {
 }
 
 #[test]
+fn a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child() {
+    // The shim builds its configuration on a process's first change, on whichever thread makes
+    // it. A fork by another thread in the middle must leave a child that builds its own, not
+    // one that waits forever for a build that does not exist in it.
+    let s = Scratch::new("a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child");
+    let prog = compile(&s, "forkinit");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let script = format!("for i in $(seq 60); do {} || exit 1; done; echo done", prog.display());
+    let out = bounded(run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]), 120);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
 fn eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly() {
     let s = Scratch::new("eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly");
     let prog = compile(&s, "storm");

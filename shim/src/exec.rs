@@ -22,7 +22,7 @@ use journal::exec_check::{self, Creds};
 use journal::record::{Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
-use crate::state::{Config, config, exec_store};
+use crate::state::{Config, config, env_value, exec_store};
 
 unsafe extern "C" {
     static mut environ: *const *const c_char;
@@ -97,8 +97,7 @@ enum EnvFix {
 /// `AETHER_*` variables (present, non-empty ones are never overridden: a nested session keeps
 /// its own).
 fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
-    let value_of =
-        |name: &[u8]| entries.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"=")));
+    let value_of = |name: &[u8]| entries.iter().find_map(|e| env_value(e, name));
     if value_of(b"AETHER_JOURNAL") == Some(b"off") {
         return EnvFix::Disabled;
     }
@@ -132,7 +131,7 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     if replace_preload.is_none() && add.is_empty() {
         return EnvFix::Unchanged;
     }
-    let is_emptied = |e: &[u8]| emptied.iter().any(|n| e.strip_prefix(*n) == Some(b"="));
+    let is_emptied = |e: &[u8]| emptied.iter().any(|n| env_value(e, n) == Some(b""));
     let mut out: Vec<Vec<u8>> = entries
         .iter()
         .filter(|e| replace_preload.is_none() || !e.starts_with(b"LD_PRELOAD="))

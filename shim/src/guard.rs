@@ -16,7 +16,6 @@
 //! straight to the real function and is counted as lost, so no undo claims completeness.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -72,7 +71,6 @@ impl Guard {
             unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
             return None;
         }
-        silence_panics();
         Some(Guard { old_mask })
     }
 }
@@ -84,18 +82,6 @@ impl Drop for Guard {
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut()) };
         // Everything this hook allocated is normally freed by now: let the arena start over.
         crate::alloc::reset_arena();
-    }
-}
-
-/// Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11). Installed on the
-/// first entry into the shim's own work (all of it runs inside a guard), not by the
-/// constructor, so that a process that never needs the shim pays nothing for it.
-fn silence_panics() {
-    static SILENCED: AtomicBool = AtomicBool::new(false);
-    if !SILENCED.load(Ordering::Relaxed) && !std::thread::panicking() {
-        SILENCED.store(true, Ordering::Relaxed);
-        // A zero-sized closure: boxing it allocates nothing.
-        std::panic::set_hook(Box::new(|_| {}));
     }
 }
 

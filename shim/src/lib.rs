@@ -48,10 +48,14 @@ static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     let saved = errno();
     // No guard here: nothing below calls a hooked function (raw system calls, a scan of
-    // `environ`, pthread_atfork), and not touching the guard's thread-local flag, the signal
-    // mask or the heap is what keeps loading the library cheap (each page a process touches
-    // for the first time is a page fault).
+    // `environ`, pthread_atfork, the panic hook), and not touching the guard's thread-local
+    // flag, the signal mask or the heap is what keeps loading the library cheap (each page a
+    // process touches for the first time is a page fault).
     let _ = catch_unwind(|| {
+        // Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11). Set here,
+        // while the process has one thread: set later, a fork by another thread in the middle
+        // would leave the child's panic machinery locked. A zero-sized closure: no allocation.
+        std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
         state::adopt_store_after_fork();
         // SAFETY: registering a handler with no preparation or parent part; the child part

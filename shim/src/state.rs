@@ -10,7 +10,6 @@ use std::ffi::{OsStr, c_char};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use journal::BPath;
@@ -124,56 +123,97 @@ pub fn capture_early_env() {
     EARLY_ENV.state.store(state, Ordering::Release);
 }
 
+/// The copied entries, once the constructor's copy is complete and whole.
+fn early_entries() -> Option<impl Iterator<Item = &'static [u8]>> {
+    if EARLY_ENV.state.load(Ordering::Acquire) != EARLY_DONE {
+        return None;
+    }
+    // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
+    let bytes = unsafe { &*EARLY_ENV.bytes.get() };
+    Some(bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0).filter(|e| !e.is_empty()))
+}
+
 /// The `AETHER_*` entries the image started with, as `NAME=value` byte strings.
 fn early_env() -> Vec<Vec<u8>> {
     capture_early_env();
-    if EARLY_ENV.state.load(Ordering::Acquire) == EARLY_DONE {
-        // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
-        let bytes = unsafe { &*EARLY_ENV.bytes.get() };
-        let len = EARLY_ENV.len.load(Ordering::Relaxed);
-        bytes[..len].split(|&b| b == 0).filter(|e| !e.is_empty()).map(<[u8]>::to_vec).collect()
-    } else {
+    match early_entries() {
+        Some(entries) => entries.map(<[u8]>::to_vec).collect(),
         // Too many variables to keep, or another thread is copying them right now.
-        std::env::vars_os()
+        None => std::env::vars_os()
             .filter(|(k, _)| k.as_bytes().starts_with(b"AETHER_"))
             .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-            .collect()
+            .collect(),
     }
+}
+
+/// The value in a `NAME=value` environment entry, if it is `name`'s.
+pub fn env_value<'a>(entry: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    entry.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"="))
 }
 
 /// The value of `name` among `entries` (`NAME=value` strings).
 fn lookup<'a>(entries: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
-    entries.iter().find_map(|e| e.strip_prefix(name.as_bytes()).and_then(|rest| rest.strip_prefix(b"=")))
+    entries.iter().find_map(|e| env_value(e, name.as_bytes()))
 }
 
 /// Whether the constructor must build the configuration now: only for the root process of a
 /// new session (no session directory inherited), which must create the session and export its
-/// directory before `main` so that every descendant joins it.
+/// directory before `main` so that every descendant joins it. Allocation-free in the common
+/// case: it runs in the constructor of every process.
 pub fn starts_a_session() -> bool {
-    capture_early_env();
-    if EARLY_ENV.state.load(Ordering::Acquire) != EARLY_DONE {
-        let entries = early_env();
-        let off = lookup(&entries, ENV_SWITCH) == Some(b"off");
-        return !off && lookup(&entries, ENV_DIR).is_none_or(<[u8]>::is_empty);
+    fn root<'a>(mut entries: impl Iterator<Item = &'a [u8]>) -> bool {
+        !entries.any(|e| {
+            env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off")
+                || env_value(e, ENV_DIR.as_bytes()).is_some_and(|d| !d.is_empty())
+        })
     }
-    // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
-    let bytes = unsafe { &*EARLY_ENV.bytes.get() };
-    let mut entries = bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0);
-    let value = |e: &'static [u8], name: &str| e.strip_prefix(name.as_bytes()).and_then(|r| r.strip_prefix(b"="));
-    // Allocation-free: this runs in the constructor of every process.
-    !entries.any(|e| value(e, ENV_SWITCH) == Some(b"off") || value(e, ENV_DIR).is_some_and(|d| !d.is_empty()))
+    capture_early_env();
+    match early_entries() {
+        Some(entries) => root(entries),
+        None => root(early_env().iter().map(Vec::as_slice)),
+    }
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The configuration: a leaked box, published once and never freed.
+///
+/// # Rationale
+/// Lock-free, like the store: it is built on first use, which may be on any thread, and a
+/// `fork` by another thread in the middle of building it must not leave the child waiting for
+/// a build that will never finish there (a `OnceLock` would: measured as a wedged child of a
+/// threaded program). Threads that race each build one; the loser frees its own.
+static CONFIG: AtomicPtr<Config> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The configuration, built on first use from the environment the image started with.
 pub fn config() -> &'static Config {
-    CONFIG.get_or_init(|| crate::alloc::persistent(|| read_config(None)))
+    let p = CONFIG.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null CONFIG points to a leaked Box<Config> that is never freed.
+        return unsafe { &*p };
+    }
+    // Everything in it outlives the hook that builds it: the system allocator, not the arena.
+    publish_config(crate::alloc::persistent(|| read_config(None)))
 }
 
-/// Called from the constructor, with the program's arguments, by the root of a new session.
+fn publish_config(cfg: Config) -> &'static Config {
+    let fresh = crate::alloc::persistent(|| Box::into_raw(Box::new(cfg)));
+    match CONFIG.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: we just stored `fresh`, a leaked Box that is never freed.
+        Ok(_) => unsafe { &*fresh },
+        Err(winner) => {
+            // SAFETY: `fresh` came from Box::into_raw above and was never shared.
+            crate::alloc::persistent(|| drop(unsafe { Box::from_raw(fresh) }));
+            // SAFETY: as for the first branch.
+            unsafe { &*winner }
+        }
+    }
+}
+
+/// Called from the constructor, with the program's arguments, by the root of a new session
+/// (before `main` and its threads: nothing races it).
 pub fn init_from_ctor(argv: Vec<BPath>) {
-    CONFIG.get_or_init(|| read_config(Some(argv)));
+    if CONFIG.load(Ordering::Acquire).is_null() {
+        publish_config(read_config(Some(argv)));
+    }
 }
 
 fn cmdline() -> Vec<BPath> {
@@ -220,8 +260,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
     // reads or writes the environment concurrently.
     unsafe { std::env::set_var(ENV_DIR, &dir) };
     // An empty AETHER_JOURNAL_DIR= the process started with is replaced, not kept beside it.
-    let mut exec_env: Vec<Vec<u8>> =
-        vars.into_iter().filter(|v| lookup(std::slice::from_ref(v), ENV_DIR).is_none()).collect();
+    let mut exec_env: Vec<Vec<u8>> = vars.into_iter().filter(|v| env_value(v, ENV_DIR.as_bytes()).is_none()).collect();
     exec_env.push([ENV_DIR.as_bytes(), b"=", dir.as_os_str().as_bytes()].concat());
     Config {
         enabled: true,

@@ -241,6 +241,25 @@ fn an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too(
 }
 
 #[test]
+fn a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_descendant() {
+    let s = Scratch::new("a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_descendant");
+    s.sh("mkdir sub; echo a > a; echo b > b");
+    let before = manifest(&s.tree());
+    let mut cmd = Command::new("bash");
+    // The first change comes after a cd, and the second from a child started there.
+    cmd.args(["-c", "cd sub && rm ../a && sh -c 'rm ../b'"]);
+    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_DIR", "../rel-session");
+    assert!(cmd.status().unwrap().success());
+    let session = s.root.join("rel-session");
+    assert!(session.join("journal").exists(), "the session is where the relative name pointed at the start");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
 fn aether_journal_off_disables_the_shim() {
     let s = Scratch::new("aether_journal_off_disables_the_shim");
     let mut cmd = Command::new("sh");

@@ -17,7 +17,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use journal::BPath;
-use journal::config::Policy;
+use journal::config::{ENV_DIR, Policy};
 use journal::exec_check::{self, Creds};
 use journal::record::{Op, UnobservedReason};
 
@@ -114,15 +114,18 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
         }
         replace_preload = Some(v);
     }
-    // An empty value counts as missing (a shell may hand on the empty AETHER_JOURNAL_DIR its
-    // session root started with, not the one the shim set).
-    let mut emptied: Vec<&[u8]> = Vec::new();
+    // An empty value counts as missing, and so does a relative session directory: both can
+    // only be what this process started with, handed on by a shell (bash keeps its own copy
+    // of the environment, which the shim's constructor cannot update) instead of the absolute
+    // directory the shim resolved.
+    let stale = |name: &[u8], v: &[u8]| v.is_empty() || (name == ENV_DIR.as_bytes() && v.first() != Some(&b'/'));
+    let mut replaced: Vec<&[u8]> = Vec::new();
     for var in &cfg.exec_env {
         let name = var.split(|&b| b == b'=').next().unwrap_or_default();
         match value_of(name) {
             None => add.push(var.clone()),
-            Some([]) => {
-                emptied.push(name);
+            Some(v) if stale(name, v) && env_value(var, name) != Some(v) => {
+                replaced.push(name);
                 add.push(var.clone());
             }
             Some(_) => {}
@@ -131,11 +134,11 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     if replace_preload.is_none() && add.is_empty() {
         return EnvFix::Unchanged;
     }
-    let is_emptied = |e: &[u8]| emptied.iter().any(|n| env_value(e, n) == Some(b""));
+    let is_replaced = |e: &[u8]| replaced.iter().any(|n| env_value(e, n).is_some());
     let mut out: Vec<Vec<u8>> = entries
         .iter()
         .filter(|e| replace_preload.is_none() || !e.starts_with(b"LD_PRELOAD="))
-        .filter(|e| !is_emptied(e))
+        .filter(|e| !is_replaced(e))
         .map(|e| e.to_vec())
         .collect();
     out.extend(replace_preload);
@@ -335,6 +338,17 @@ mod tests {
         };
         assert!(env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
         assert!(!env.contains(&b"AETHER_JOURNAL_DIR=".to_vec()));
+    }
+
+    #[test]
+    fn a_relative_session_directory_is_replaced_by_the_resolved_one() {
+        let EnvFix::Changed(env) =
+            fix_env(&cfg(), &[b"LD_PRELOAD=/lib/libaether_journal.so", b"AETHER_JOURNAL_DIR=../s"])
+        else {
+            panic!()
+        };
+        assert!(env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
+        assert!(!env.contains(&b"AETHER_JOURNAL_DIR=../s".to_vec()));
     }
 
     #[test]

@@ -64,9 +64,10 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     });
     // Everything else is built on first use: a process that changes nothing (most execs of a
     // build) pays for loading the library and the scan above, not for the configuration. The
-    // root of a new session is the exception: it must create the session and export its
-    // directory before `main`, so that every descendant joins it.
-    if state::starts_a_session() {
+    // root of a new session is the exception (it must create the session and export its
+    // directory before `main`, so that every descendant joins it), and so is a relative
+    // session directory (it names a place under the cwd the process starts in).
+    if state::configure_in_constructor() {
         if let Some(guard) = Guard::enter() {
             let _ = catch_unwind(AssertUnwindSafe(|| {
                 // SAFETY: the loader passes the program's argc/argv.

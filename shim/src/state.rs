@@ -156,21 +156,22 @@ fn lookup<'a>(entries: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
     entries.iter().find_map(|e| env_value(e, name.as_bytes()))
 }
 
-/// Whether the constructor must build the configuration now: only for the root process of a
-/// new session (no session directory inherited), which must create the session and export its
-/// directory before `main` so that every descendant joins it. Allocation-free in the common
-/// case: it runs in the constructor of every process.
-pub fn starts_a_session() -> bool {
-    fn root<'a>(mut entries: impl Iterator<Item = &'a [u8]>) -> bool {
+/// Whether the constructor must build the configuration now rather than on first use: for
+/// the root process of a new session (no session directory inherited), which must create the
+/// session and export its directory before `main` so that every descendant joins it, and for
+/// a relative session directory, which names a place under the cwd the process started in.
+/// Allocation-free in the common case: it runs in the constructor of every process.
+pub fn configure_in_constructor() -> bool {
+    fn now<'a>(mut entries: impl Iterator<Item = &'a [u8]>) -> bool {
         !entries.any(|e| {
             env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off")
-                || env_value(e, ENV_DIR.as_bytes()).is_some_and(|d| !d.is_empty())
+                || env_value(e, ENV_DIR.as_bytes()).is_some_and(|d| d.first() == Some(&b'/'))
         })
     }
     capture_early_env();
     match early_entries() {
-        Some(entries) => root(entries),
-        None => root(early_env().iter().map(Vec::as_slice)),
+        Some(entries) => now(entries),
+        None => now(early_env().iter().map(Vec::as_slice)),
     }
 }
 
@@ -208,8 +209,8 @@ fn publish_config(cfg: Config) -> &'static Config {
     }
 }
 
-/// Called from the constructor, with the program's arguments, by the root of a new session
-/// (before `main` and its threads: nothing races it).
+/// Called from the constructor, with the program's arguments, when
+/// [`configure_in_constructor`] says so (before `main` and its threads: nothing races it).
 pub fn init_from_ctor(argv: Vec<BPath>) {
     if CONFIG.load(Ordering::Acquire).is_null() {
         publish_config(read_config(Some(argv)));
@@ -240,26 +241,41 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         return disabled;
     }
     let cwd = || journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
-    if let Some(dir) = lookup(&vars, ENV_DIR).filter(|d| !d.is_empty()) {
-        let dir = dir.to_vec();
-        // Every descendant of a session inherits an absolute directory: no getcwd on that path.
-        let dir = if dir.first() == Some(&b'/') { dir } else { journal::bpath::join(&cwd(), &dir) };
-        return Config { enabled: true, session_dir: dir, settings, shim_path, exec_env: vars, test_fault };
+    let in_constructor = argv.is_some();
+    let dir = match lookup(&vars, ENV_DIR).filter(|d| !d.is_empty()) {
+        // Every descendant of a session normally inherits an absolute directory: no getcwd.
+        Some(dir) if dir.first() == Some(&b'/') => {
+            return Config {
+                enabled: true,
+                session_dir: dir.to_vec(),
+                settings,
+                shim_path,
+                exec_env: vars,
+                test_fault,
+            };
+        }
+        // A relative one names a directory under the cwd the process started in: the
+        // constructor resolves it (see `configure_in_constructor`) and hands the absolute name on.
+        Some(dir) => std::path::PathBuf::from(OsStr::from_bytes(&journal::bpath::join(&cwd(), dir))),
+        None => {
+            // No session yet: this process is the root of a new one. Create it now and export
+            // its directory so that every descendant joins it.
+            let Some(root) = session::sessions_root() else { return disabled };
+            let id = session::new_session_id();
+            let dir = root.join(&id);
+            let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
+            if session::ensure_layout(&dir, &header).is_err() {
+                return disabled;
+            }
+            dir
+        }
+    };
+    if in_constructor {
+        // SAFETY: this runs in the shim's constructor, before the program's main and its
+        // threads: nothing else reads or writes the environment concurrently.
+        unsafe { std::env::set_var(ENV_DIR, &dir) };
     }
-    // No session yet: this process is the root of a new one. Create it now and export its
-    // directory so that every descendant joins it.
-    let Some(root) = session::sessions_root() else { return disabled };
-    let id = session::new_session_id();
-    let dir = root.join(&id);
-    let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
-    if session::ensure_layout(&dir, &header).is_err() {
-        return disabled;
-    }
-    // SAFETY: this runs in the shim's constructor (or, failing that, on the first hooked call
-    // before any session exists), before the program's main and its threads: nothing else
-    // reads or writes the environment concurrently.
-    unsafe { std::env::set_var(ENV_DIR, &dir) };
-    // An empty AETHER_JOURNAL_DIR= the process started with is replaced, not kept beside it.
+    // The value the process started with (empty, or relative) is replaced, not kept beside it.
     let mut exec_env: Vec<Vec<u8>> = vars.into_iter().filter(|v| env_value(v, ENV_DIR.as_bytes()).is_none()).collect();
     exec_env.push([ENV_DIR.as_bytes(), b"=", dir.as_os_str().as_bytes()].concat());
     Config {

@@ -199,24 +199,36 @@ fn the_run_command_passes_the_exit_status_through_and_names_the_session() {
     assert_eq!(out.status.code(), Some(127));
 }
 
+/// Runs `bash -c script` in the tree with a bare `LD_PRELOAD` (no `aether-journal run`), and
+/// `AETHER_JOURNAL_DIR` set to `dir` when given.
+fn bash_with_raw_preload(s: &Scratch, script: &str, dir: Option<&str>) {
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", script]).current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    if let Some(dir) = dir {
+        cmd.env("AETHER_JOURNAL_DIR", dir);
+    }
+    assert!(cmd.status().unwrap().success());
+}
+
+/// Asserts that exactly one session was created under the state directory, and that undoing
+/// the most recent session (no `--journal`) brings the tree back to `before`, completely.
+fn one_session_undone_exactly(s: &Scratch, before: &std::collections::BTreeMap<Vec<u8>, Entry>) {
+    let sessions: Vec<_> = std::fs::read_dir(s.root.join("state/aether-journal")).unwrap().collect();
+    assert_eq!(sessions.len(), 1, "one session for the whole tree of processes");
+    let out = s.cli(&["undo".as_ref(), "--json".as_ref()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_same_tree(before, &manifest(&s.tree()));
+}
+
 #[test]
 fn raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it() {
     let s = Scratch::new("raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it");
     s.sh("echo a > a; echo b > b");
     let before = manifest(&s.tree());
-    let mut cmd = Command::new("bash");
-    cmd.args(["-c", "rm a; sh -c 'echo changed > b; python3 -c \"open(\\\"c\\\",\\\"w\\\")\"'"]);
-    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
-    isolate(&mut cmd, &s.root);
-    assert!(cmd.status().unwrap().success());
-    let root = s.root.join("state/aether-journal");
-    let sessions: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
-    assert_eq!(sessions.len(), 1, "one session for the whole tree of processes");
-    // No --journal: the most recent session.
-    let out = s.cli(&["undo".as_ref(), "--json".as_ref()]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_complete(out.status.code().unwrap(), &r);
-    assert_same_tree(&before, &manifest(&s.tree()));
+    bash_with_raw_preload(&s, "rm a; sh -c 'echo changed > b; python3 -c \"open(\\\"c\\\",\\\"w\\\")\"'", None);
+    one_session_undone_exactly(&s, &before);
 }
 
 #[test]
@@ -224,20 +236,10 @@ fn an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too(
     let s = Scratch::new("an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too");
     s.sh("echo a > a; echo b > b");
     let before = manifest(&s.tree());
-    let mut cmd = Command::new("bash");
     // The child's environment is scrubbed: the shim puts its variables back, and the session
     // directory it hands on must be the new one, not the empty value this process started with.
-    cmd.args(["-c", "rm a; env -i /bin/sh -c 'rm b'"]);
-    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
-    isolate(&mut cmd, &s.root);
-    cmd.env("AETHER_JOURNAL_DIR", "");
-    assert!(cmd.status().unwrap().success());
-    let sessions: Vec<_> = std::fs::read_dir(s.root.join("state/aether-journal")).unwrap().collect();
-    assert_eq!(sessions.len(), 1, "one session for the whole tree of processes");
-    let out = s.cli(&["undo".as_ref(), "--json".as_ref()]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_complete(out.status.code().unwrap(), &r);
-    assert_same_tree(&before, &manifest(&s.tree()));
+    bash_with_raw_preload(&s, "rm a; env -i /bin/sh -c 'rm b'", Some(""));
+    one_session_undone_exactly(&s, &before);
 }
 
 #[test]
@@ -245,13 +247,8 @@ fn a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_d
     let s = Scratch::new("a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_descendant");
     s.sh("mkdir sub; echo a > a; echo b > b");
     let before = manifest(&s.tree());
-    let mut cmd = Command::new("bash");
     // The first change comes after a cd, and the second from a child started there.
-    cmd.args(["-c", "cd sub && rm ../a && sh -c 'rm ../b'"]);
-    cmd.current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
-    isolate(&mut cmd, &s.root);
-    cmd.env("AETHER_JOURNAL_DIR", "../rel-session");
-    assert!(cmd.status().unwrap().success());
+    bash_with_raw_preload(&s, "cd sub && rm ../a && sh -c 'rm ../b'", Some("../rel-session"));
     let session = s.root.join("rel-session");
     assert!(session.join("journal").exists(), "the session is where the relative name pointed at the start");
     let (code, r) = s.undo_json(&session);

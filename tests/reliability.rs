@@ -17,16 +17,20 @@ fn compile(s: &Scratch, name: &str) -> std::path::PathBuf {
     out
 }
 
-/// Runs a command, failing the test (instead of hanging it) if it does not finish in time.
+/// Runs a command, failing the test (instead of hanging it) if it does not finish in time. The
+/// command runs in a process group of its own, killed whole on timeout: a wedged grandchild
+/// left spinning would slow every later test and benchmark on the machine.
 fn bounded(mut cmd: Command, secs: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
     use std::process::Stdio;
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
         if child.try_wait().expect("wait").is_some() {
             return child.wait_with_output().expect("output");
         }
         if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
             let _ = child.kill();
             panic!("still running after {secs} s: deadlocked under the shim");
         }

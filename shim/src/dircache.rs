@@ -68,7 +68,9 @@ pub fn get(id: Ident) -> Option<Vec<u8>> {
 
 /// Records `name` as the canonical name of directory `id` (evicting whatever shared its slot).
 pub fn put(id: Ident, name: &[u8]) {
-    if name.is_empty() || name.len() > MAX_NAME {
+    // Only a canonical name is worth keeping: absolute, and not a removed directory's
+    // `/proc/self/fd` name.
+    if name.first() != Some(&b'/') || name.ends_with(b" (deleted)") || name.len() > MAX_NAME {
         return;
     }
     let s = slot(id);
@@ -104,11 +106,20 @@ mod tests {
     }
 
     #[test]
+    fn relative_and_deleted_names_are_not_cached() {
+        let a = Ident { dev: 5, ino: 779 };
+        put(a, b"relative/dir");
+        assert_eq!(get(a), None);
+        put(a, b"/gone/dir (deleted)");
+        assert_eq!(get(a), None);
+    }
+
+    #[test]
     fn names_too_long_to_keep_are_not_cached() {
         let a = Ident { dev: 5, ino: 778 };
-        put(a, &vec![b'a'; MAX_NAME + 1]);
+        put(a, &[&b"/"[..], &vec![b'a'; MAX_NAME]].concat());
         assert_eq!(get(a), None);
-        let exact = vec![b'b'; MAX_NAME];
+        let exact = [&b"/"[..], &vec![b'b'; MAX_NAME - 1]].concat();
         put(a, &exact);
         assert_eq!(get(a), Some(exact));
     }

@@ -188,16 +188,8 @@ fn locate_cached<'a>(dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>
         // passed it to us; we only use it for the *at calls that resolve this path.
         unsafe { BorrowedFd::borrow_raw(dirfd) }
     };
-    let is_dir = |st: &Stat| FileType::from_raw_mode(st.st_mode) == FileType::Directory;
     let st = rustix::fs::statat(base, dir_part, AtFlags::empty()).ok().filter(is_dir)?;
-    let id = ident_of(&st);
-    let canonical = crate::dircache::get(id)?;
-    if canonical != dir_part {
-        let now = rustix::fs::statat(CWD, canonical.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok().filter(is_dir)?;
-        if ident_of(&now) != id {
-            return None;
-        }
-    }
+    let canonical = cached_dir_name(ident_of(&st), dir_part)?;
     if follow {
         // The call follows a final symlink: that is the full resolver's job.
         if let Ok(fin) = rustix::fs::statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
@@ -216,29 +208,40 @@ fn dir_path_of_fd(fd: i32) -> std::io::Result<Vec<u8>> {
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call; fstat on a
     // number that is not open fails with EBADF.
     let st = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) })?;
-    let id = ident_of(&st);
-    let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
-    if is_dir {
-        if let Some(p) = crate::dircache::get(id) {
-            if rustix::fs::statat(CWD, p.as_slice(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|now| ident_of(&now) == id) {
-                return Ok(p);
-            }
-        }
+    if !is_dir(&st) {
+        return fd_path(fd);
+    }
+    if let Some(p) = cached_dir_name(ident_of(&st), b"") {
+        return Ok(p);
     }
     let p = fd_path(fd)?;
-    if is_dir && p.first() == Some(&b'/') && !p.ends_with(b" (deleted)") {
-        crate::dircache::put(id, &p);
-    }
+    crate::dircache::put(ident_of(&st), &p);
     Ok(p)
+}
+
+fn is_dir(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+}
+
+/// The canonical name [`crate::dircache`] holds for directory `id`, if that name still leads
+/// to it: checked with an `lstat`, unless it is `known`, a name the caller just found to lead
+/// there itself.
+fn cached_dir_name(id: journal::record::Ident, known: &[u8]) -> Option<Vec<u8>> {
+    let name = crate::dircache::get(id)?;
+    if name != known {
+        let now = rustix::fs::statat(CWD, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if ident_of(&now) != id {
+            return None;
+        }
+    }
+    Some(name)
 }
 
 /// After a full resolution through an opened parent: remember the parent's canonical name.
 fn remember_parent(t: &Target<'_>) {
     if let (DirFd::Owned(fd), Some((parent, _))) = (&t.parent, t.abs.split_parent()) {
-        if parent.first() == Some(&b'/') && !parent.ends_with(b" (deleted)") {
-            if let Ok(st) = rustix::fs::fstat(fd) {
-                crate::dircache::put(ident_of(&st), parent);
-            }
+        if let Ok(st) = rustix::fs::fstat(fd) {
+            crate::dircache::put(ident_of(&st), parent);
         }
     }
 }

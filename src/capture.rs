@@ -620,9 +620,19 @@ pub fn open_for_capture(parent: BorrowedFd<'_>, name: &[u8]) -> io::Result<Owned
 /// copied through a small one (every fresh page a process touches is a page fault), and a file
 /// that grew meanwhile is still copied whole.
 pub fn copy_hashing(src: impl AsFd, dst: impl AsFd, expected: u64) -> io::Result<(String, u64)> {
-    let mut hasher = blake3::Hasher::new();
     let len = usize::try_from(expected).unwrap_or(usize::MAX).saturating_add(1).clamp(4096, 64 * 1024);
-    let mut buf = vec![0u8; len];
+    read_hashing(src, len, |chunk| write_all(&dst, chunk))
+}
+
+/// Reads `src` to its end through a `buf_len` buffer, hashing every chunk and handing it to
+/// `sink`: the BLAKE3 hex of the bytes and their count.
+fn read_hashing(
+    src: impl AsFd,
+    buf_len: usize,
+    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<(String, u64)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; buf_len];
     let mut total = 0u64;
     loop {
         let n = match rustix::io::read(&src, &mut buf) {
@@ -632,7 +642,7 @@ pub fn copy_hashing(src: impl AsFd, dst: impl AsFd, expected: u64) -> io::Result
             Err(e) => return Err(e.into()),
         };
         hasher.update(&buf[..n]);
-        write_all(&dst, &buf[..n])?;
+        sink(&buf[..n])?;
         total += n as u64;
     }
     Ok((hasher.finalize().to_hex().to_string(), total))
@@ -653,21 +663,7 @@ pub fn write_all(fd: impl AsFd, mut data: &[u8]) -> io::Result<()> {
 
 /// BLAKE3 hex of everything readable from `fd` (from its current offset).
 pub fn hash_fd(fd: impl AsFd) -> io::Result<(String, u64)> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        match rustix::io::read(&fd, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-                total += n as u64;
-            }
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok((hasher.finalize().to_hex().to_string(), total))
+    read_hashing(fd, 64 * 1024, |_| Ok(()))
 }
 
 #[cfg(test)]

@@ -550,41 +550,42 @@ pub fn list_xattrs_fd(fd: impl AsFd) -> io::Result<Vec<Xattr>> {
     };
     let mut out = Vec::new();
     // Most files have no attributes at all: no value buffer then (zeroing 64 KiB per capture
-    // cost more than the capture of a small file). Values start in 4 KiB and get the largest
-    // size Linux allows (64 KiB) only when one needs it.
+    // cost more than the capture of a small file).
     let mut value = Vec::new();
     for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        if value.is_empty() {
-            value.resize(4096, 0);
-        }
-        loop {
-            match rustix::fs::fgetxattr(&fd, name, &mut value[..]) {
-                Ok(len) => {
-                    out.push(Xattr { name: BPath::new(name.to_vec()), value: Bytes(value[..len].to_vec()) });
-                    break;
-                }
-                Err(Errno::RANGE) if value.len() < 65536 => value.resize(65536, 0),
-                // Removed between the listing and the read.
-                Err(Errno::NODATA) => break,
-                Err(e) => return Err(e.into()),
-            }
+        match read_xattr(&mut value, |buf| rustix::fs::fgetxattr(&fd, name, buf)) {
+            Ok(len) => out.push(Xattr { name: BPath::new(name.to_vec()), value: Bytes(value[..len].to_vec()) }),
+            // Removed between the listing and the read.
+            Err(Errno::NODATA) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(out)
 }
 
+/// Reads one attribute value into `value` with `get`: in 4 KiB first, in the largest size
+/// Linux allows (64 KiB) only when the value needs it. Returns the value's length.
+fn read_xattr(value: &mut Vec<u8>, mut get: impl FnMut(&mut [u8]) -> Result<usize, Errno>) -> Result<usize, Errno> {
+    if value.len() < 4096 {
+        value.resize(4096, 0);
+    }
+    loop {
+        match get(&mut value[..]) {
+            Err(Errno::RANGE) if value.len() < 65536 => value.resize(65536, 0),
+            other => return other,
+        }
+    }
+}
+
 /// The value of one extended attribute of `path` (never following a final symlink); `None`
 /// when it is not set.
 pub fn xattr_value(path: &[u8], name: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let mut value = vec![0u8; 4096];
-    loop {
-        match rustix::fs::lgetxattr(path, name, &mut value[..]) {
-            Ok(len) => return Ok(Some(value[..len].to_vec())),
-            Err(Errno::RANGE) if value.len() < 65536 => value.resize(65536, 0),
-            Err(Errno::NODATA) => return Ok(None),
-            Err(e) if unsupported(e) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        }
+    let mut value = Vec::new();
+    match read_xattr(&mut value, |buf| rustix::fs::lgetxattr(path, name, buf)) {
+        Ok(len) => Ok(Some(value[..len].to_vec())),
+        Err(Errno::NODATA) => Ok(None),
+        Err(e) if unsupported(e) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

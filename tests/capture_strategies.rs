@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
@@ -201,11 +202,36 @@ fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
     assert_complete(code, &r);
 }
 
-#[test]
-fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
+/// System calls made by `argv` (run in `dir`, under the shim with a fresh session named
+/// `session`), by name, with the number of calls to each; "total" holds the sum.
+fn strace_calls(s: &Scratch, session: &str, dir: &std::path::Path, argv: &[&std::ffi::OsStr]) -> BTreeMap<String, u64> {
     if Command::new("strace").arg("-V").output().is_err() {
         panic!("strace is needed (apt-get install strace; .ci/run installs it)");
     }
+    let out_file = s.root.join(format!("strace-{session}"));
+    let mut cmd = Command::new("strace");
+    cmd.arg("-f").arg("-c").arg("-o").arg(&out_file);
+    // The environment of the traced program only, not strace's own.
+    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", s.session(session).display()));
+    cmd.args(argv).current_dir(dir);
+    isolate(&mut cmd, &s.root);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let calls: BTreeMap<String, u64> = text
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            Some((w.last()?.to_string(), w.get(3)?.parse().ok()?))
+        })
+        .collect();
+    assert!(calls.contains_key("total"), "no strace summary in {text}");
+    calls
+}
+
+#[test]
+fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
     let s = Scratch::new("a_read_only_open_costs_no_system_call_of_the_shims_own");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/progs/open_close.c");
     let prog = s.root.join("open_close");
@@ -215,20 +241,62 @@ fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
     // Total system calls of the hooked program for N and 2N open+close pairs: start-up
     // cancels out, and each extra pair must cost exactly its own openat and close.
     let count = |n: u32| -> u64 {
-        let out_file = s.root.join(format!("strace-{n}"));
-        let mut cmd = Command::new("strace");
-        cmd.arg("-f").arg("-c").arg("-o").arg(&out_file);
-        // The environment of the traced program only, not strace's own.
-        cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
-        cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", s.session(&format!("session-{n}")).display()));
-        cmd.arg(&prog).arg("file").arg(n.to_string()).current_dir(s.tree());
-        isolate(&mut cmd, &s.root);
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let text = std::fs::read_to_string(&out_file).unwrap();
-        let total = text.lines().find(|l| l.trim_end().ends_with("total")).expect("strace summary");
-        total.split_whitespace().nth(3).unwrap().parse().unwrap()
+        let n_arg = n.to_string();
+        let argv = [prog.as_os_str(), "file".as_ref(), n_arg.as_ref()];
+        strace_calls(&s, &format!("session-{n}"), &s.tree(), &argv)["total"]
     };
     let (one, two) = (count(2000), count(4000));
     assert_eq!(two - one, 2 * 2000, "2000 more read-only open+close pairs cost {} system calls", two - one);
+}
+
+#[test]
+fn a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_masking() {
+    // tar x creates each file, then sets its times, owner (as root) and mode through the new
+    // descriptor. The shim journals the creation and learns the inode (one fstat), checks its
+    // store descriptor before the record (one fstat), and nothing else on a descriptor; tar
+    // installs no signal handler, so no signal mask is touched either.
+    let s = Scratch::new("a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_masking");
+    s.sh("mkdir -p src50 src100 x50 x100 && for i in $(seq 50); do echo same > src50/f$i; done && \
+          for i in $(seq 100); do echo same > src100/f$i; done && \
+          tar cf t50.tar -C src50 . && tar cf t100.tar -C src100 .");
+    let count = |n: u32| {
+        let archive = s.path(&format!("t{n}.tar"));
+        strace_calls(
+            &s,
+            &format!("tar-{n}"),
+            &s.path(&format!("x{n}")),
+            &["tar".as_ref(), "xf".as_ref(), archive.as_os_str()],
+        )
+    };
+    let (one, two) = (count(50), count(100));
+    let more = |name: &str| two.get(name).copied().unwrap_or(0) as i64 - one.get(name).copied().unwrap_or(0) as i64;
+    assert_eq!(more("fstat"), 2 * 50, "fstat for 50 more files: {one:?} {two:?}");
+    assert_eq!(two.get("rt_sigprocmask"), None, "signal masking without a handler: {two:?}");
+    assert_eq!(walk_files(&s.path("x100")), 100);
+    // A program that has a handler still has its signals held back around the shim's work.
+    let bash = |n: u32| {
+        let script = format!("trap 'echo' USR1; for i in $(seq {n}); do : > b{n}-$i; done");
+        strace_calls(&s, &format!("bash-{n}"), &s.tree(), &["bash".as_ref(), "-c".as_ref(), script.as_ref()])
+    };
+    let (one, two) = (bash(50), bash(100));
+    let masks =
+        two.get("rt_sigprocmask").copied().unwrap_or(0) as i64 - one.get("rt_sigprocmask").copied().unwrap_or(0) as i64;
+    assert!(masks >= 2 * 50, "50 more changes by a program with a handler: {masks} rt_sigprocmask calls more");
+}
+
+#[test]
+fn every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it() {
+    // The same number then names a file that existed before: its changes must be journaled.
+    for mode in ["close", "fclose", "close_range", "closefrom", "syscall", "dup2", "dup3", "freopen"] {
+        let s = Scratch::new(&format!("every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it-{mode}"));
+        let prog = compile(&s, "fdreuse");
+        s.sh("echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing");
+        let before = manifest(&s.tree());
+        let session = s.session("session");
+        let out = s.run_ok(&session, &[prog.to_str().unwrap(), mode]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{mode}");
+        let (code, r) = s.undo_json(&session);
+        assert_same_tree(&before, &manifest(&s.tree()));
+        assert_complete(code, &r);
+    }
 }

@@ -11,21 +11,53 @@
 //! shared, and a flag left set there would silently switch the parent's hooks off (§6.8). The
 //! guard is therefore dropped before every real call, and re-entered afterwards.
 //!
+//! Asynchronous signals are held back while the flag is set, but only once the program has
+//! installed a handler for one: without a handler no signal can run the program's code in the
+//! middle of the shim's, and the two `rt_sigprocmask` calls per change are saved. Handlers are
+//! learned from the hooked installers (`sigaction`, `signal` and their aliases, `sigset`, and
+//! `syscall(SYS_rt_sigaction)`); a new process image starts with none (exec resets them).
+//!
 //! What this module cannot do: journal a call made while the flag is set by anything but the
-//! shim itself (signals are held back, so only a synchronous callback could): such a call goes
-//! straight to the real function and is counted as lost, so no undo claims completeness.
+//! shim itself: a synchronous callback, or a handler installed behind the hooks' back (an
+//! inline `rt_sigaction` system call, the compat-only `sigvec`) or by another thread in the
+//! middle of this one's bookkeeping. Such a call goes straight to the real function and is
+//! counted as lost, so no undo claims completeness.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Proof that the current thread is inside the shim's own work. Asynchronous signals are
-/// held back while it lives: a handler that writes a file then runs just after the shim's
-/// bookkeeping instead of in the middle of it, and is journaled like any other call.
+/// Whether the program has ever installed a handler for an asynchronous signal. One-way: a
+/// handler removed later costs nothing but the masking it keeps switched on.
+static ASYNC_HANDLERS: AtomicBool = AtomicBool::new(false);
+
+/// Notes a disposition the program is installing for `sig`: anything but `SIG_DFL`, `SIG_IGN`
+/// or `SIG_HOLD` is a handler that may run the program's code at any instruction. Handlers for
+/// the synchronous signals are never held back, so they change nothing. Async-signal-safe.
+pub fn note_disposition(sig: libc::c_int, disposition: libc::sighandler_t) {
+    let handler = !matches!(disposition, libc::SIG_DFL | libc::SIG_IGN | SIG_HOLD);
+    if handler && !SYNCHRONOUS.contains(&sig) {
+        ASYNC_HANDLERS.store(true, Ordering::Release);
+    }
+}
+
+/// `sigset`'s "block this signal" disposition (not in the libc crate).
+const SIG_HOLD: libc::sighandler_t = 2;
+
+/// Whether a guard must hold asynchronous signals back (see the module docs).
+fn must_mask() -> bool {
+    ASYNC_HANDLERS.load(Ordering::Acquire)
+}
+
+/// Proof that the current thread is inside the shim's own work. Once the program has a signal
+/// handler, asynchronous signals are held back while it lives: a handler that writes a file
+/// then runs just after the shim's bookkeeping instead of in the middle of it, and is journaled
+/// like any other call.
 pub struct Guard {
-    old_mask: libc::sigset_t,
+    old_mask: Option<libc::sigset_t>,
 }
 
 /// Signals that report a fault in the running code: never held back (blocking them turns a
@@ -36,9 +68,14 @@ const SYNCHRONOUS: [libc::c_int; 6] =
 impl Guard {
     /// Enters the guard, or returns `None` when this thread is already inside the shim.
     pub fn enter() -> Option<Guard> {
+        Guard::enter_masking(must_mask())
+    }
+
+    /// [`Guard::enter`], holding asynchronous signals back or not.
+    fn enter_masking(mask: bool) -> Option<Guard> {
         // Already inside the shim (a libc call the shim's own work makes, coming back through a
-        // hook): the outer guard holds signals back already, so no system call is needed to
-        // say no. The flag is only ever set while signals are held back.
+        // hook): the outer guard holds signals back already if it must, so no system call is
+        // needed to say no.
         if busy() {
             return None;
         }
@@ -46,7 +83,7 @@ impl Guard {
         // set by a hook that has not started its work yet.
         // SAFETY: plain sigset manipulation on local values; pthread_sigmask only changes the
         // calling thread's mask and is async-signal-safe.
-        let old_mask = unsafe {
+        let old_mask = mask.then(|| unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
             for s in SYNCHRONOUS {
@@ -55,7 +92,7 @@ impl Guard {
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             old
-        };
+        });
         let entered = BUSY
             .try_with(|b| {
                 if b.get() {
@@ -67,19 +104,25 @@ impl Guard {
             })
             .unwrap_or(false);
         if !entered {
-            // SAFETY: restores the mask saved just above.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+            restore_mask(&old_mask);
             return None;
         }
         Some(Guard { old_mask })
     }
 }
 
+/// Restores a signal mask a guard saved, if it saved one.
+fn restore_mask(old_mask: &Option<libc::sigset_t>) {
+    if let Some(old) = old_mask {
+        // SAFETY: restores a mask saved by `enter_masking` on this same thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = BUSY.try_with(|b| b.set(false));
-        // SAFETY: restores the mask saved by `enter` on this same thread.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut()) };
+        restore_mask(&self.old_mask);
         // Everything this hook allocated is normally freed by now: let the arena start over.
         crate::alloc::reset_arena();
     }
@@ -118,13 +161,34 @@ mod tests {
     #[test]
     fn a_nested_entry_is_refused_and_leaves_signals_held_until_the_outer_guard_ends() {
         assert!(!usr1_blocked());
-        let outer = Guard::enter().expect("first entry");
+        let outer = Guard::enter_masking(true).expect("first entry");
         assert!(busy() && usr1_blocked());
-        assert!(Guard::enter().is_none(), "the shim's own libc calls pass straight through");
+        assert!(Guard::enter_masking(true).is_none(), "the shim's own libc calls pass straight through");
         assert!(busy() && usr1_blocked(), "a refused entry changes nothing");
         drop(outer);
         assert!(!busy() && !usr1_blocked());
-        let again = Guard::enter();
+        let again = Guard::enter_masking(true);
         assert!(again.is_some(), "the next hook enters normally");
+    }
+
+    #[test]
+    fn without_a_signal_handler_the_guard_leaves_the_signal_mask_alone() {
+        let g = Guard::enter_masking(false).expect("entry");
+        assert!(busy() && !usr1_blocked());
+        assert!(Guard::enter_masking(false).is_none());
+        drop(g);
+        assert!(!busy() && !usr1_blocked());
+    }
+
+    #[test]
+    fn only_a_handler_for_an_asynchronous_signal_switches_masking_on() {
+        // The flag is process-wide and one-way: every other test here names its masking.
+        for d in [libc::SIG_DFL, libc::SIG_IGN, SIG_HOLD] {
+            note_disposition(libc::SIGUSR1, d);
+        }
+        note_disposition(libc::SIGSEGV, 0x1234);
+        assert!(!must_mask(), "no handler for an asynchronous signal yet");
+        note_disposition(libc::SIGUSR1, 0x1234);
+        assert!(must_mask());
     }
 }

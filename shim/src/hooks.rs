@@ -21,12 +21,14 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use libc::{
-    FILE, c_void, dev_t, gid_t, mmsghdr, mode_t, msghdr, off_t, off64_t, pid_t, posix_spawn_file_actions_t,
-    posix_spawnattr_t, sigval, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval, uid_t, utimbuf,
+    DIR, FILE, c_void, dev_t, gid_t, mmsghdr, mode_t, msghdr, off_t, off64_t, pid_t, posix_spawn_file_actions_t,
+    posix_spawnattr_t, sighandler_t, sigval, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval, uid_t, utimbuf,
 };
 
 use crate::exec::{EnvIn, Plan, Program};
 use libc::c_long;
+/// `struct sigaction` (its libc name is also the hooked function's).
+type SigAction = libc::sigaction;
 
 use journal::record::MetaKind;
 
@@ -76,7 +78,10 @@ passthrough_to_rust!(
     *mut pid_t,
     c_long,
     *const posix_spawn_file_actions_t,
-    *const posix_spawnattr_t
+    *const posix_spawnattr_t,
+    *const SigAction,
+    sighandler_t,
+    *mut DIR
 );
 
 macro_rules! hooks {
@@ -220,6 +225,26 @@ hooks! {
     fn seteuid(euid: uid_t) -> c_int => h_set_euid(euid);
     fn setreuid(ruid: uid_t, euid: uid_t) -> c_int => h_set_euid(euid);
     fn setresuid(ruid: uid_t, euid: uid_t, suid: uid_t) -> c_int => h_set_euid(euid);
+    // Closing or replacing a descriptor: only forgotten (see fdmemo.rs), never journaled.
+    fn close(fd: c_int) -> c_int => h_forget(fd);
+    fn __close(fd: c_int) -> c_int => h_forget(fd);
+    fn dup2(old: c_int, new: c_int) -> c_int => h_forget(new);
+    fn __dup2(old: c_int, new: c_int) -> c_int => h_forget(new);
+    fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int => h_forget(new);
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int => h_close_range(first, last);
+    fn closefrom(lowfd: c_int) -> () => h_closefrom(lowfd);
+    fn fclose(stream: *mut FILE) -> c_int => h_fclose(stream);
+    fn fcloseall() -> c_int => h_fcloseall();
+    fn closedir(dir: *mut DIR) -> c_int => h_closedir(dir);
+    // Signal handlers: only learned (see guard.rs), never journaled.
+    fn sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int => h_sigaction(sig, act);
+    fn __sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int => h_sigaction(sig, act);
+    fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
+    fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
+    fn ssignal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
+    fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
+    fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
+    fn sigset(sig: c_int, disposition: sighandler_t) -> sighandler_t => h_signal(sig, disposition);
 }
 
 /// How a refused call fails: the value the program sees, with errno set.
@@ -432,6 +457,8 @@ fn h_freopen(
     mode: Str<'_>,
     stream: *mut FILE,
 ) -> *mut FILE {
+    // The stream's descriptor is closed, whatever the new mode.
+    crate::fdmemo::forget(stream_fd(stream));
     let Some(flags) = mode.and_then(ops::fopen_flags).filter(|&f| ops::open_mutates(f)) else { return real() };
     // freopen(NULL, mode, stream) reopens the stream's own file with the new mode.
     let target = match path {
@@ -759,6 +786,79 @@ fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsgh
         Pending::Nothing
     };
     journaled(call, b"", pre, real, int_ok)
+}
+
+// ----- closing descriptors -----
+
+/// close, dup2, dup3: forgets the descriptor being closed or replaced, then calls.
+fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
+    crate::fdmemo::forget(fd);
+    real()
+}
+
+fn h_close_range(_call: &'static str, real: impl FnOnce() -> c_int, first: c_uint, last: c_uint) -> c_int {
+    crate::fdmemo::forget_range(first, last);
+    real()
+}
+
+fn h_closefrom(_call: &'static str, real: impl FnOnce(), lowfd: c_int) {
+    crate::fdmemo::forget_range(lowfd.max(0) as c_uint, c_uint::MAX);
+    real()
+}
+
+/// The descriptor behind a stream, errno untouched (`fileno` sets it for a stream without one).
+fn stream_fd(stream: *mut FILE) -> c_int {
+    if stream.is_null() {
+        return -1;
+    }
+    let saved = errno();
+    // SAFETY: a non-null stream the caller is about to close or reopen, valid for this call;
+    // fileno only reads it.
+    let fd = unsafe { libc::fileno(stream) };
+    set_errno(saved);
+    fd
+}
+
+fn h_fclose(_call: &'static str, real: impl FnOnce() -> c_int, stream: *mut FILE) -> c_int {
+    crate::fdmemo::forget(stream_fd(stream));
+    real()
+}
+
+fn h_fcloseall(_call: &'static str, real: impl FnOnce() -> c_int) -> c_int {
+    crate::fdmemo::forget_all();
+    real()
+}
+
+fn h_closedir(_call: &'static str, real: impl FnOnce() -> c_int, dir: *mut DIR) -> c_int {
+    if !dir.is_null() {
+        let saved = errno();
+        // SAFETY: a non-null directory stream the caller is about to close; dirfd only reads it.
+        crate::fdmemo::forget(unsafe { libc::dirfd(dir) });
+        set_errno(saved);
+    }
+    real()
+}
+
+// ----- signal handlers -----
+
+/// sigaction: notes the handler being installed (before it can run), then installs it.
+fn h_sigaction(_call: &'static str, real: impl FnOnce() -> c_int, sig: c_int, act: *const SigAction) -> c_int {
+    if !act.is_null() {
+        // SAFETY: sigaction's contract: a non-null `act` points to a struct sigaction.
+        crate::guard::note_disposition(sig, unsafe { (*act).sa_sigaction });
+    }
+    real()
+}
+
+/// signal and its aliases, sigset: as [`h_sigaction`].
+fn h_signal(
+    _call: &'static str,
+    real: impl FnOnce() -> sighandler_t,
+    sig: c_int,
+    disposition: sighandler_t,
+) -> sighandler_t {
+    crate::guard::note_disposition(sig, disposition);
+    real()
 }
 
 fn h_kill(call: &'static str, real: impl FnOnce() -> c_int, pid: pid_t, sig: c_int) -> c_int {
@@ -1108,6 +1208,22 @@ fn h_syscall(
     a6: c_long,
 ) -> c_long {
     if !journaled_syscall(nr) {
+        // A descriptor closed or replaced behind libc's names is forgotten all the same.
+        match nr {
+            libc::SYS_close => crate::fdmemo::forget(a1 as c_int),
+            libc::SYS_dup3 => crate::fdmemo::forget(a2 as c_int),
+            libc::SYS_close_range => crate::fdmemo::forget_range(a1 as c_uint, a2 as c_uint),
+            _ => {}
+        }
+        #[cfg(target_arch = "x86_64")]
+        if nr == libc::SYS_dup2 {
+            crate::fdmemo::forget(a2 as c_int);
+        }
+        if nr == libc::SYS_rt_sigaction && a2 != 0 {
+            // SAFETY: rt_sigaction's contract: a non-null second argument points to a kernel
+            // struct sigaction, whose first member is the handler.
+            crate::guard::note_disposition(a1 as c_int, unsafe { *(a2 as *const sighandler_t) });
+        }
         return real();
     }
     // SAFETY: for each number below, the argument read as a string is, by that system call's

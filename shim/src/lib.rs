@@ -24,6 +24,7 @@ mod dircache;
 mod effects;
 mod exec;
 mod exec_l;
+mod fdmemo;
 mod guard;
 mod hooks;
 mod index;

@@ -642,23 +642,29 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
 }
 
 /// The `stat` of the file behind `fd` when a change through the descriptor must be journaled;
-/// `None` when it need not be: the file is already journaled whole by this process, or `fd` is
-/// not open (the call fails with EBADF). Guard-free: one raw `fstat` (no libc call that could
+/// `None` when it need not be: the descriptor came from an open that created its file (no
+/// system call at all), the file is already journaled whole by this process, or `fd` is not
+/// open (the call fails with EBADF). Guard-free: one raw `fstat` (no libc call that could
 /// re-enter a hook, errno untouched) and a lock-free lookup. The `before_fd_*` functions take
 /// this `stat` instead of asking again.
 #[inline]
 pub fn uncovered_fd(fd: i32) -> Option<Stat> {
+    if crate::fdmemo::created(fd) {
+        return None;
+    }
     // SAFETY: `fd` is the caller's descriptor, open for the duration of its call; fstat on a
     // number that is not open fails with EBADF and changes nothing.
     rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok().filter(|st| !crate::covered::contains(ident_of(st)))
 }
 
-/// Remembers the file an open returned as covered (raw `fstat`, lock-free insert).
+/// Remembers the file an open returned as covered (raw `fstat`, lock-free insert), and the
+/// descriptor as one that came from a creating open.
 fn learn_created(fd: Option<i32>) {
     if let Some(fd) = fd.filter(|&fd| fd >= 0) {
         // SAFETY: the descriptor the real open just returned to the caller.
         if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
             crate::covered::insert(ident_of(&st));
+            crate::fdmemo::remember(fd);
         }
     }
 }

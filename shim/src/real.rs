@@ -85,6 +85,19 @@ impl Missing for isize {
     }
 }
 
+/// `closefrom` returns nothing: the call simply does not happen.
+impl Missing for () {
+    fn missing() {}
+}
+
+/// `signal` and its aliases: `SIG_ERR`.
+impl Missing for libc::sighandler_t {
+    fn missing() -> Self {
+        crate::guard::set_errno(libc::ENOSYS);
+        libc::SIG_ERR
+    }
+}
+
 impl<T> Missing for *mut T {
     fn missing() -> Self {
         crate::guard::set_errno(libc::ENOSYS);

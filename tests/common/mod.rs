@@ -173,6 +173,15 @@ pub struct Entry {
     pub xattrs: Vec<String>,
 }
 
+/// Compiles `tests/progs/NAME.c` into the scratch root and returns the program's path.
+pub fn compile(s: &Scratch, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(format!("{name}.c"));
+    let out = s.root.join(name);
+    let o = Command::new("gcc").args(["-O1", "-pthread", "-o"]).arg(&out).arg(&src).output().expect("gcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// Every entry under `root` (relative path bytes -> entry), without following symlinks.
 pub fn manifest(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
     let mut out = BTreeMap::new();

@@ -1,5 +1,6 @@
 /* A program whose signal handler writes files while its main loop allocates and writes:
- * the shim must neither deadlock nor corrupt the heap, and must journal the handler's files. */
+ * the shim must neither deadlock nor corrupt the heap, and must journal the handler's files.
+ * Usage: sigwrite [MS [sigaction|signal|sigset]]: how the handler is installed. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,11 +25,18 @@ static void on_alarm(int sig) {
 
 int main(int argc, char **argv) {
     long ms = argc > 1 ? atol(argv[1]) : 1500;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGALRM, &sa, NULL);
+    const char *how = argc > 2 ? argv[2] : "sigaction";
+    if (!strcmp(how, "signal")) {
+        signal(SIGALRM, on_alarm); /* glibc: BSD semantics, SA_RESTART */
+    } else if (!strcmp(how, "sigset")) {
+        sigset(SIGALRM, on_alarm); /* no SA_RESTART: an interrupted fopen just fails */
+    } else {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_alarm;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGALRM, &sa, NULL);
+    }
     struct itimerval it = { {0, 300}, {0, 300} };
     setitimer(ITIMER_REAL, &it, NULL);
     struct timeval start, now;

@@ -55,6 +55,22 @@ impl CArg for *const c_char {
     }
 }
 
+/// A path argument read only when a handler needs it: the read-only fast paths of the open
+/// family never measure it. ABI-identical to `const char *`.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct CPath(*const c_char);
+
+impl CPath {
+    /// The path's bytes (`None` for null).
+    fn bytes<'a>(self) -> Option<&'a [u8]> {
+        // SAFETY: a CPath is only ever a hooked call's own path argument (the exported
+        // functions' parameters, or a `syscall` argument that its number makes a path), which
+        // that call's contract makes null or a NUL-terminated string valid for the call.
+        unsafe { self.0.to_rust() }
+    }
+}
+
 macro_rules! passthrough_to_rust {
     ($($t:ty),*) => {$(
         impl CArg for $t {
@@ -81,7 +97,8 @@ passthrough_to_rust!(
     *const posix_spawnattr_t,
     *const SigAction,
     sighandler_t,
-    *mut DIR
+    *mut DIR,
+    CPath
 );
 
 macro_rules! hooks {
@@ -128,20 +145,20 @@ type Str<'a> = Option<&'a [u8]>;
 hooks! {
     // `mode` is forwarded as received and never read here: it only means something with
     // O_CREAT or O_TMPFILE (glibc's rule), and the kernel ignores it otherwise.
-    fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
-    fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
-    fn __open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
-    fn __open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
-    fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_openat(dirfd, path, flags);
-    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int => h_openat(dirfd, path, flags);
-    fn __open_2(path: *const c_char, flags: c_int) -> c_int => h_open(path, flags);
-    fn __open64_2(path: *const c_char, flags: c_int) -> c_int => h_open(path, flags);
-    fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int => h_openat(dirfd, path, flags);
-    fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int => h_openat(dirfd, path, flags);
+    fn open(path: CPath, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
+    fn open64(path: CPath, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
+    fn __open(path: CPath, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
+    fn __open64(path: CPath, flags: c_int, mode: mode_t) -> c_int => h_open(path, flags);
+    fn openat(dirfd: c_int, path: CPath, flags: c_int, mode: mode_t) -> c_int => h_openat(dirfd, path, flags);
+    fn openat64(dirfd: c_int, path: CPath, flags: c_int, mode: mode_t) -> c_int => h_openat(dirfd, path, flags);
+    fn __open_2(path: CPath, flags: c_int) -> c_int => h_open(path, flags);
+    fn __open64_2(path: CPath, flags: c_int) -> c_int => h_open(path, flags);
+    fn __openat_2(dirfd: c_int, path: CPath, flags: c_int) -> c_int => h_openat(dirfd, path, flags);
+    fn __openat64_2(dirfd: c_int, path: CPath, flags: c_int) -> c_int => h_openat(dirfd, path, flags);
     fn creat(path: *const c_char, mode: mode_t) -> c_int => h_creat(path);
     fn creat64(path: *const c_char, mode: mode_t) -> c_int => h_creat(path);
-    fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE => h_fopen(path, mode);
-    fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE => h_fopen(path, mode);
+    fn fopen(path: CPath, mode: *const c_char) -> *mut FILE => h_fopen(path, mode);
+    fn fopen64(path: CPath, mode: *const c_char) -> *mut FILE => h_fopen(path, mode);
     fn freopen(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE => h_freopen(path, mode, stream);
     fn freopen64(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE => h_freopen(path, mode, stream);
     fn mkstemp(template: *mut c_char) -> c_int => h_mktemp(template);
@@ -425,15 +442,27 @@ fn file_outcome(f: &*mut FILE) -> (bool, Option<c_int>) {
 
 // ----- open family -----
 
-fn h_open(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>, flags: c_int) -> c_int {
+fn h_open(call: &'static str, real: impl FnOnce() -> c_int, path: CPath, flags: c_int) -> c_int {
     h_openat(call, real, libc::AT_FDCWD, path, flags)
 }
 
-fn h_openat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>, flags: c_int) -> c_int {
-    // The read-only fast path: a flag test and a tail call.
+#[inline(always)]
+fn h_openat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: CPath, flags: c_int) -> c_int {
+    // The read-only fast path: a flag test and a tail call (the path is not even measured).
     if !ops::open_mutates(flags) {
         return real();
     }
+    openat_mutating(call, real, dirfd, path.bytes(), flags)
+}
+
+#[inline(never)]
+fn openat_mutating(
+    call: &'static str,
+    real: impl FnOnce() -> c_int,
+    dirfd: c_int,
+    path: Str<'_>,
+    flags: c_int,
+) -> c_int {
     let Some(p) = path else { return real() };
     journaled_open(call, p, |s| ops::before_open(s, call, dirfd, p, flags), real, fd_outcome)
 }
@@ -444,9 +473,15 @@ fn h_creat(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c
     journaled_open(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, fd_outcome)
 }
 
-fn h_fopen(call: &'static str, real: impl FnOnce() -> *mut FILE, path: Str<'_>, mode: Str<'_>) -> *mut FILE {
+fn h_fopen(call: &'static str, real: impl FnOnce() -> *mut FILE, path: CPath, mode: Str<'_>) -> *mut FILE {
     let flags = mode.and_then(ops::fopen_flags).filter(|&f| ops::open_mutates(f));
-    let (Some(flags), Some(p)) = (flags, path) else { return real() };
+    let Some(flags) = flags else { return real() };
+    fopen_mutating(call, real, path.bytes(), flags)
+}
+
+#[inline(never)]
+fn fopen_mutating(call: &'static str, real: impl FnOnce() -> *mut FILE, path: Str<'_>, flags: c_int) -> *mut FILE {
+    let Some(p) = path else { return real() };
     journaled_open(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, file_outcome)
 }
 
@@ -1232,7 +1267,7 @@ fn h_syscall(
     let fd = |v: c_long| v as c_int;
     #[cfg(target_arch = "x86_64")]
     match nr {
-        libc::SYS_open => return as_int(real, |r| h_openat(call, r, libc::AT_FDCWD, s(a1), fd(a2))),
+        libc::SYS_open => return as_int(real, |r| h_openat(call, r, libc::AT_FDCWD, CPath(a1 as _), fd(a2))),
         libc::SYS_creat => return as_int(real, |r| h_creat(call, r, s(a1))),
         libc::SYS_rename => return as_int(real, |r| h_rename(call, r, s(a1), s(a2))),
         libc::SYS_unlink => return as_int(real, |r| h_unlink(call, r, s(a1))),
@@ -1245,13 +1280,13 @@ fn h_syscall(
         _ => {}
     }
     match nr {
-        libc::SYS_openat => as_int(real, |r| h_openat(call, r, fd(a1), s(a2), fd(a3))),
+        libc::SYS_openat => as_int(real, |r| h_openat(call, r, fd(a1), CPath(a2 as _), fd(a3))),
         libc::SYS_openat2 => {
             // struct open_how starts with the u64 flags.
             let how = a3 as *const u64;
             // SAFETY: openat2's contract: `how` points to a struct open_how of `a4` bytes.
             let flags = if how.is_null() || a4 < 8 { 0 } else { (unsafe { how.read_unaligned() }) as c_int };
-            as_int(real, |r| h_openat(call, r, fd(a1), s(a2), flags))
+            as_int(real, |r| h_openat(call, r, fd(a1), CPath(a2 as _), flags))
         }
         libc::SYS_truncate => as_int(real, |r| h_truncate(call, r, s(a1))),
         libc::SYS_ftruncate | libc::SYS_fallocate => as_int(real, |r| h_fd_change(call, r, fd(a1))),

@@ -300,3 +300,19 @@ fn every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it() {
         assert_complete(code, &r);
     }
 }
+
+#[test]
+fn a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number() {
+    let s = Scratch::new(
+        "a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number",
+    );
+    let prog = compile(&s, "vforkmemo");
+    s.sh("echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = s.run_ok(&session, &[prog.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}

@@ -11,7 +11,8 @@
 //! half done). A number is forgotten by the hooked `close`, `close_range`, `closefrom`, `dup2`,
 //! `dup3`, `fclose`, `fcloseall`, `freopen`, `closedir`, and `syscall` with those numbers, before
 //! the call (a close that fails has still forgotten: the safe direction). A `vfork` child shares
-//! the bitmap: what it closes is forgotten in the parent too, which only costs an `fstat`.
+//! the bitmap but not the descriptor table: it never remembers (its numbers are not its
+//! parent's), and what it forgets is forgotten in the parent too, which only costs an `fstat`.
 //! Descriptors 0-2 are never remembered: `daemon`, `login_tty` and `forkpty` replace them from
 //! inside glibc, where no hook sees it.
 //!

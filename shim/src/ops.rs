@@ -658,13 +658,16 @@ pub fn uncovered_fd(fd: i32) -> Option<Stat> {
 }
 
 /// Remembers the file an open returned as covered (raw `fstat`, lock-free insert), and the
-/// descriptor as one that came from a creating open.
+/// descriptor as one that came from a creating open, unless this is a `vfork` child: its
+/// descriptors are not its parent's, but the memo's memory is.
 fn learn_created(fd: Option<i32>) {
     if let Some(fd) = fd.filter(|&fd| fd >= 0) {
         // SAFETY: the descriptor the real open just returned to the caller.
         if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
             crate::covered::insert(ident_of(&st));
-            crate::fdmemo::remember(fd);
+            if crate::state::owns_memory() {
+                crate::fdmemo::remember(fd);
+            }
         }
     }
 }

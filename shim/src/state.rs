@@ -372,6 +372,14 @@ pub fn adopt_store_after_fork() {
     OWNER_PPID.store(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32), Ordering::Relaxed);
 }
 
+/// Whether this process owns the memory it runs in: false in a `vfork` child (which shares its
+/// parent's memory but has a descriptor table of its own), and where no constructor ran. One
+/// `getpid` system call.
+pub fn owns_memory() -> bool {
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    owner != 0 && owner == rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
 /// A descriptor of the store (the journal, or `blobs/`) that the program may close or reuse
 /// behind our back: a `close_range`/`closefrom` sweep, a `dup2` onto its number, Python's
 /// subprocess closing everything before `execve`. Its identity is checked before every use.
@@ -604,8 +612,7 @@ pub fn exec_store() -> Option<ExecStore> {
     // this is a vfork child, which shares its parent's memory and so sees the parent's pid
     // there. Only then must the store stay unpublished; anywhere else it is opened once and
     // kept, instead of once per exec (a shell that runs many commands, posix_spawn loops).
-    let owner = OWNER_PID.load(Ordering::Relaxed);
-    if owner != 0 && owner == rustix::process::getpid().as_raw_nonzero().get() as u32 {
+    if owns_memory() {
         return store().map(ExecStore::Shared);
     }
     crate::alloc::persistent(|| open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s))))

@@ -467,10 +467,9 @@ fn openat_mutating(
     journaled_open(call, p, |s| ops::before_open(s, call, dirfd, p, flags), real, fd_outcome)
 }
 
+/// creat is open(path, O_WRONLY | O_CREAT | O_TRUNC): always a mutation.
 fn h_creat(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
-    let Some(p) = path else { return real() };
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    journaled_open(call, p, |s| ops::before_open(s, call, libc::AT_FDCWD, p, flags), real, fd_outcome)
+    openat_mutating(call, real, libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)
 }
 
 fn h_fopen(call: &'static str, real: impl FnOnce() -> *mut FILE, path: CPath, mode: Str<'_>) -> *mut FILE {

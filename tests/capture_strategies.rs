@@ -316,3 +316,18 @@ fn a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_thro
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &r);
 }
+
+#[test]
+fn a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name() {
+    let s = Scratch::new("a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name");
+    let prog = compile(&s, "freopennull");
+    s.sh("printf 'the original bytes\\n' > existing");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = s.run_ok(&session, &[prog.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "replaced\n");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}

@@ -492,14 +492,15 @@ fn h_freopen(
     stream: *mut FILE,
 ) -> *mut FILE {
     // The stream's descriptor is closed, whatever the new mode.
-    crate::fdmemo::forget(stream_fd(stream));
+    let fd = stream_fd(stream);
+    crate::fdmemo::forget(fd);
     let Some(flags) = mode.and_then(ops::fopen_flags).filter(|&f| ops::open_mutates(f)) else { return real() };
     // freopen(NULL, mode, stream) reopens the stream's own file with the new mode.
     let target = match path {
         Some(p) => Some(p.to_vec()),
-        // SAFETY: `stream` is the caller's FILE, valid for this call; fileno only reads it.
-        None if !stream.is_null() => journal::resolve::fd_path(unsafe { libc::fileno(stream) }).ok(),
-        None => None,
+        // A raw readlink of /proc/self/fd/N: errno untouched; a stream without a descriptor
+        // (fd -1) has no name.
+        None => journal::resolve::fd_path(fd).ok(),
     };
     let Some(p) = target else { return real() };
     journaled_open(call, &p, |s| ops::before_open(s, call, libc::AT_FDCWD, &p, flags), real, file_outcome)

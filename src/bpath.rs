@@ -80,12 +80,18 @@ impl BPath {
 
     /// Whether `self` equals `dir` or lies beneath it (byte-wise component prefix).
     pub fn starts_with_dir(&self, dir: &[u8]) -> bool {
-        let dir = if dir.len() > 1 { dir.strip_suffix(b"/").unwrap_or(dir) } else { dir };
-        if dir == b"/" {
-            return self.is_absolute();
-        }
-        self.0.starts_with(dir) && (self.0.len() == dir.len() || self.0[dir.len()] == b'/')
+        starts_with_dir(&self.0, dir)
     }
+}
+
+/// Whether the path `path` equals `dir` or lies beneath it (byte-wise component prefix), for
+/// callers holding bytes rather than a [`BPath`].
+pub fn starts_with_dir(path: &[u8], dir: &[u8]) -> bool {
+    let dir = if dir.len() > 1 { dir.strip_suffix(b"/").unwrap_or(dir) } else { dir };
+    if dir == b"/" {
+        return path.first() == Some(&b'/');
+    }
+    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
 }
 
 impl fmt::Debug for BPath {

@@ -673,14 +673,13 @@ impl Store {
 
     /// Whether a path is never journaled: the pseudo-file systems under /proc, /sys and /dev.
     pub fn excluded(&self, abs: &[u8]) -> bool {
-        let p = BPath::new(abs.to_vec());
-        p.starts_with_dir(b"/proc") || p.starts_with_dir(b"/sys") || p.starts_with_dir(b"/dev")
+        [&b"/proc"[..], b"/sys", b"/dev"].iter().any(|dir| journal::bpath::starts_with_dir(abs, dir))
     }
 
     /// Whether a path is the session's own store (or inside it): processes of the session may
     /// not change it, so that `rm -rf ~` cannot take the means of recovery with it.
     pub fn protected(&self, abs: &[u8]) -> bool {
-        BPath::new(abs.to_vec()).starts_with_dir(&self.session_canon)
+        journal::bpath::starts_with_dir(abs, &self.session_canon)
     }
 
     /// Whether moving `abs` away would move the store with it.

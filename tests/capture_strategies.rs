@@ -284,50 +284,53 @@ fn a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_
     assert!(masks >= 2 * 50, "50 more changes by a program with a handler: {masks} rt_sigprocmask calls more");
 }
 
+/// Runs tests/progs/PROG (with `args`) in a fresh scratch tree prepared by `setup`, checks it
+/// printed "ok" and, through `check`, what it did; then undoes the session and requires the
+/// tree exactly as before and the undo complete.
+fn program_is_undone_exactly(name: &str, prog: &str, setup: &str, args: &[&str], check: impl Fn(&Scratch)) {
+    let s = Scratch::new(name);
+    let prog = compile(&s, prog);
+    s.sh(setup);
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let argv: Vec<&str> = std::iter::once(prog.to_str().unwrap()).chain(args.iter().copied()).collect();
+    let out = s.run_ok(&session, &argv);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{name}");
+    check(&s);
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+const OLDER_FILE: &str = "echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing";
+
 #[test]
 fn every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it() {
     // The same number then names a file that existed before: its changes must be journaled.
     for mode in ["close", "fclose", "close_range", "closefrom", "syscall", "dup2", "dup3", "freopen"] {
-        let s = Scratch::new(&format!("every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it-{mode}"));
-        let prog = compile(&s, "fdreuse");
-        s.sh("echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing");
-        let before = manifest(&s.tree());
-        let session = s.session("session");
-        let out = s.run_ok(&session, &[prog.to_str().unwrap(), mode]);
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{mode}");
-        let (code, r) = s.undo_json(&session);
-        assert_same_tree(&before, &manifest(&s.tree()));
-        assert_complete(code, &r);
+        let name = format!("every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it-{mode}");
+        program_is_undone_exactly(&name, "fdreuse", OLDER_FILE, &[mode], |_| {});
     }
 }
 
 #[test]
 fn a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number() {
-    let s = Scratch::new(
+    program_is_undone_exactly(
         "a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number",
+        "vforkmemo",
+        OLDER_FILE,
+        &[],
+        |_| {},
     );
-    let prog = compile(&s, "vforkmemo");
-    s.sh("echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
-    let out = s.run_ok(&session, &[prog.to_str().unwrap()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
 }
 
 #[test]
 fn a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name() {
-    let s = Scratch::new("a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name");
-    let prog = compile(&s, "freopennull");
-    s.sh("printf 'the original bytes\\n' > existing");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
-    let out = s.run_ok(&session, &[prog.to_str().unwrap()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
-    assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "replaced\n");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    program_is_undone_exactly(
+        "a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name",
+        "freopennull",
+        "printf 'the original bytes\\n' > existing",
+        &[],
+        |s| assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "replaced\n"),
+    );
 }

@@ -291,15 +291,12 @@ fn program_is_undone_exactly(name: &str, prog: &str, setup: &str, args: &[&str],
     let s = Scratch::new(name);
     let prog = compile(&s, prog);
     s.sh(setup);
-    let before = manifest(&s.tree());
-    let session = s.session("session");
-    let argv: Vec<&str> = std::iter::once(prog.to_str().unwrap()).chain(args.iter().copied()).collect();
-    let out = s.run_ok(&session, &argv);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{name}");
-    check(&s);
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    let argv: Vec<&std::ffi::OsStr> =
+        std::iter::once(prog.as_os_str()).chain(args.iter().map(|a| a.as_ref())).collect();
+    undone_exactly_after(&s, &argv, 60, |out| {
+        assert_stdout(out, "ok");
+        check(&s);
+    });
 }
 
 const OLDER_FILE: &str = "echo kept > existing && chmod 644 existing && touch -d 2020-01-01 existing";

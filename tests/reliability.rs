@@ -8,35 +8,6 @@ use std::process::Command;
 
 use common::*;
 
-/// Compiles one of tests/progs/*.c into the scratch directory.
-/// Runs a command, failing the test (instead of hanging it) if it does not finish in time. The
-/// command runs in a process group of its own, killed whole on timeout: a wedged grandchild
-/// left spinning would slow every later test and benchmark on the machine.
-fn bounded(mut cmd: Command, secs: u64) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let mut child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
-            let _ = child.kill();
-            panic!("still running after {secs} s: deadlocked under the shim");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
-fn run_cmd(s: &Scratch, session: &std::path::Path, argv: &[&std::ffi::OsStr]) -> Command {
-    let mut cmd = Command::new(&artifacts().cli);
-    cmd.arg("run").arg("--journal").arg(session).arg("--").args(argv).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd
-}
-
 fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
     log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
 }
@@ -168,16 +139,11 @@ print(fd)
 fn signal_handler_writes_are_all_journaled(name: &str, ms: &str, how: &str) {
     let s = Scratch::new(name);
     let prog = compile(&s, "sigwrite");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
-    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str(), ms.as_ref(), how.as_ref()]), 60);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let signals: usize = text.trim().strip_prefix("done signals=").unwrap().parse().unwrap();
-    assert!(signals > 100, "the handler ran: {text}");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    undone_exactly_after(&s, &[prog.as_os_str(), ms.as_ref(), how.as_ref()], 60, |out| {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let signals: usize = text.trim().strip_prefix("done signals=").unwrap().parse().unwrap();
+        assert!(signals > 100, "the handler ran: {text}");
+    });
 }
 
 #[test]
@@ -206,13 +172,7 @@ fn a_handler_installed_with_signal_or_sigset_is_held_back_like_one_from_sigactio
 fn fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge() {
     let s = Scratch::new("fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge");
     let prog = compile(&s, "forkthreads");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
-    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str()]), 120);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    undone_exactly_after(&s, &[prog.as_os_str()], 120, |out| assert_stdout(out, "done"));
 }
 
 #[test]
@@ -222,14 +182,8 @@ fn a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child() {
     // one that waits forever for a build that does not exist in it.
     let s = Scratch::new("a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child");
     let prog = compile(&s, "forkinit");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
     let script = format!("for i in $(seq 60); do {} || exit 1; done; echo done", prog.display());
-    let out = bounded(run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]), 120);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    undone_exactly_after(&s, &["sh".as_ref(), "-c".as_ref(), script.as_ref()], 120, |out| assert_stdout(out, "done"));
 }
 
 #[test]

@@ -173,6 +173,54 @@ pub struct Entry {
     pub xattrs: Vec<String>,
 }
 
+/// Runs a command, failing the test (instead of hanging it) if it does not finish in time. The
+/// command runs in a process group of its own, killed whole on timeout: a wedged grandchild
+/// left spinning would slow every later test and benchmark on the machine.
+pub fn bounded(mut cmd: Command, secs: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = child.kill();
+            panic!("still running after {secs} s: deadlocked under the shim");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The CLI's `run` of `argv` in a new session at `session`, in the scratch tree.
+pub fn run_cmd(s: &Scratch, session: &Path, argv: &[&OsStr]) -> Command {
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.arg("run").arg("--journal").arg(session).arg("--").args(argv).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd
+}
+
+/// Requires a command's output to be `want` (trimmed), showing its stderr if not.
+pub fn assert_stdout(out: &Output, want: &str) {
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want, "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Snapshots the scratch tree, runs `argv` in a new session (bounded by `secs`), requires it to
+/// succeed and lets `check` look at its output, then undoes the session and requires the tree
+/// exactly as it was and the undo complete.
+pub fn undone_exactly_after(s: &Scratch, argv: &[&OsStr], secs: u64, check: impl FnOnce(&Output)) {
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = bounded(run_cmd(s, &session, argv), secs);
+    assert!(out.status.success(), "{argv:?} failed under the shim: {}", String::from_utf8_lossy(&out.stderr));
+    check(&out);
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
 /// Compiles `tests/progs/NAME.c` into the scratch root and returns the program's path.
 pub fn compile(s: &Scratch, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(format!("{name}.c"));

@@ -52,7 +52,9 @@ impl Record {
             Op::Connect { result, .. } => !matches!(result, ConnectResult::Failed { .. }),
             Op::Send { .. } | Op::Unobserved { .. } => true,
             Op::Signal { outside, .. } => *outside,
-            Op::Meta { .. } | Op::Exec { .. } | Op::Refused { .. } | Op::CallFailed { .. } => false,
+            Op::Meta { .. } | Op::Exec { .. } | Op::Refused { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {
+                false
+            }
         }
     }
 }
@@ -145,6 +147,15 @@ pub enum Op {
         /// The errno the program saw.
         errno: i32,
     },
+    /// A temporary file or directory is about to be created from `template` (the mkstemp
+    /// family, mkdtemp), whose `X`s the call replaces. The name is only known afterwards, when
+    /// the same process journals it as a `change` from `absent` (or a `call_failed` of this
+    /// record). Written before the call, so that a process killed in between leaves a trace:
+    /// an intent that no later record completes makes the undo incomplete, naming the pattern.
+    TempName {
+        /// Absolute template, `X`s included, with a symlink-free parent directory.
+        template: BPath,
+    },
     /// The call described by record `of_seq` failed, so it changed nothing. Written after the
     /// call, only where undo could not tell that from the file system alone.
     CallFailed {
@@ -163,11 +174,21 @@ impl Op {
             Op::Change { path, .. } | Op::Meta { path, .. } => Some(path),
             Op::Rename { from, .. } => Some(from),
             Op::Unobserved { program, .. } | Op::Exec { program, .. } => Some(program),
+            Op::TempName { template } => Some(template),
             Op::Connect { .. } | Op::Send { .. } | Op::Signal { .. } | Op::Refused { .. } | Op::CallFailed { .. } => {
                 None
             }
         }
     }
+}
+
+/// Whether `path` is a name `template` (a [`Op::TempName`] template) can produce: the same
+/// directory and length, equal bytes wherever the template's final component is not `X`.
+pub fn matches_template(template: &BPath, path: &BPath) -> bool {
+    let (Some((tdir, tname)), Some((pdir, pname))) = (template.split_parent(), path.split_parent()) else {
+        return false;
+    };
+    tdir == pdir && tname.len() == pname.len() && tname.iter().zip(pname).all(|(t, p)| *t == b'X' || t == p)
 }
 
 /// What a path was before a journaled call.
@@ -667,5 +688,16 @@ mod tests {
         assert!(msg.contains("2147483648") && msg.contains("1073741824"), "{msg}");
         let msg = Reason::OverTotalBudget { size: 10, used: 20, limit: 25 }.to_string();
         assert!(msg.contains("10 bytes") && msg.contains("25 bytes"), "{msg}");
+    }
+
+    #[test]
+    fn a_template_matches_only_names_it_could_produce_in_its_own_directory() {
+        let t = BPath::from("/d/sedXXXXXX");
+        assert!(matches_template(&t, &BPath::from("/d/sedA1b2C3")));
+        assert!(!matches_template(&t, &BPath::from("/d/sedA1b2C")), "another length");
+        assert!(!matches_template(&t, &BPath::from("/d/xedA1b2C3")), "another prefix");
+        assert!(!matches_template(&t, &BPath::from("/e/sedA1b2C3")), "another directory");
+        assert!(matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.c")));
+        assert!(!matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.h")), "another suffix");
     }
 }

@@ -361,6 +361,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         prior: Default::default(),
         current: Default::default(),
         drift: Default::default(),
+        interrupted: interrupted_temp_names(plan.journal),
     };
     let failed_calls: HashSet<u64> = plan
         .journal
@@ -462,6 +463,54 @@ struct Executor<'a> {
     prior: std::cell::RefCell<std::collections::HashMap<BPath, PriorFacts>>,
     /// The record being undone (for deferred work's report lines).
     current: std::cell::Cell<Option<u64>>,
+    /// `temp_name` intents no later record completes (see [`interrupted_temp_names`]).
+    interrupted: HashSet<u64>,
+}
+
+/// The [`Op::TempName`] intents no later record completes: the process died (or could not
+/// journal) between the mkstemp-like call and the record naming what it created. An intent is
+/// completed by a `call_failed` of it, or by the first later `change` from `absent` of the same
+/// process whose path its template can produce.
+fn interrupted_temp_names(journal: &JournalContents) -> HashSet<u64> {
+    let failed: HashSet<u64> = journal
+        .records
+        .iter()
+        .filter_map(|r| match r.op {
+            Op::CallFailed { of_seq, .. } => Some(of_seq),
+            _ => None,
+        })
+        .collect();
+    let mut open: Vec<(u32, &BPath, u64)> = Vec::new();
+    for r in &journal.records {
+        match &r.op {
+            Op::TempName { template } if !failed.contains(&r.seq) => open.push((r.pid, template, r.seq)),
+            Op::Change { path, before: Before::Absent } => {
+                if let Some(i) =
+                    open.iter().position(|(pid, t, _)| *pid == r.pid && crate::record::matches_template(t, path))
+                {
+                    open.remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter().map(|(_, _, seq)| seq).collect()
+}
+
+/// Names in `template`'s directory that it can produce, as they are now (at most 10).
+fn temp_name_candidates(template: &BPath) -> Vec<String> {
+    let Some((dir, _)) = template.split_parent() else { return Vec::new() };
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(entries) = std::fs::read_dir(std::ffi::OsStr::from_bytes(dir)) else { return Vec::new() };
+    let mut found: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| BPath::new(crate::bpath::join(dir, e.file_name().as_bytes())))
+        .filter(|p| crate::record::matches_template(template, p))
+        .map(|p| p.display_lossy())
+        .collect();
+    found.sort();
+    found.truncate(10);
+    found
 }
 
 /// Directory metadata waiting for the end of the undo.
@@ -938,8 +987,22 @@ impl Executor<'_> {
                 let why = format!("refused under the strict policy, so it changed nothing: {what}");
                 out.push(StepReport { seq, outcome: Outcome::Unchanged, path: None, why });
             }
-            // Audit entries: nothing to reverse.
-            Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::CallFailed { .. } => {}
+            Op::TempName { template } if self.interrupted.contains(&rec.seq) => {
+                let found = temp_name_candidates(template);
+                let left = if found.is_empty() {
+                    "no such name is there now".to_string()
+                } else {
+                    format!("names there it could have made: {}", found.join(", "))
+                };
+                let why = format!(
+                    "{} was interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost): whatever it created is not removed; {left}",
+                    rec.call
+                );
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why });
+            }
+            // Audit entries: nothing to reverse (a completed temp_name is undone through the
+            // record that names what the call created).
+            Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {}
         }
     }
 
@@ -2100,6 +2163,62 @@ mod tests {
         let r = f.undo();
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Conflict]);
         assert!(fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was written through the symlink");
+    }
+
+    #[test]
+    fn a_temporary_name_whose_record_never_came_makes_the_undo_incomplete_and_names_what_is_there() {
+        let mut f = Fixture::new();
+        // Completed: the intent, then the created name (removed by undo).
+        f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+        f.push(Op::Change { path: f.bp("tmpAb12Cd"), before: Before::Absent });
+        fs::write(f.p("tmpAb12Cd"), b"").unwrap();
+        // Failed: the intent, then its call_failed.
+        f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+        f.push(Op::CallFailed { of_seq: 3, errno: 17 }); // EEXIST
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert!(!f.p("tmpAb12Cd").exists());
+        // Interrupted: the process died between the call and the record naming its file.
+        f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+        fs::write(f.p("tmpZz99Yy"), b"").unwrap();
+        fs::write(f.p("other-name"), b"").unwrap();
+        let r = f.undo();
+        assert!(!r.complete);
+        let step = r.outcomes.iter().find(|o| o.seq == Some(5)).expect("the interrupted intent is reported");
+        assert_eq!(step.outcome, Outcome::Skipped);
+        assert!(step.why.contains("tmpZz99Yy") && !step.why.contains("other-name"), "{}", step.why);
+        assert!(f.p("tmpZz99Yy").exists(), "a name undo cannot prove the session made is never removed");
+    }
+
+    #[test]
+    fn only_a_later_record_of_the_same_process_completes_a_temporary_name() {
+        let template = BPath::from("/d/tmpXXXXXX");
+        let rec = |seq: u64, pid: u32, op: Op| Record {
+            v: RECORD_VERSION,
+            seq,
+            time: String::new(),
+            pid,
+            ppid: 0,
+            prog: BPath::from("/bin/test"),
+            call: "mkstemp".into(),
+            op,
+        };
+        let absent = |p: &str| Op::Change { path: BPath::from(p), before: Before::Absent };
+        let j = |records: Vec<Record>| JournalContents { records, ..Default::default() };
+        let t = || Op::TempName { template: template.clone() };
+        // Another process's file, a name in another directory, a name of another length.
+        let interrupted = interrupted_temp_names(&j(vec![
+            rec(1, 10, t()),
+            rec(2, 11, absent("/d/tmpabcdef")),
+            rec(3, 10, absent("/e/tmpabcdef")),
+            rec(4, 10, absent("/d/tmpabcdefg")),
+        ]));
+        assert_eq!(interrupted, HashSet::from([1]));
+        // Two intents of one process, one completion: one stays open.
+        let interrupted =
+            interrupted_temp_names(&j(vec![rec(1, 10, t()), rec(2, 10, t()), rec(3, 10, absent("/d/tmpabcdef"))]));
+        assert_eq!(interrupted.len(), 1);
+        assert!(interrupted_temp_names(&j(vec![rec(1, 10, t()), rec(2, 10, absent("/d/tmpQ1w2E3"))])).is_empty());
     }
 
     #[test]

@@ -577,3 +577,30 @@ fn a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irre
     assert!(!s.path("fine").exists(), "the other step was undone");
     assert!(s.path("faulty").exists(), "the step that could not be captured is left as it is");
 }
+
+#[test]
+fn sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo_that_says_so() {
+    // mkstemp-like calls choose the name, so it can only be journaled after the call; a process
+    // killed in that window must not leave an undo that claims completeness (the soak test
+    // found one). The shim kills sed itself right after the real mkostemp (a test-only switch).
+    let s = Scratch::new("sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo_that_says_so");
+    s.sh("printf 'alpha\\n' > f.txt");
+    let session = s.session("session");
+    let mut cmd = run_cmd(&s, &session, &["sed".as_ref(), "-i".as_ref(), "s/a/b/".as_ref(), "f.txt".as_ref()]);
+    cmd.env("AETHER_JOURNAL_TEST_FAULT", "kill-after-call:mkostemp");
+    let out = bounded(cmd, 60);
+    assert!(!out.status.success(), "sed was killed");
+    let left: Vec<String> = std::fs::read_dir(s.tree())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sed"))
+        .collect();
+    assert_eq!(left.len(), 1, "sed's temporary file is there: {left:?}");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "incomplete: {r}");
+    let skipped: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "skipped").collect();
+    assert_eq!(skipped.len(), 1, "{r}");
+    assert!(skipped[0]["path"].as_str().unwrap().ends_with("/sedXXXXXX"), "the template is named: {r}");
+    assert!(skipped[0]["why"].as_str().unwrap().contains(&left[0]), "so is the file left behind: {r}");
+    assert_eq!(std::fs::read_to_string(s.path("f.txt")).unwrap(), "alpha\n");
+}

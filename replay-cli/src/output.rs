@@ -111,6 +111,7 @@ fn describe_record(r: &Record) -> String {
             argv.iter().map(escape).collect::<Vec<_>>().join(" ")
         ),
         Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
+        Op::TempName { template } => format!("temporary name from {}", escape(template)),
         Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
     }
 }

@@ -382,33 +382,35 @@ fn journaled_with<R>(
     result
 }
 
-/// Runs the real call, then bookkeeping that can only happen afterwards (names the call
-/// chose), under the guard and `catch_unwind`, with errno preserved.
-fn journaled_after<R>(call: &'static str, real: impl FnOnce() -> R, post: impl FnOnce(&'static Store, &R)) -> R {
-    let result = real();
+/// Bookkeeping that can only happen after a real call (names the call chose): under the guard
+/// and `catch_unwind`, with errno preserved.
+fn after_call(call: &'static str, work: impl FnOnce()) {
     let err = errno();
     let guard = Guard::enter();
     if guard.is_none() && !crate::alloc::in_persistent() {
         crate::state::note_unjournaled();
     }
     if let Some(guard) = guard {
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
-            if let Some(s) = store() {
-                post(s, &result)
-            }
-        })) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(work)) {
             let _ = catch_unwind(AssertUnwindSafe(|| record_panic(call, b"", payload)));
         }
         drop(guard);
     }
     set_errno(err);
-    result
 }
 
 /// The test suite's fault injection (see [`crate::state::Config::test_fault`]).
 fn injected_fault(path: &[u8]) {
     if crate::state::config().test_fault.as_deref().is_some_and(|f| path.ends_with(f)) {
         panic!("fault injected by AETHER_JOURNAL_TEST_FAULT");
+    }
+}
+
+/// The test suite's kill injection (see [`crate::state::Config::test_fault`]).
+fn injected_kill_after(call: &str) {
+    let fault = crate::state::config().test_fault.as_deref();
+    if fault.and_then(|f| f.strip_prefix(b"kill-after-call:")) == Some(call.as_bytes()) {
+        let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }
 
@@ -533,16 +535,27 @@ impl CreatedOk for *mut c_char {
     }
 }
 
-fn h_mktemp<R: CreatedOk>(call: &'static str, real: impl FnOnce() -> R, template: *mut c_char) -> R {
-    journaled_after(call, real, |s, r| {
-        if r.created() {
-            // SAFETY: on success the call left a NUL-terminated file name in the caller's
-            // template buffer, which stays valid for the duration of this call.
-            if let Some(p) = unsafe { template.cast_const().to_rust() } {
-                ops::after_created(s, call, p, r.fd());
+/// The mkstemp family and mkdtemp: the template is journaled before the call (a `temp_name`
+/// intent), the name the call chose after it (or that the call failed). A process killed in
+/// between leaves an intent nothing completes, which undo reports as incomplete.
+fn h_mktemp<R: CreatedOk + Refusal>(call: &'static str, real: impl FnOnce() -> R, template: *mut c_char) -> R {
+    // SAFETY: the caller's template, a NUL-terminated string (the call's contract); copied
+    // because the call rewrites it.
+    let Some(t) = (unsafe { template.cast_const().to_rust() }).map(<[u8]>::to_vec) else { return real() };
+    let result = journaled(call, &t, |s| ops::before_mktemp(s, call, &t), real, CreatedOk::created);
+    injected_kill_after(call);
+    if result.created() {
+        after_call(call, || {
+            if let Some(s) = store() {
+                // SAFETY: on success the call left a NUL-terminated name in the caller's
+                // template buffer, which stays valid for the duration of this call.
+                if let Some(p) = unsafe { template.cast_const().to_rust() } {
+                    ops::after_created(s, call, p, result.fd());
+                }
             }
-        }
-    })
+        });
+    }
+    result
 }
 
 // ----- truncation -----

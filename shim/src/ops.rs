@@ -540,6 +540,15 @@ pub fn before_create(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pend
     }
 }
 
+/// Before a call that creates a name from a template (the mkstemp family, mkdtemp): the
+/// intent, so that a process killed before [`after_created`] leaves a trace undo reports.
+pub fn before_mktemp(store: &Store, call: &str, template: &[u8]) -> Pending {
+    match target_or_record(store, call, libc::AT_FDCWD, template, false) {
+        Ok(t) => Pending::Recorded(store.record(call, Op::TempName { template: t.abs })),
+        Err(p) => p,
+    }
+}
+
 /// After a call that created a name we could only learn from its result (the mkstemp
 /// family, mkdtemp): it did not exist before, so undo removes it.
 pub fn after_created(store: &Store, call: &str, path: &[u8], fd: Option<i32>) {

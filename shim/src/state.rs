@@ -34,7 +34,9 @@ pub struct Config {
     pub exec_env: Vec<Vec<u8>>,
     /// For the test suite only (`AETHER_JOURNAL_TEST_FAULT=SUFFIX`): the shim's own work
     /// panics on a hooked call whose path ends with SUFFIX, so that a test can prove a panic
-    /// is caught, the call still made, and the step journaled as irreversible.
+    /// is caught, the call still made, and the step journaled as irreversible. With
+    /// `kill-after-call:NAME`, a process kills itself (SIGKILL) as soon as a real NAME call
+    /// returns, before the shim's bookkeeping after it: the window a `kill -9` can hit.
     pub test_fault: Option<Vec<u8>>,
 }
 

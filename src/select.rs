@@ -75,7 +75,12 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
         Selection::Paths(paths) => journal
             .records
             .iter()
-            .filter(|r| record_paths(r).iter().any(|rp| paths.iter().any(|p| rp.starts_with_dir(p.as_bytes()))))
+            .filter(|r| {
+                let under = |rp: &BPath| paths.iter().any(|p| rp.starts_with_dir(p.as_bytes()));
+                // A temporary name's template is not a path the undo touches, but an interrupted
+                // one belongs to the directory it would have created a file in.
+                record_paths(r).into_iter().any(under) || matches!(&r.op, Op::TempName { template } if under(template))
+            })
             .map(|r| r.seq)
             .collect(),
         Selection::Last(n) => journal.records.iter().rev().take(*n).map(|r| r.seq).collect(),
@@ -167,6 +172,14 @@ mod tests {
         assert_eq!(s, BTreeSet::from([1, 3, 4]));
         let all = select(&journal(), &Selection::Paths(vec![BPath::from("/w")]));
         assert_eq!(all.len(), 5);
+    }
+
+    #[test]
+    fn a_subtree_selection_covers_a_temporary_name_made_in_it() {
+        let mut j = journal();
+        j.records.push(rec(6, 14, 1, "mkstemp", Op::TempName { template: BPath::from("/w/t/sedXXXXXX") }));
+        assert!(select(&j, &Selection::Paths(vec![BPath::from("/w/t")])).contains(&6));
+        assert!(!select(&j, &Selection::Paths(vec![BPath::from("/w/d")])).contains(&6));
     }
 
     #[test]

@@ -202,6 +202,17 @@ pub struct JournalContents {
 }
 
 impl JournalContents {
+    /// The records whose call is known to have failed (every `call_failed`'s `of_seq`).
+    pub fn failed_calls(&self) -> std::collections::HashSet<u64> {
+        self.records
+            .iter()
+            .filter_map(|r| match r.op {
+                crate::record::Op::CallFailed { of_seq, .. } => Some(of_seq),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The sentence used for a torn tail.
     pub fn torn_tail_message(&self) -> Option<String> {
         self.torn_tail.map(|at| {

@@ -528,11 +528,7 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
         }
     }
     rv.processes = procs.into_values().collect();
-    let failed: std::collections::HashSet<u64> = journal
-        .records
-        .iter()
-        .filter_map(|r| if let Op::CallFailed { of_seq, .. } = r.op { Some(of_seq) } else { None })
-        .collect();
+    let failed = journal.failed_calls();
     for r in journal.records.iter().filter(|r| r.irreversible() && !failed.contains(&r.seq)) {
         rv.irreversible.push(IrreversibleStep { seq: r.seq, what: irreversible_what(r) });
     }

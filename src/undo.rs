@@ -363,15 +363,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         drift: Default::default(),
         interrupted: interrupted_temp_names(plan.journal),
     };
-    let failed_calls: HashSet<u64> = plan
-        .journal
-        .records
-        .iter()
-        .filter_map(|r| match r.op {
-            Op::CallFailed { of_seq, .. } => Some(of_seq),
-            _ => None,
-        })
-        .collect();
+    let failed_calls = plan.journal.failed_calls();
     let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
     let todo: Vec<&Record> =
         plan.journal.records.iter().rev().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))).collect();
@@ -472,14 +464,7 @@ struct Executor<'a> {
 /// completed by a `call_failed` of it, or by the first later `change` from `absent` of the same
 /// process whose path its template can produce.
 fn interrupted_temp_names(journal: &JournalContents) -> HashSet<u64> {
-    let failed: HashSet<u64> = journal
-        .records
-        .iter()
-        .filter_map(|r| match r.op {
-            Op::CallFailed { of_seq, .. } => Some(of_seq),
-            _ => None,
-        })
-        .collect();
+    let failed = journal.failed_calls();
     let mut open: Vec<(u32, &BPath, u64)> = Vec::new();
     for r in &journal.records {
         match &r.op {

@@ -2,8 +2,9 @@
 //!
 //! # Format (version 1)
 //!
-//! The journal is a file of lines, appended to by every process of a session at once through
-//! `O_APPEND` descriptors. Each record is exactly one line, written with one `write(2)`:
+//! A session's journal is the file `journal`, appended to by every process of the session at
+//! once through `O_APPEND` descriptors, and the files under `segments/`, each written by one
+//! process only. Each record is exactly one line, in either place:
 //!
 //! ```text
 //! line  = CHECK SP JSON LF
@@ -13,16 +14,24 @@
 //! JSON  = one [`Record`] as a JSON object on one line (UTF-8, no raw LF inside)
 //! ```
 //!
-//! A reader classifies every byte of the file:
+//! In `journal`, each line is written with one `write(2)`. A process that journals many
+//! records moves on to segments of its own (named `PID-SEQ`, after its pid and the `seq` of
+//! the record that opened the segment): files preallocated with `fallocate` and mapped shared,
+//! into which each record is copied with its LF stored last. Runs of NUL bytes between and
+//! after lines in a segment are room that was reserved and never filled. Records are ordered
+//! by `seq` (one counter shared by the whole session), never by where they are.
+//!
+//! A reader classifies every byte:
 //! - a complete line whose check matches and whose JSON parses is a record;
 //! - a complete line that fails either test is *corrupt* ([`Problem::Corrupt`]), named by its
-//!   byte offset and, where it can still be read, its `seq`;
+//!   byte offset (and segment) and, where it can still be read, its `seq`;
 //! - a record whose `"v"` is not one this build knows is [`Problem::UnknownVersion`];
-//! - bytes after the last LF are a *torn tail*: a record whose write was cut short (the process
-//!   died mid-write). Because a record is written before its call proceeds, the call it
-//!   describes never ran, so a torn tail is reported but does not make an undo incomplete.
+//! - bytes after the last LF of `journal`, and bytes of a segment that reach a NUL or the end
+//!   before an LF, are *torn*: a record whose writing was cut short (the process died
+//!   mid-write). Because a record is written before its call proceeds, the call it describes
+//!   never ran, so a torn record is reported but does not make an undo incomplete.
 //!
-//! The reader never truncates, rewrites or repairs the file.
+//! The reader never truncates, rewrites or repairs a file.
 //!
 //! What this module cannot do: order records that were never written. A process killed
 //! between its record and its call leaves a record for a call that did not happen; undo
@@ -140,6 +149,8 @@ impl JournalWriter {
 pub enum Problem {
     /// A complete line that is not a valid record.
     Corrupt {
+        /// The segment it is in (`None`: the main journal file).
+        segment: Option<String>,
         /// Byte offset of the line.
         offset: u64,
         /// 1-based line number.
@@ -151,6 +162,8 @@ pub enum Problem {
     },
     /// A record written by a format version this build does not know.
     UnknownVersion {
+        /// The segment it is in (`None`: the main journal file).
+        segment: Option<String>,
         /// Byte offset of the line.
         offset: u64,
         /// 1-based line number.
@@ -172,32 +185,48 @@ impl Problem {
 
     /// A sentence naming the damaged record and what is wrong.
     pub fn describe(&self) -> String {
-        let name = |offset: &u64, line: &u64, seq: &Option<u64>| match seq {
-            Some(s) => format!("the record at byte {offset} (line {line}, seq {s})"),
-            None => format!("the record at byte {offset} (line {line})"),
+        let name = |segment: &Option<String>, offset: &u64, line: &u64, seq: &Option<u64>| {
+            let file = segment.as_ref().map(|s| format!(" of segment {s}")).unwrap_or_default();
+            match seq {
+                Some(s) => format!("the record at byte {offset}{file} (line {line}, seq {s})"),
+                None => format!("the record at byte {offset}{file} (line {line})"),
+            }
         };
         match self {
-            Problem::Corrupt { offset, line, seq, what } => {
-                format!("{} is corrupt: {what}; the step it describes cannot be undone", name(offset, line, seq))
-            }
-            Problem::UnknownVersion { offset, line, seq, version } => format!(
-                "{} uses record format version {version}, which this build (version {RECORD_VERSION}) cannot read; the step it describes cannot be undone",
-                name(offset, line, seq)
+            Problem::Corrupt { segment, offset, line, seq, what } => format!(
+                "{} is corrupt: {what}; the step it describes cannot be undone",
+                name(segment, offset, line, seq)
             ),
+            Problem::UnknownVersion { segment, offset, line, seq, version } => format!(
+                "{} uses record format version {version}, which this build (version {RECORD_VERSION}) cannot read; the step it describes cannot be undone",
+                name(segment, offset, line, seq)
+            ),
+        }
+    }
+
+    fn place(&mut self, at_segment: Option<&str>, at_offset: usize, at_line: u64) {
+        match self {
+            Problem::Corrupt { segment, offset, line, .. } | Problem::UnknownVersion { segment, offset, line, .. } => {
+                *segment = at_segment.map(str::to_string);
+                *offset = at_offset as u64;
+                *line = at_line;
+            }
         }
     }
 }
 
-/// Everything read from a journal file.
+/// Everything read from a journal file and its segments.
 #[derive(Clone, Debug, Default)]
 pub struct JournalContents {
     /// Valid records, ordered by `seq` (oldest first).
     pub records: Vec<Record>,
     /// Damaged or unreadable lines, in file order.
     pub problems: Vec<Problem>,
-    /// Byte offset of an incomplete final record, if the file ends in one.
+    /// Byte offset of an incomplete final record in the main journal file, if it ends in one.
     pub torn_tail: Option<u64>,
-    /// Size of the file that was read.
+    /// Incomplete records in segments: (segment name, byte offset).
+    pub torn_in_segments: Vec<(String, u64)>,
+    /// Bytes read (the main file and every segment, preallocated room included).
     pub bytes: u64,
 }
 
@@ -213,29 +242,33 @@ impl JournalContents {
             .collect()
     }
 
-    /// The sentence used for a torn tail.
-    pub fn torn_tail_message(&self) -> Option<String> {
-        self.torn_tail.map(|at| {
+    /// One sentence per incomplete record (main file first, then segments).
+    pub fn torn_messages(&self) -> Vec<String> {
+        let tail = self.torn_tail.map(|at| {
             format!(
                 "the journal ends in an incomplete record at byte {at} (a process died while writing it; the call it describes never ran)"
             )
-        })
+        });
+        let segs = self.torn_in_segments.iter().map(|(name, at)| {
+            format!(
+                "segment {name} holds an incomplete record at byte {at} (a process died while writing it; the call it describes never ran)"
+            )
+        });
+        tail.into_iter().chain(segs).collect()
     }
-}
-
-/// Reads a journal file.
-pub fn read_journal(path: &Path) -> io::Result<JournalContents> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    Ok(parse_journal(&data))
 }
 
 /// Parses journal bytes (see the module docs for the classification).
 pub fn parse_journal(data: &[u8]) -> JournalContents {
-    let mut out = JournalContents { bytes: data.len() as u64, ..Default::default() };
+    let mut out = JournalContents::default();
+    parse_main_into(data, &mut out);
+    out.records.sort_by_key(|r| r.seq);
+    out
+}
+
+/// Adds the main journal file's records and problems to `out` (unsorted).
+fn parse_main_into(data: &[u8], out: &mut JournalContents) {
+    out.bytes += data.len() as u64;
     let mut offset = 0usize;
     let mut line_no = 0u64;
     while offset < data.len() {
@@ -244,28 +277,75 @@ pub fn parse_journal(data: &[u8]) -> JournalContents {
             break;
         };
         line_no += 1;
-        let line = &data[offset..offset + nl];
-        match parse_line(line) {
-            Ok(rec) => out.records.push(rec),
-            Err(mut p) => {
-                match &mut p {
-                    Problem::Corrupt { offset: o, line: l, .. }
-                    | Problem::UnknownVersion { offset: o, line: l, .. } => {
-                        *o = offset as u64;
-                        *l = line_no;
-                    }
-                }
-                out.problems.push(p);
-            }
-        }
+        take_line(&data[offset..offset + nl], None, offset, line_no, out);
         offset += nl + 1;
     }
+}
+
+fn take_line(line: &[u8], segment: Option<&str>, offset: usize, line_no: u64, out: &mut JournalContents) {
+    match parse_line(line) {
+        Ok(rec) => out.records.push(rec),
+        Err(mut p) => {
+            p.place(segment, offset, line_no);
+            out.problems.push(p);
+        }
+    }
+}
+
+/// Adds one segment's records and problems to `out` (unsorted). A segment is lines as in the
+/// main file, with runs of NUL bytes between and after them: room reserved by a process that
+/// died before filling it, and the preallocated rest of the file. Every line's LF is stored
+/// after the rest of it, so bytes that reach a NUL (or the end) before an LF are an incomplete
+/// record, reported like a torn tail.
+pub fn parse_segment_into(name: &str, data: &[u8], out: &mut JournalContents) {
+    out.bytes += data.len() as u64;
+    let mut offset = 0usize;
+    let mut line_no = 0u64;
+    while offset < data.len() {
+        if data[offset] == 0 {
+            offset += 1;
+            continue;
+        }
+        let end = data[offset..].iter().position(|&b| b == b'\n' || b == 0).map(|n| offset + n);
+        match end {
+            Some(e) if data[e] == b'\n' => {
+                line_no += 1;
+                take_line(&data[offset..e], Some(name), offset, line_no, out);
+                offset = e + 1;
+            }
+            _ => {
+                out.torn_in_segments.push((name.to_string(), offset as u64));
+                offset = end.unwrap_or(data.len());
+            }
+        }
+    }
+}
+
+/// Reads a session's whole journal: the main file `journal` and every segment under
+/// `segments_dir` (either may be missing), records ordered by `seq`.
+pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<JournalContents> {
+    let mut out = JournalContents::default();
+    match std::fs::read(journal) {
+        Ok(d) => parse_main_into(&d, &mut out),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut names: Vec<std::ffi::OsString> = match std::fs::read_dir(segments_dir) {
+        Ok(entries) => entries.map(|e| e.map(|e| e.file_name())).collect::<io::Result<_>>()?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    names.sort();
+    for name in names {
+        let data = std::fs::read(segments_dir.join(&name))?;
+        parse_segment_into(&name.to_string_lossy(), &data, &mut out);
+    }
     out.records.sort_by_key(|r| r.seq);
-    out
+    Ok(out)
 }
 
 fn corrupt(seq: Option<u64>, what: impl Into<String>) -> Problem {
-    Problem::Corrupt { offset: 0, line: 0, seq, what: what.into() }
+    Problem::Corrupt { segment: None, offset: 0, line: 0, seq, what: what.into() }
 }
 
 /// Best-effort `seq` from a damaged line, so that the message can name the record.
@@ -289,7 +369,7 @@ fn parse_line(line: &[u8]) -> Result<Record, Problem> {
     let seq = value.get("seq").and_then(|s| s.as_u64());
     match value.get("v").and_then(|v| v.as_u64()) {
         Some(v) if v == RECORD_VERSION as u64 => {}
-        Some(v) => return Err(Problem::UnknownVersion { offset: 0, line: 0, seq, version: v }),
+        Some(v) => return Err(Problem::UnknownVersion { segment: None, offset: 0, line: 0, seq, version: v }),
         None => return Err(corrupt(seq, "it has no format version")),
     }
     serde_json::from_value(value).map_err(|e| corrupt(seq, format!("not a record this build understands ({e})")))
@@ -342,7 +422,7 @@ mod tests {
         assert_eq!(j.records.len(), 1);
         assert!(j.problems.is_empty());
         assert_eq!(j.torn_tail, Some(first as u64));
-        assert!(j.torn_tail_message().unwrap().contains(&format!("at byte {first}")));
+        assert!(j.torn_messages()[0].contains(&format!("at byte {first}")));
     }
 
     #[test]
@@ -358,8 +438,8 @@ mod tests {
         assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(j.problems.len(), 1);
         match &j.problems[0] {
-            Problem::Corrupt { offset, line, seq, .. } => {
-                assert_eq!((*offset, *line, *seq), (at as u64, 2, Some(2)));
+            Problem::Corrupt { segment, offset, line, seq, .. } => {
+                assert_eq!((segment.as_deref(), *offset, *line, *seq), (None, at as u64, 2, Some(2)));
             }
             p => panic!("unexpected {p:?}"),
         }
@@ -400,14 +480,85 @@ mod tests {
         line.extend_from_slice(json);
         line.push(b'\n');
         let j = parse_journal(&line);
-        assert_eq!(j.problems, vec![Problem::UnknownVersion { offset: 0, line: 1, seq: Some(4), version: 99 }]);
+        assert_eq!(
+            j.problems,
+            vec![Problem::UnknownVersion { segment: None, offset: 0, line: 1, seq: Some(4), version: 99 }]
+        );
         assert!(j.problems[0].describe().contains("version 99"));
+    }
+
+    fn segment(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    #[test]
+    fn a_segment_reads_as_its_lines_with_reserved_and_preallocated_room_skipped() {
+        let data = segment(&[&encode_line(&rec(9)), &[0; 40], &encode_line(&rec(4)), &[0; 4096]]);
+        let mut j = JournalContents::default();
+        parse_segment_into("7-4", &data, &mut j);
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![9, 4]);
+        assert!(j.problems.is_empty() && j.torn_in_segments.is_empty() && j.torn_tail.is_none());
+        assert_eq!(j.bytes, data.len() as u64);
+    }
+
+    #[test]
+    fn a_segment_record_cut_short_is_torn_wherever_it_is_not_corrupt() {
+        let whole = encode_line(&rec(2));
+        let cut = &whole[..whole.len() - 1]; // everything but the LF, which is stored last
+        let at = whole.len() + 10;
+        for data in [
+            segment(&[&whole, &[0; 10], cut, &[0; 100]]),
+            segment(&[&whole, &[0; 10], cut]),
+            segment(&[&whole, &[0; 10], &cut[..30], &[0; 500], &encode_line(&rec(3))]),
+        ] {
+            let mut j = JournalContents::default();
+            parse_segment_into("7-1", &data, &mut j);
+            assert!(j.problems.is_empty(), "{:?}", j.problems);
+            assert_eq!(j.torn_in_segments, vec![("7-1".to_string(), at as u64)]);
+            assert!(j.torn_messages()[0].contains(&format!("segment 7-1 holds an incomplete record at byte {at}")));
+            assert!(j.records.iter().any(|r| r.seq == 2));
+        }
+    }
+
+    #[test]
+    fn a_damaged_segment_line_is_named_by_its_segment() {
+        let mut bad = encode_line(&rec(6));
+        let i = bad.len() - 4;
+        bad[i] ^= 1;
+        let data = segment(&[&[0; 8], &bad, &[0; 8]]);
+        let mut j = JournalContents::default();
+        parse_segment_into("12-6", &data, &mut j);
+        match &j.problems[..] {
+            [p @ Problem::Corrupt { segment, offset, .. }] => {
+                assert_eq!((segment.as_deref(), *offset), (Some("12-6"), 8));
+                assert!(p.describe().contains("at byte 8 of segment 12-6"), "{}", p.describe());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_journal_merges_the_main_file_and_every_segment_by_seq() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("journal");
+        let segs = dir.path().join("segments");
+        std::fs::write(&main, [encode_line(&rec(1)), encode_line(&rec(5))].concat()).unwrap();
+        let j = read_with_segments(&main, &segs).unwrap();
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 5], "no segments/ is fine");
+        std::fs::create_dir(&segs).unwrap();
+        std::fs::write(segs.join("10-2"), segment(&[&encode_line(&rec(2)), &encode_line(&rec(6)), &[0; 64]])).unwrap();
+        std::fs::write(segs.join("11-3"), segment(&[&encode_line(&rec(3)), &[0; 64]])).unwrap();
+        let j = read_with_segments(&main, &segs).unwrap();
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 5, 6]);
     }
 
     #[test]
     fn garbage_never_panics_the_reader() {
-        for data in [&b"\n\n\n"[..], b"zzzzzzzzzzzzzzzz {\n", b"\xff\xfe\n", b"0123456789abcdef \n"] {
+        for data in [&b"\n\n\n"[..], b"zzzzzzzzzzzzzzzz {\n", b"\xff\xfe\n", b"0123456789abcdef \n", b"\0\0\n\0"] {
             let j = parse_journal(data);
+            assert!(j.records.is_empty());
+            let mut j = JournalContents::default();
+            parse_segment_into("1-1", data, &mut j);
             assert!(j.records.is_empty());
         }
     }

@@ -36,7 +36,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::bpath::BPath;
-use crate::journal::{JournalContents, read_journal};
+use crate::journal::{JournalContents, read_with_segments};
 
 /// `format` value of every session header.
 pub const SESSION_FORMAT: &str = "aether-journal-session";
@@ -46,6 +46,8 @@ pub const SESSION_VERSION: u32 = 1;
 pub const HEADER_FILE: &str = "session.json";
 /// Journal file name.
 pub const JOURNAL_FILE: &str = "journal";
+/// Directory of per-process journal segments (see [`crate::journal`]).
+pub const SEGMENTS_DIR: &str = "segments";
 /// Blob directory name.
 pub const BLOBS_DIR: &str = "blobs";
 /// Shared counters file name.
@@ -365,10 +367,10 @@ impl Session {
         self.dir.join(BLOBS_DIR)
     }
 
-    /// Reads the journal.
+    /// Reads the journal: the main file and every segment.
     pub fn read_journal(&self) -> Result<JournalContents, SessionError> {
         let p = self.journal_path();
-        read_journal(&p).map_err(io_at(&p))
+        read_with_segments(&p, &self.dir.join(SEGMENTS_DIR)).map_err(io_at(&p))
     }
 
     /// Reads the shared counters (zeros when the file is missing or short).

@@ -421,7 +421,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
             report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
         }
     }
-    report.notes.extend(plan.journal.torn_tail_message());
+    report.notes.extend(plan.journal.torn_messages());
     if plan.seal.is_none() && !plan.opts.force {
         report.notes.push(
             "this session was not sealed (it did not end under `aether-journal run`): paths were checked against what its newest records imply, a weaker check that cannot see a file edited in place since".into(),

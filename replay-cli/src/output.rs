@@ -134,7 +134,7 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
     for p in &j.problems {
         let _ = writeln!(out, "!! {}", p.describe());
     }
-    if let Some(t) = j.torn_tail_message() {
+    for t in j.torn_messages() {
         let _ = writeln!(out, "note: {t}");
     }
     let _ = writeln!(out, "{} record(s)", j.records.len());
@@ -248,6 +248,7 @@ pub fn log_json(s: &Session, j: &JournalContents) -> String {
         "records": records,
         "problems": problems,
         "torn_tail": j.torn_tail,
+        "torn_in_segments": j.torn_in_segments.iter().map(|(segment, offset)| serde_json::json!({"segment": segment, "offset": offset})).collect::<Vec<_>>(),
     });
     format!("{doc}\n")
 }

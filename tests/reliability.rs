@@ -604,3 +604,104 @@ fn sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo
     assert!(skipped[0]["why"].as_str().unwrap().contains(&left[0]), "so is the file left behind: {r}");
     assert_eq!(std::fs::read_to_string(s.path("f.txt")).unwrap(), "alpha\n");
 }
+
+/// The segment files of a session, as (pid that made it, size).
+fn segments(session: &std::path::Path) -> Vec<(u32, u64)> {
+    let Ok(dir) = std::fs::read_dir(session.join("segments")) else { return Vec::new() };
+    dir.map(|e| {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        (name.split('-').next().unwrap().parse().unwrap(), e.metadata().unwrap().len())
+    })
+    .collect()
+}
+
+/// Runs tests/progs/segwriter.c with `args` in a session, requires it to exit as `ok` says and
+/// its journal to read back without a problem, then the undo to be exact and complete.
+/// Returns the session's segments.
+fn segwriter_is_undone_exactly(name: &str, args: &[&str], ok: bool) -> Vec<(u32, u64)> {
+    let s = Scratch::new(name);
+    let prog = compile(&s, "segwriter");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let argv: Vec<&OsStr> = std::iter::once(prog.as_os_str()).chain(args.iter().map(|a| a.as_ref())).collect();
+    let out = bounded(run_cmd(&s, &session, &argv), 120);
+    assert_eq!(out.status.success(), ok, "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(manifest(&s.tree()), before, "the program changed nothing: the test proves nothing");
+    let log = s.log_json(&session);
+    assert!(log["problems"].as_array().unwrap().is_empty(), "{}", log["problems"]);
+    assert!(log["torn_in_segments"].as_array().unwrap().is_empty(), "{}", log["torn_in_segments"]);
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+    segments(&session)
+}
+
+#[test]
+fn records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_under_four_threads() {
+    let segs = segwriter_is_undone_exactly(
+        "records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_under_four_threads",
+        &["threads", "4", "600"],
+        true,
+    );
+    // 2,400 records of ~250 bytes: more than one 256 KiB segment, all made by one process.
+    assert!(segs.len() >= 2, "{segs:?}");
+    assert!(segs.iter().all(|(pid, len)| *pid == segs[0].0 && *len == 256 * 1024), "{segs:?}");
+}
+
+#[test]
+fn a_process_killed_while_its_segment_is_mapped_loses_no_record() {
+    let segs = segwriter_is_undone_exactly(
+        "a_process_killed_while_its_segment_is_mapped_loses_no_record",
+        &["kill", "300"],
+        false,
+    );
+    assert_eq!(segs.len(), 1, "{segs:?}");
+}
+
+#[test]
+fn a_forked_child_journals_into_a_segment_of_its_own_never_its_parents() {
+    let segs = segwriter_is_undone_exactly(
+        "a_forked_child_journals_into_a_segment_of_its_own_never_its_parents",
+        &["fork", "200"],
+        true,
+    );
+    let pids: std::collections::BTreeSet<u32> = segs.iter().map(|(p, _)| *p).collect();
+    assert_eq!(pids.len(), 2, "parent and child each made one: {segs:?}");
+}
+
+#[test]
+fn a_child_forked_without_the_fork_handlers_never_copies_into_its_parents_segment() {
+    // syscall(SYS_fork) runs no pthread_atfork handler: the child has a copy of its parent's
+    // memory, segment cursor included. Were it to copy into that segment, the parent's next
+    // records would land exactly on its records.
+    let segs = segwriter_is_undone_exactly(
+        "a_child_forked_without_the_fork_handlers_never_copies_into_its_parents_segment",
+        &["rawfork", "200"],
+        true,
+    );
+    let pids: std::collections::BTreeSet<u32> = segs.iter().map(|(p, _)| *p).collect();
+    assert_eq!(pids.len(), 2, "the child made a segment of its own: {segs:?}");
+}
+
+#[test]
+fn a_vfork_child_that_changes_a_file_journals_it_without_touching_its_parents_segment() {
+    segwriter_is_undone_exactly(
+        "a_vfork_child_that_changes_a_file_journals_it_without_touching_its_parents_segment",
+        &["vfork", "100"],
+        true,
+    );
+}
+
+#[test]
+fn with_sync_no_process_journals_into_a_segment() {
+    let s = Scratch::new("with_sync_no_process_journals_into_a_segment");
+    let prog = compile(&s, "segwriter");
+    let session = s.session("session");
+    let mut cmd = run_cmd(&s, &session, &[prog.as_os_str(), "kill".as_ref(), "100".as_ref()]);
+    cmd.env("AETHER_JOURNAL_SYNC", "1");
+    let _ = bounded(cmd, 120);
+    assert!(segments(&session).is_empty());
+    let log = s.log_json(&session);
+    assert!(log["records"].as_array().unwrap().len() >= 100, "every record is in the journal file");
+}

@@ -30,6 +30,7 @@ mod hooks;
 mod index;
 mod ops;
 mod real;
+mod segment;
 mod state;
 
 use std::ffi::{c_char, c_int};
@@ -81,10 +82,11 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     set_errno(saved);
 }
 
-/// In a forked child: it owns its copies of the store's descriptors now, and datagram
-/// destinations are journaled once per *process*.
+/// In a forked child: it owns its copies of the store's descriptors now, its parent's
+/// journal segment is not its own, and datagram destinations are journaled once per *process*.
 extern "C" fn after_fork_in_child() {
     state::adopt_store_after_fork();
+    segment::forget_after_fork();
     effects::forget_destinations();
 }
 

@@ -658,6 +658,9 @@ impl Store {
             op,
         };
         let line = journal::journal::encode_line(&rec);
+        if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
+            return seq;
+        }
         let written = self.journal.with(|fd| {
             let ok = journal::capture::write_all(fd, &line).is_ok();
             if ok && self.settings.sync {

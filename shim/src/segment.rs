@@ -1,0 +1,217 @@
+//! Journal segments: once a process has journaled [`WRITES_FIRST`] records through `write(2)`
+//! on the shared journal, it copies the rest into files of its own under
+//! `<session>/segments/`, each preallocated with `fallocate` and mapped shared. A record then
+//! costs a copy into memory instead of a system call that takes the journal's inode lock and
+//! moves its size and times (about 3 us per record on ext4 here: most of what the shim adds
+//! to `tar x`). Short-lived processes (a compiler, a shell command) never make a segment.
+//!
+//! A copied record is in the page cache, not in the process, so it survives the process's
+//! death exactly as a written one does (and a machine crash exactly as badly: neither is
+//! synced without `AETHER_JOURNAL_SYNC=1`, under which segments are not used at all). Each
+//! record's final LF is stored after the rest of it, so a reader that finds the LF has the
+//! whole line; see `journal` in the core library for how segments are read.
+//!
+//! Lock-free, like the rest of the shim: threads reserve room with one atomic add; a record
+//! that does not fit, or comes while another thread is mapping the next segment, goes to the
+//! journal file instead (records are ordered by `seq`, never by where they are). Filled
+//! segments are never unmapped (a thread may still be copying into one) but are released
+//! from the process's resident set with `MADV_DONTNEED`, which a late copy survives (it
+//! faults the page back in from the file).
+//!
+//! Which segment is current is kept in a page marked `MADV_WIPEONFORK`: a forked child,
+//! whether or not the fork ran our handler (`syscall(SYS_fork)`, `clone` without `CLONE_VM`),
+//! sees it zeroed and never copies into its parent's segment through its copy of the parent's
+//! memory, and no record pays a `getpid` to prove it. A child that shares its parent's memory
+//! (`vfork`, `posix_spawn`) shares the segment and its atomic cursor too, which is sound.
+//!
+//! What this module cannot do: protect a process from `SIGBUS` if something outside the
+//! session truncates its segment while it is mapped (the session's own processes are refused
+//! any change to the store); or work where `fallocate` or `MADV_WIPEONFORK` (Linux 4.14) is
+//! not supported: the process then keeps writing to the journal file.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
+
+use rustix::fs::{AtFlags, CWD, FallocateFlags, Mode, OFlags};
+use rustix::io::Errno;
+
+/// Size of one segment file (and its mapping). A process's resident set grows by at most
+/// this much for its segments.
+pub const SEGMENT_LEN: usize = 256 * 1024;
+/// Records a process journals through `write(2)` before it makes a segment.
+pub const WRITES_FIRST: u32 = 16;
+/// Segments one process image maps at most (never unmapped: a cap on address space and on
+/// the process's count of mappings); the rest of its records go to the journal file.
+const MAX_SEGMENTS: u32 = 1024;
+/// Larger records (an exec with a huge command line) go to the journal file.
+const LARGEST: usize = SEGMENT_LEN / 16;
+
+/// One mapped segment.
+struct Window {
+    base: *mut u8,
+    /// Next free byte; may run past [`SEGMENT_LEN`] (a reservation that did not fit).
+    cursor: AtomicUsize,
+}
+
+// SAFETY: `base` points into a shared mapping that is never unmapped; threads write disjoint
+// ranges of it, each reserved with one atomic add on `cursor`.
+unsafe impl Sync for Window {}
+// SAFETY: as above.
+unsafe impl Send for Window {}
+
+/// Points into a private page marked `MADV_WIPEONFORK` that holds the current segment's
+/// `Window` pointer (see the module docs); null until a process makes its first segment.
+static CURRENT: AtomicPtr<AtomicPtr<Window>> = AtomicPtr::new(std::ptr::null_mut());
+/// Records this process image sent to the journal file while it had no segment.
+static WRITTEN: AtomicU32 = AtomicU32::new(0);
+static MAPPED: AtomicU32 = AtomicU32::new(0);
+static MAPPING: AtomicBool = AtomicBool::new(false);
+/// Set when a segment could not be made: the journal file from then on.
+static OFF: AtomicBool = AtomicBool::new(false);
+
+/// The slot holding the current segment, made on first use.
+fn slot() -> Option<&'static AtomicPtr<Window>> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null CURRENT points into a page that is never unmapped; its first
+        // word is an AtomicPtr (page-aligned, zero = null).
+        return Some(unsafe { &*p });
+    }
+    // SAFETY: a fresh private anonymous page at an address of the kernel's choosing.
+    let page = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            4096,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE,
+        )
+    }
+    .ok()?;
+    // SAFETY: `page` is the 4096-byte mapping just made.
+    if unsafe { rustix::mm::madvise(page, 4096, rustix::mm::Advice::LinuxWipeOnFork) }.is_err() {
+        // SAFETY: nobody else has seen `page`.
+        let _ = unsafe { rustix::mm::munmap(page, 4096) };
+        return None;
+    }
+    let fresh = page.cast::<AtomicPtr<Window>>();
+    match CURRENT.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: as for the first branch.
+        Ok(_) => Some(unsafe { &*fresh }),
+        Err(winner) => {
+            // SAFETY: our page was never shared; the winner's is never unmapped.
+            let _ = unsafe { rustix::mm::munmap(page, 4096) };
+            // SAFETY: as for the first branch.
+            Some(unsafe { &*winner })
+        }
+    }
+}
+
+/// Copies `line` (one encoded record, ending in LF) into this process's segment. `false`: the
+/// caller must write it to the journal file instead. `seq` is the record's, naming a new
+/// segment when this record opens one. No system call unless a segment is made.
+pub fn append(session_dir: &[u8], seq: u64, line: &[u8]) -> bool {
+    if line.len() > LARGEST || line.last() != Some(&b'\n') || OFF.load(Ordering::Relaxed) {
+        return false;
+    }
+    let current = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a non-null CURRENT points into a page that is never unmapped.
+    let cur = if current.is_null() { std::ptr::null_mut() } else { unsafe { &*current }.load(Ordering::Acquire) };
+    if cur.is_null() {
+        if WRITTEN.fetch_add(1, Ordering::Relaxed) < WRITES_FIRST {
+            return false;
+        }
+    } else {
+        // SAFETY: a non-null window pointer is a leaked Box that is never freed.
+        if copy_into(unsafe { &*cur }, line) {
+            return true;
+        }
+    }
+    if MAPPING.swap(true, Ordering::Acquire) {
+        return false; // another thread is making the next segment
+    }
+    let Some(slot) = slot() else {
+        OFF.store(true, Ordering::Relaxed);
+        MAPPING.store(false, Ordering::Release);
+        return false;
+    };
+    if slot.load(Ordering::Acquire) == cur {
+        if let Some(fresh) = make(session_dir, seq) {
+            slot.store(fresh, Ordering::Release);
+            if !cur.is_null() {
+                // SAFETY: `cur` is a filled segment's leaked Window; its mapping stays in
+                // place (a late copy into it faults the page back in from the file).
+                let _ =
+                    unsafe { rustix::mm::madvise((*cur).base.cast(), SEGMENT_LEN, rustix::mm::Advice::LinuxDontNeed) };
+            }
+        }
+    }
+    MAPPING.store(false, Ordering::Release);
+    let now = slot.load(Ordering::Acquire);
+    // SAFETY: a non-null window pointer is a leaked Box that is never freed.
+    !now.is_null() && now != cur && copy_into(unsafe { &*now }, line)
+}
+
+/// Reserves room for `line` in `w` and copies it there, LF last.
+fn copy_into(w: &Window, line: &[u8]) -> bool {
+    let at = w.cursor.fetch_add(line.len(), Ordering::Relaxed);
+    if at.checked_add(line.len()).is_none_or(|end| end > SEGMENT_LEN) {
+        return false;
+    }
+    let body = line.len() - 1;
+    // SAFETY: [at, at + len) lies inside the SEGMENT_LEN-byte mapping at `base` (checked
+    // above), which is never unmapped, and no other thread was given any of it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(line.as_ptr(), w.base.add(at), body);
+        // The LF marks the line complete: it must not be stored before the rest.
+        fence(Ordering::Release);
+        std::ptr::write_volatile(w.base.add(at + body), b'\n');
+    }
+    true
+}
+
+/// Creates, preallocates and maps a new segment `<dir>/segments/PID-SEQ`.
+fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    if MAPPED.load(Ordering::Relaxed) >= MAX_SEGMENTS {
+        OFF.store(true, Ordering::Relaxed);
+        return None;
+    }
+    let made = crate::alloc::persistent(|| {
+        let dir = [session_dir, b"/", journal::session::SEGMENTS_DIR.as_bytes()].concat();
+        let path = [&dir[..], format!("/{pid}-{seq}").as_bytes()].concat();
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let mode = Mode::from_raw_mode(0o600);
+        let fd = match rustix::fs::openat(CWD, path.as_slice(), flags, mode) {
+            Err(Errno::NOENT) => {
+                let _ = rustix::fs::mkdirat(CWD, dir.as_slice(), Mode::from_raw_mode(0o700));
+                rustix::fs::openat(CWD, path.as_slice(), flags, mode)
+            }
+            other => other,
+        }
+        .ok()?;
+        // Blocks allocated now: a copy into the mapping can never meet a full disk (SIGBUS).
+        if rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, SEGMENT_LEN as u64).is_err() {
+            let _ = rustix::fs::unlinkat(CWD, path.as_slice(), AtFlags::empty());
+            return None;
+        }
+        let base = crate::state::map_shared(rustix::fd::AsFd::as_fd(&fd), SEGMENT_LEN)?;
+        Some(Box::into_raw(Box::new(Window { base: base.cast(), cursor: AtomicUsize::new(0) })))
+    });
+    match made {
+        Some(w) => {
+            MAPPED.fetch_add(1, Ordering::Relaxed);
+            Some(w)
+        }
+        None => {
+            OFF.store(true, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// In a forked child (fork handler): the kernel has already zeroed the slot; the child
+/// starts over with the journal file and makes its own segment if it journals enough, even if
+/// the fork caught another thread making one.
+pub fn forget_after_fork() {
+    WRITTEN.store(0, Ordering::Relaxed);
+    MAPPING.store(false, Ordering::Relaxed);
+}

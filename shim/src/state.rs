@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 use journal::BPath;
 use journal::capture::Counters;
 use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
-use journal::record::{Op, RECORD_VERSION, Record};
+use journal::journal::RecordRef;
+use journal::record::{Op, RECORD_VERSION};
 use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use rustix::fs::{Mode, OFlags};
 
@@ -647,15 +648,15 @@ impl Store {
 
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
-        let rec = Record {
+        let rec = RecordRef {
             v: RECORD_VERSION,
             seq,
-            time: session::now_rfc3339(),
+            time: session::now_rfc3339_display(),
             pid,
             ppid,
-            prog: self.prog.clone(),
-            call: call.to_string(),
-            op,
+            prog: &self.prog,
+            call,
+            op: &op,
         };
         let line = journal::journal::encode_line(&rec);
         if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {

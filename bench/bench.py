@@ -177,13 +177,19 @@ def workloads(inp, root, progs):
 
 
 def journal_records(session):
-    """How many records the session holds that change files (exec records do not count)."""
-    path = os.path.join(session, "journal")
-    if not os.path.exists(path):
-        return 0
+    """How many records the session holds that change files (exec records do not count): in
+    the journal file and in every per-process segment (NUL bytes there are unfilled room)."""
+    files = [os.path.join(session, "journal")]
+    seg_dir = os.path.join(session, "segments")
+    if os.path.isdir(seg_dir):
+        files += [os.path.join(seg_dir, name) for name in sorted(os.listdir(seg_dir))]
     n = 0
-    with open(path, "rb") as fh:
-        for line in fh:
+    for path in files:
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read()
+        for line in data.replace(b"\0", b"\n").split(b"\n"):
             try:
                 kind = json.loads(line.split(b" ", 1)[1])["op"]["kind"]
             except (IndexError, ValueError, KeyError):

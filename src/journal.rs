@@ -271,6 +271,30 @@ impl JournalContents {
             .collect()
     }
 
+    /// The [`crate::record::Op::TempName`] intents no later record completes: the process died
+    /// (or could not journal) between the mkstemp-like call and the record naming what it
+    /// created. An intent is completed by a `call_failed` of it, or by the first later `change`
+    /// from `absent` of the same process whose path its template can produce.
+    pub fn interrupted_temp_names(&self) -> std::collections::HashSet<u64> {
+        use crate::record::{Before, Op};
+        let failed = self.failed_calls();
+        let mut open: Vec<(u32, &crate::bpath::BPath, u64)> = Vec::new();
+        for r in &self.records {
+            match &r.op {
+                Op::TempName { template } if !failed.contains(&r.seq) => open.push((r.pid, template, r.seq)),
+                Op::Change { path, before: Before::Absent } => {
+                    if let Some(i) =
+                        open.iter().position(|(pid, t, _)| *pid == r.pid && crate::record::matches_template(t, path))
+                    {
+                        open.remove(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        open.into_iter().map(|(_, _, seq)| seq).collect()
+    }
+
     /// One sentence per incomplete record (main file first, then segments).
     pub fn torn_messages(&self) -> Vec<String> {
         let tail = self.torn_tail.map(|at| {

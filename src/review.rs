@@ -532,6 +532,17 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
     for r in journal.records.iter().filter(|r| r.irreversible() && !failed.contains(&r.seq)) {
         rv.irreversible.push(IrreversibleStep { seq: r.seq, what: irreversible_what(r) });
     }
+    let interrupted = journal.interrupted_temp_names();
+    for r in journal.records.iter().filter(|r| interrupted.contains(&r.seq)) {
+        if let Op::TempName { template } = &r.op {
+            let what = format!(
+                "{} {}: interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost); undo cannot remove what it created",
+                r.call,
+                template.display_lossy()
+            );
+            rv.irreversible.push(IrreversibleStep { seq: r.seq, what });
+        }
+    }
     for p in &journal.problems {
         rv.irreversible.push(IrreversibleStep { seq: p.seq().unwrap_or(0), what: p.describe() });
     }

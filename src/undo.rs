@@ -361,7 +361,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         prior: Default::default(),
         current: Default::default(),
         drift: Default::default(),
-        interrupted: interrupted_temp_names(plan.journal),
+        interrupted: plan.journal.interrupted_temp_names(),
     };
     let failed_calls = plan.journal.failed_calls();
     let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
@@ -455,31 +455,9 @@ struct Executor<'a> {
     prior: std::cell::RefCell<std::collections::HashMap<BPath, PriorFacts>>,
     /// The record being undone (for deferred work's report lines).
     current: std::cell::Cell<Option<u64>>,
-    /// `temp_name` intents no later record completes (see [`interrupted_temp_names`]).
+    /// `temp_name` intents no later record completes (see
+    /// [`JournalContents::interrupted_temp_names`]).
     interrupted: HashSet<u64>,
-}
-
-/// The [`Op::TempName`] intents no later record completes: the process died (or could not
-/// journal) between the mkstemp-like call and the record naming what it created. An intent is
-/// completed by a `call_failed` of it, or by the first later `change` from `absent` of the same
-/// process whose path its template can produce.
-fn interrupted_temp_names(journal: &JournalContents) -> HashSet<u64> {
-    let failed = journal.failed_calls();
-    let mut open: Vec<(u32, &BPath, u64)> = Vec::new();
-    for r in &journal.records {
-        match &r.op {
-            Op::TempName { template } if !failed.contains(&r.seq) => open.push((r.pid, template, r.seq)),
-            Op::Change { path, before: Before::Absent } => {
-                if let Some(i) =
-                    open.iter().position(|(pid, t, _)| *pid == r.pid && crate::record::matches_template(t, path))
-                {
-                    open.remove(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    open.into_iter().map(|(_, _, seq)| seq).collect()
 }
 
 /// Names in `template`'s directory that it can produce, as they are now (at most 10).
@@ -2192,18 +2170,19 @@ mod tests {
         let j = |records: Vec<Record>| JournalContents { records, ..Default::default() };
         let t = || Op::TempName { template: template.clone() };
         // Another process's file, a name in another directory, a name of another length.
-        let interrupted = interrupted_temp_names(&j(vec![
+        let interrupted = j(vec![
             rec(1, 10, t()),
             rec(2, 11, absent("/d/tmpabcdef")),
             rec(3, 10, absent("/e/tmpabcdef")),
             rec(4, 10, absent("/d/tmpabcdefg")),
-        ]));
+        ])
+        .interrupted_temp_names();
         assert_eq!(interrupted, HashSet::from([1]));
         // Two intents of one process, one completion: one stays open.
         let interrupted =
-            interrupted_temp_names(&j(vec![rec(1, 10, t()), rec(2, 10, t()), rec(3, 10, absent("/d/tmpabcdef"))]));
+            j(vec![rec(1, 10, t()), rec(2, 10, t()), rec(3, 10, absent("/d/tmpabcdef"))]).interrupted_temp_names();
         assert_eq!(interrupted.len(), 1);
-        assert!(interrupted_temp_names(&j(vec![rec(1, 10, t()), rec(2, 10, absent("/d/tmpQ1w2E3"))])).is_empty());
+        assert!(j(vec![rec(1, 10, t()), rec(2, 10, absent("/d/tmpQ1w2E3"))]).interrupted_temp_names().is_empty());
     }
 
     #[test]

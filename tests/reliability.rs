@@ -603,6 +603,15 @@ fn sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo
     assert!(skipped[0]["path"].as_str().unwrap().ends_with("/sedXXXXXX"), "the template is named: {r}");
     assert!(skipped[0]["why"].as_str().unwrap().contains(&left[0]), "so is the file left behind: {r}");
     assert_eq!(std::fs::read_to_string(s.path("f.txt")).unwrap(), "alpha\n");
+    // Review, read before deciding, lists it among the steps undo cannot reverse.
+    let out = s.cli(&["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review --json");
+    let listed: Vec<&str> =
+        review["irreversible"].as_array().unwrap().iter().filter_map(|i| i["what"].as_str()).collect();
+    assert!(
+        listed.iter().any(|w| w.contains("sedXXXXXX") && w.contains("interrupted")),
+        "review names the interrupted temporary name: {review}"
+    );
 }
 
 /// The segment files of a session, as (pid that made it, size).

@@ -113,13 +113,7 @@ impl Header {
 
 /// Current time as RFC 3339 with nanoseconds.
 pub fn now_rfc3339() -> String {
-    now_rfc3339_display().to_string()
-}
-
-/// Current time as RFC 3339 with nanoseconds, to be formatted where it is written (no
-/// allocation).
-pub fn now_rfc3339_display() -> impl std::fmt::Display {
-    humantime::format_rfc3339_nanos(SystemTime::now())
+    humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
 }
 
 /// Current time as RFC 3339 with whole seconds.

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 use journal::BPath;
 use journal::capture::Counters;
 use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
-use journal::journal::RecordRef;
-use journal::record::{Op, RECORD_VERSION};
+use journal::journal::Envelope;
+use journal::record::Op;
 use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use rustix::fs::{Mode, OFlags};
 
@@ -450,6 +450,8 @@ pub struct Store {
     pub counters: SharedCounters,
     /// `/proc/self/exe` of this process image.
     pub prog: BPath,
+    /// The same, encoded as JSON once for every record.
+    prog_json: Vec<u8>,
     /// Budgets, policy, sync.
     pub settings: Settings,
     /// The uid that owns the session store: only it (and root) can write there.
@@ -530,6 +532,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
         journal,
         blobs,
         counters,
+        prog_json: journal::journal::prog_json(&prog),
         prog,
         settings: cfg.settings.clone(),
         owner_uid,
@@ -648,17 +651,8 @@ impl Store {
 
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
-        let rec = RecordRef {
-            v: RECORD_VERSION,
-            seq,
-            time: session::now_rfc3339_display(),
-            pid,
-            ppid,
-            prog: &self.prog,
-            call,
-            op: &op,
-        };
-        let line = journal::journal::encode_line(&rec);
+        let env = Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call };
+        let line = journal::journal::encode_fields(&env, &op);
         if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
             return seq;
         }

@@ -138,7 +138,17 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
         line.extend_from_slice(b"\"\"");
     }
     line.extend_from_slice(b",\"op\":");
-    if serde_json::to_writer(&mut line, op).is_err() {
+    let written = match op {
+        // The commonest record of all (every file a build or an unpack creates).
+        crate::record::Op::Change { path, before: crate::record::Before::Absent } => {
+            line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
+            let ok = serde_json::to_writer(&mut line, path).is_ok();
+            line.extend_from_slice(b",\"before\":{\"state\":\"absent\"}}");
+            ok
+        }
+        _ => serde_json::to_writer(&mut line, op).is_ok(),
+    };
+    if !written {
         line.extend_from_slice(b"null");
     }
     line.push(b'}');
@@ -530,6 +540,7 @@ mod tests {
         };
         let ops = [
             Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
+            Op::Change { path: BPath::from("/t/plain \"quoted\" é"), before: Before::Absent },
             meta,
             Op::CallFailed { of_seq: 4, errno: 17 },
         ];

@@ -664,6 +664,17 @@ fn records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_u
 }
 
 #[test]
+fn a_filled_segment_is_unmapped_so_a_long_run_keeps_one_mapped() {
+    let s = Scratch::new("a_filled_segment_is_unmapped_so_a_long_run_keeps_one_mapped");
+    let prog = compile(&s, "segwriter");
+    let argv = [prog.as_os_str(), "maps".as_ref(), "3000".as_ref()];
+    undone_exactly_after(&s, &argv, 120, |out| assert_stdout(out, "1"));
+    // 3,000 records of ~250 bytes filled several segments, of which only the current one is
+    // still in the process's address space.
+    assert!(segments(&s.session("session")).len() >= 3, "{:?}", segments(&s.session("session")));
+}
+
+#[test]
 fn a_process_killed_while_its_segment_is_mapped_loses_no_record() {
     let segs = segwriter_is_undone_exactly(
         "a_process_killed_while_its_segment_is_mapped_loses_no_record",

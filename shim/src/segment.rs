@@ -13,10 +13,11 @@
 //!
 //! Lock-free, like the rest of the shim: threads reserve room with one atomic add; a record
 //! that does not fit, or comes while another thread is mapping the next segment, goes to the
-//! journal file instead (records are ordered by `seq`, never by where they are). Filled
-//! segments are never unmapped (a thread may still be copying into one) but are released
-//! from the process's resident set with `MADV_DONTNEED`, which a late copy survives (it
-//! faults the page back in from the file).
+//! journal file instead (records are ordered by `seq`, never by where they are). A filled
+//! segment is unmapped once no thread can still be copying into it: every copy is counted in
+//! flight from before it loads the current segment until it has finished, and retired
+//! segments are unmapped only at a moment that count is zero (otherwise at a later roll), so
+//! a process's address space holds its current segment and few others.
 //!
 //! Which segment is current is kept in a page marked `MADV_WIPEONFORK`: a forked child,
 //! whether or not the fork ran our handler (`syscall(SYS_fork)`, `clone` without `CLONE_VM`),
@@ -39,9 +40,11 @@ use rustix::io::Errno;
 pub const SEGMENT_LEN: usize = 256 * 1024;
 /// Records a process journals through `write(2)` before it makes a segment.
 pub const WRITES_FIRST: u32 = 16;
-/// Segments one process image maps at most (never unmapped: a cap on address space and on
-/// the process's count of mappings); the rest of its records go to the journal file.
-const MAX_SEGMENTS: u32 = 1024;
+/// Segments one process image keeps mapped at most (current and retired not yet unmapped);
+/// past that, its records go to the journal file.
+const MAX_SEGMENTS: u32 = 64;
+/// Retired segments waiting to be unmapped.
+const RETIRED_SLOTS: usize = 16;
 /// Larger records (an exec with a huge command line) go to the journal file.
 const LARGEST: usize = SEGMENT_LEN / 16;
 
@@ -52,8 +55,9 @@ struct Window {
     cursor: AtomicUsize,
 }
 
-// SAFETY: `base` points into a shared mapping that is never unmapped; threads write disjoint
-// ranges of it, each reserved with one atomic add on `cursor`.
+// SAFETY: `base` points into a shared mapping that stays mapped while any thread is counted in
+// flight (see IN_FLIGHT); threads write disjoint ranges of it, each reserved with one atomic
+// add on `cursor`.
 unsafe impl Sync for Window {}
 // SAFETY: as above.
 unsafe impl Send for Window {}
@@ -63,7 +67,13 @@ unsafe impl Send for Window {}
 static CURRENT: AtomicPtr<AtomicPtr<Window>> = AtomicPtr::new(std::ptr::null_mut());
 /// Records this process image sent to the journal file while it had no segment.
 static WRITTEN: AtomicU32 = AtomicU32::new(0);
+/// Segments mapped now (current and retired).
 static MAPPED: AtomicU32 = AtomicU32::new(0);
+/// Copies between loading the current segment and finishing with it.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Filled segments not yet unmapped (their `Window`s are never freed: a stale pointer to one
+/// is only ever compared, never followed, outside a copy counted in flight).
+static RETIRED: [AtomicPtr<Window>; RETIRED_SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; RETIRED_SLOTS];
 static MAPPING: AtomicBool = AtomicBool::new(false);
 /// Set when a segment could not be made: the journal file from then on.
 static OFF: AtomicBool = AtomicBool::new(false);
@@ -113,18 +123,31 @@ pub fn append(session_dir: &[u8], seq: u64, line: &[u8]) -> bool {
         return false;
     }
     let current = CURRENT.load(Ordering::Acquire);
-    // SAFETY: a non-null CURRENT points into a page that is never unmapped.
-    let cur = if current.is_null() { std::ptr::null_mut() } else { unsafe { &*current }.load(Ordering::Acquire) };
-    if cur.is_null() {
+    if current.is_null() {
         if WRITTEN.fetch_add(1, Ordering::Relaxed) < WRITES_FIRST {
             return false;
         }
-    } else {
-        // SAFETY: a non-null window pointer is a leaked Box that is never freed.
-        if copy_into(unsafe { &*cur }, line) {
-            return true;
-        }
+        return roll(session_dir, seq, std::ptr::null_mut(), line);
     }
+    // SAFETY: a non-null CURRENT points into a page that is never unmapped.
+    let slot = unsafe { &*current };
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    let cur = slot.load(Ordering::SeqCst);
+    // SAFETY: a window loaded while counted in flight stays mapped until the count drops.
+    let copied = !cur.is_null() && copy_into(unsafe { &*cur }, line);
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    if copied {
+        return true;
+    }
+    if cur.is_null() && WRITTEN.fetch_add(1, Ordering::Relaxed) < WRITES_FIRST {
+        return false; // a forked child, whose slot the kernel zeroed, starts over
+    }
+    roll(session_dir, seq, cur, line)
+}
+
+/// Makes the next segment (unless another thread is making one, or made one since `cur` was
+/// current), retires `cur`, and copies `line` into the new one.
+fn roll(session_dir: &[u8], seq: u64, cur: *mut Window, line: &[u8]) -> bool {
     if MAPPING.swap(true, Ordering::Acquire) {
         return false; // another thread is making the next segment
     }
@@ -133,24 +156,52 @@ pub fn append(session_dir: &[u8], seq: u64, line: &[u8]) -> bool {
         MAPPING.store(false, Ordering::Release);
         return false;
     };
-    if slot.load(Ordering::Acquire) == cur {
+    if slot.load(Ordering::SeqCst) == cur {
         if let Some(fresh) = make(session_dir, seq) {
-            slot.store(fresh, Ordering::Release);
+            slot.store(fresh, Ordering::SeqCst);
             if !cur.is_null() {
-                // SAFETY: `cur` is a filled segment's leaked Window; its mapping stays in
-                // place (a late copy into it faults the page back in from the file).
-                let _ =
-                    unsafe { rustix::mm::madvise((*cur).base.cast(), SEGMENT_LEN, rustix::mm::Advice::LinuxDontNeed) };
+                retire(cur);
             }
         }
     }
     MAPPING.store(false, Ordering::Release);
-    let now = slot.load(Ordering::Acquire);
-    // SAFETY: a non-null window pointer is a leaked Box that is never freed.
-    !now.is_null() && now != cur && copy_into(unsafe { &*now }, line)
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    let now = slot.load(Ordering::SeqCst);
+    // SAFETY: loaded while counted in flight (see `append`).
+    let copied = !now.is_null() && now != cur && copy_into(unsafe { &*now }, line);
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    copied
 }
 
-/// Reserves room for `line` in `w` and copies it there, LF last.
+/// Queues a filled segment for unmapping and unmaps every queued one if no copy is in flight.
+/// Runs only while MAPPING is held (one thread at a time).
+fn retire(old: *mut Window) {
+    match RETIRED.iter().find(|r| r.load(Ordering::Relaxed).is_null()) {
+        Some(free) => free.store(old, Ordering::Relaxed),
+        None => {
+            // The queue is full: the mapping stays, released from the resident set only,
+            // which a late copy survives (the page faults back in from the file).
+            // SAFETY: `old` is a leaked Window whose SEGMENT_LEN-byte mapping stays in place.
+            let _ = unsafe { rustix::mm::madvise((*old).base.cast(), SEGMENT_LEN, rustix::mm::Advice::LinuxDontNeed) };
+        }
+    }
+    // A copy that starts after this load of zero loads the slot after the new segment was
+    // stored in it (SeqCst), so it can never reach a retired one.
+    if IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+        return; // a later roll unmaps them
+    }
+    for r in &RETIRED {
+        let w = r.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !w.is_null() {
+            // SAFETY: a retired segment no copy can reach (above); its Window is never freed.
+            let _ = unsafe { rustix::mm::munmap((*w).base.cast(), SEGMENT_LEN) };
+            MAPPED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reserves room for `line` in `w` and copies it there, LF last. The caller is counted in
+/// flight (IN_FLIGHT) from before it loaded `w` until this returns.
 fn copy_into(w: &Window, line: &[u8]) -> bool {
     let at = w.cursor.fetch_add(line.len(), Ordering::Relaxed);
     if at.checked_add(line.len()).is_none_or(|end| end > SEGMENT_LEN) {
@@ -158,7 +209,8 @@ fn copy_into(w: &Window, line: &[u8]) -> bool {
     }
     let body = line.len() - 1;
     // SAFETY: [at, at + len) lies inside the SEGMENT_LEN-byte mapping at `base` (checked
-    // above), which is never unmapped, and no other thread was given any of it.
+    // above), which stays mapped while the caller is counted in flight, and no other thread
+    // was given any of it.
     unsafe {
         std::ptr::copy_nonoverlapping(line.as_ptr(), w.base.add(at), body);
         // The LF marks the line complete: it must not be stored before the rest.
@@ -214,4 +266,6 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
 pub fn forget_after_fork() {
     WRITTEN.store(0, Ordering::Relaxed);
     MAPPING.store(false, Ordering::Relaxed);
+    // Only the forking thread lives on, and it was not copying.
+    IN_FLIGHT.store(0, Ordering::Relaxed);
 }

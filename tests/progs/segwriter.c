@@ -3,8 +3,9 @@
  * with and without the fork handlers (the child must never copy into its parent's segment),
  * a vfork child, and a SIGKILL while a segment is mapped.
  *
- *   segwriter threads T N | fork N | rawfork N | vfork N | kill N
+ *   segwriter threads T N | fork N | rawfork N | vfork N | kill N | maps N
  *
+ * `maps` prints how many journal segments the process still has mapped at the end.
  * Every mode creates files named after who made them (t<thread>_<i>, p_<i>, c_<i>, v_0). */
 #include <fcntl.h>
 #include <pthread.h>
@@ -62,6 +63,16 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "kill") == 0) {
         raise(SIGKILL);
         return 3;
+    }
+    if (strcmp(mode, "maps") == 0) {
+        FILE *f = fopen("/proc/self/maps", "r");
+        char line[4096];
+        int mapped = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, "/segments/")) mapped++;
+        if (f) fclose(f);
+        printf("%d\n", mapped);
+        return 0;
     }
     pid_t pid;
     if (strcmp(mode, "fork") == 0) {

@@ -542,7 +542,13 @@ fn h_mktemp<R: CreatedOk + Refusal>(call: &'static str, real: impl FnOnce() -> R
     // SAFETY: the caller's template, a NUL-terminated string (the call's contract); copied
     // because the call rewrites it.
     let Some(t) = (unsafe { template.cast_const().to_rust() }).map(<[u8]>::to_vec) else { return real() };
-    let result = journaled(call, &t, |s| ops::before_mktemp(s, call, &t), real, CreatedOk::created);
+    let resolved = std::cell::Cell::new(None);
+    let before = |s| {
+        let (pending, abs) = ops::before_mktemp(s, call, &t);
+        resolved.set(abs);
+        pending
+    };
+    let result = journaled(call, &t, before, real, CreatedOk::created);
     injected_kill_after(call);
     if result.created() {
         after_call(call, || {
@@ -550,11 +556,13 @@ fn h_mktemp<R: CreatedOk + Refusal>(call: &'static str, real: impl FnOnce() -> R
                 // SAFETY: on success the call left a NUL-terminated name in the caller's
                 // template buffer, which stays valid for the duration of this call.
                 if let Some(p) = unsafe { template.cast_const().to_rust() } {
-                    ops::after_created(s, call, p, result.fd());
+                    ops::after_created(s, call, p, resolved.take().as_ref(), result.fd());
                 }
             }
         });
     }
+    // Freed here whatever happened (a block is always freed where it came from).
+    drop(resolved);
     result
 }
 

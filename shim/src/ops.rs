@@ -542,21 +542,36 @@ pub fn before_create(store: &Store, call: &str, dirfd: i32, path: &[u8]) -> Pend
 
 /// Before a call that creates a name from a template (the mkstemp family, mkdtemp): the
 /// intent, so that a process killed before [`after_created`] leaves a trace undo reports.
-pub fn before_mktemp(store: &Store, call: &str, template: &[u8]) -> Pending {
+/// Also returns the template's absolute name, which names the directory the call creates in.
+pub fn before_mktemp(store: &Store, call: &str, template: &[u8]) -> (Pending, Option<BPath>) {
     match target_or_record(store, call, libc::AT_FDCWD, template, false) {
-        Ok(t) => Pending::Recorded(store.record(call, Op::TempName { template: t.abs })),
-        Err(p) => p,
+        Ok(t) => {
+            let abs = t.abs.clone();
+            (Pending::Recorded(store.record(call, Op::TempName { template: t.abs })), Some(abs))
+        }
+        Err(p) => (p, None),
     }
 }
 
 /// After a call that created a name we could only learn from its result (the mkstemp
-/// family, mkdtemp): it did not exist before, so undo removes it.
-pub fn after_created(store: &Store, call: &str, path: &[u8], fd: Option<i32>) {
-    if let Ok(t) = target_or_record(store, call, libc::AT_FDCWD, path, false) {
-        store.record(call, Op::Change { path: t.abs, before: Before::Absent });
-        // Undo removes it whole: later descriptor changes to it need no records.
-        after(store, call, Pending::Created, true, 0, fd);
-    }
+/// family, mkdtemp): it did not exist before, so undo removes it. `template` is the absolute
+/// template [`before_mktemp`] journaled: the call only replaces the end of its last component,
+/// so the new name is found without a system call, which keeps the window in which a killed
+/// process leaves an intent nothing completes as short as it can be.
+pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&BPath>, fd: Option<i32>) {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    let abs = match template.and_then(BPath::split_parent) {
+        Some((dir, _)) if !name.is_empty() && name != b"." && name != b".." => {
+            BPath::new(journal::bpath::join(dir, name))
+        }
+        _ => match target_or_record(store, call, libc::AT_FDCWD, path, false) {
+            Ok(t) => t.abs,
+            Err(_) => return,
+        },
+    };
+    store.record(call, Op::Change { path: abs, before: Before::Absent });
+    // Undo removes it whole: later descriptor changes to it need no records.
+    after(store, call, Pending::Created, true, 0, fd);
 }
 
 /// Before a call that changes a node's metadata by name (chmod, chown, utime, setxattr and

@@ -35,9 +35,13 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering,
 use rustix::fs::{AtFlags, CWD, FallocateFlags, Mode, OFlags};
 use rustix::io::Errno;
 
-/// Size of one segment file (and its mapping). A process's resident set grows by at most
-/// this much for its segments.
-pub const SEGMENT_LEN: usize = 256 * 1024;
+/// Size of a process's first segment file (and its mapping). Each next one is twice the size
+/// of the one before, up to [`SEGMENT_MAX`]: a process that journals a few dozen records
+/// preallocates 16 KiB of store, not a quarter of a megabyte.
+pub const SEGMENT_FIRST: usize = 16 * 1024;
+/// Size of the largest segments. A process's resident set grows by at most this much for
+/// its segments.
+pub const SEGMENT_MAX: usize = 256 * 1024;
 /// Records a process journals through `write(2)` before it makes a segment.
 pub const WRITES_FIRST: u32 = 16;
 /// Segments one process image keeps mapped at most (current and retired not yet unmapped);
@@ -46,12 +50,14 @@ const MAX_SEGMENTS: u32 = 64;
 /// Retired segments waiting to be unmapped.
 const RETIRED_SLOTS: usize = 16;
 /// Larger records (an exec with a huge command line) go to the journal file.
-const LARGEST: usize = SEGMENT_LEN / 16;
+const LARGEST: usize = SEGMENT_FIRST / 4;
 
 /// One mapped segment.
 struct Window {
     base: *mut u8,
-    /// Next free byte; may run past [`SEGMENT_LEN`] (a reservation that did not fit).
+    /// Size of the mapping (and of the file).
+    len: usize,
+    /// Next free byte; may run past `len` (a reservation that did not fit).
     cursor: AtomicUsize,
 }
 
@@ -69,6 +75,8 @@ static CURRENT: AtomicPtr<AtomicPtr<Window>> = AtomicPtr::new(std::ptr::null_mut
 static WRITTEN: AtomicU32 = AtomicU32::new(0);
 /// Segments mapped now (current and retired).
 static MAPPED: AtomicU32 = AtomicU32::new(0);
+/// Segments this process made (each one twice the size of the one before, up to the cap).
+static MADE: AtomicU32 = AtomicU32::new(0);
 /// Copies between loading the current segment and finishing with it.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// Filled segments not yet unmapped (their `Window`s are never freed: a stale pointer to one
@@ -181,8 +189,8 @@ fn retire(old: *mut Window) {
         None => {
             // The queue is full: the mapping stays, released from the resident set only,
             // which a late copy survives (the page faults back in from the file).
-            // SAFETY: `old` is a leaked Window whose SEGMENT_LEN-byte mapping stays in place.
-            let _ = unsafe { rustix::mm::madvise((*old).base.cast(), SEGMENT_LEN, rustix::mm::Advice::LinuxDontNeed) };
+            // SAFETY: `old` is a leaked Window whose mapping stays in place.
+            let _ = unsafe { rustix::mm::madvise((*old).base.cast(), (*old).len, rustix::mm::Advice::LinuxDontNeed) };
         }
     }
     // A copy that starts after this load of zero loads the slot after the new segment was
@@ -194,7 +202,7 @@ fn retire(old: *mut Window) {
         let w = r.swap(std::ptr::null_mut(), Ordering::Relaxed);
         if !w.is_null() {
             // SAFETY: a retired segment no copy can reach (above); its Window is never freed.
-            let _ = unsafe { rustix::mm::munmap((*w).base.cast(), SEGMENT_LEN) };
+            let _ = unsafe { rustix::mm::munmap((*w).base.cast(), (*w).len) };
             MAPPED.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -204,11 +212,11 @@ fn retire(old: *mut Window) {
 /// flight (IN_FLIGHT) from before it loaded `w` until this returns.
 fn copy_into(w: &Window, line: &[u8]) -> bool {
     let at = w.cursor.fetch_add(line.len(), Ordering::Relaxed);
-    if at.checked_add(line.len()).is_none_or(|end| end > SEGMENT_LEN) {
+    if at.checked_add(line.len()).is_none_or(|end| end > w.len) {
         return false;
     }
     let body = line.len() - 1;
-    // SAFETY: [at, at + len) lies inside the SEGMENT_LEN-byte mapping at `base` (checked
+    // SAFETY: [at, at + len) lies inside the `w.len`-byte mapping at `base` (checked
     // above), which stays mapped while the caller is counted in flight, and no other thread
     // was given any of it.
     unsafe {
@@ -227,6 +235,7 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
         OFF.store(true, Ordering::Relaxed);
         return None;
     }
+    let len = (SEGMENT_FIRST << MADE.load(Ordering::Relaxed).min(8)).min(SEGMENT_MAX);
     let made = crate::alloc::persistent(|| {
         let dir = [session_dir, b"/", journal::session::SEGMENTS_DIR.as_bytes()].concat();
         let path = [&dir[..], format!("/{pid}-{seq}").as_bytes()].concat();
@@ -241,16 +250,17 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
         }
         .ok()?;
         // Blocks allocated now: a copy into the mapping can never meet a full disk (SIGBUS).
-        if rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, SEGMENT_LEN as u64).is_err() {
+        if rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, len as u64).is_err() {
             let _ = rustix::fs::unlinkat(CWD, path.as_slice(), AtFlags::empty());
             return None;
         }
-        let base = crate::state::map_shared(rustix::fd::AsFd::as_fd(&fd), SEGMENT_LEN)?;
-        Some(Box::into_raw(Box::new(Window { base: base.cast(), cursor: AtomicUsize::new(0) })))
+        let base = crate::state::map_shared(rustix::fd::AsFd::as_fd(&fd), len)?;
+        Some(Box::into_raw(Box::new(Window { base: base.cast(), len, cursor: AtomicUsize::new(0) })))
     });
     match made {
         Some(w) => {
             MAPPED.fetch_add(1, Ordering::Relaxed);
+            MADE.fetch_add(1, Ordering::Relaxed);
             Some(w)
         }
         None => {
@@ -265,6 +275,7 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
 /// the fork caught another thread making one.
 pub fn forget_after_fork() {
     WRITTEN.store(0, Ordering::Relaxed);
+    MADE.store(0, Ordering::Relaxed);
     MAPPING.store(false, Ordering::Relaxed);
     // Only the forking thread lives on, and it was not copying.
     IN_FLIGHT.store(0, Ordering::Relaxed);

@@ -3,7 +3,8 @@
 //! `<session>/segments/`, each preallocated with `fallocate` and mapped shared. A record then
 //! costs a copy into memory instead of a system call that takes the journal's inode lock and
 //! moves its size and times (about 3 us per record on ext4 here: most of what the shim adds
-//! to `tar x`). Short-lived processes (a compiler, a shell command) never make a segment.
+//! to `tar x`). A process that journals no more than that (a compiler, most shell commands)
+//! never makes a segment.
 //!
 //! A copied record is in the page cache, not in the process, so it survives the process's
 //! death exactly as a written one does (and a machine crash exactly as badly: neither is
@@ -39,8 +40,8 @@ use rustix::io::Errno;
 /// of the one before, up to [`SEGMENT_MAX`]: a process that journals a few dozen records
 /// preallocates 16 KiB of store, not a quarter of a megabyte.
 pub const SEGMENT_FIRST: usize = 16 * 1024;
-/// Size of the largest segments. A process's resident set grows by at most this much for
-/// its segments.
+/// Size of the largest segments: about what a process's segments add to its resident set
+/// (more only while filled ones wait to be unmapped).
 pub const SEGMENT_MAX: usize = 256 * 1024;
 /// Records a process journals through `write(2)` before it makes a segment.
 pub const WRITES_FIRST: u32 = 16;

@@ -447,7 +447,9 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
     };
     names.sort();
     for name in names {
-        let data = std::fs::read(segments_dir.join(&name))?;
+        let path = segments_dir.join(&name);
+        // Named in the error: the caller reports it against the journal as a whole.
+        let data = std::fs::read(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         parse_segment_into(&name.to_string_lossy(), &data, &mut out);
     }
     out.records.sort_by_key(|r| r.seq);
@@ -713,6 +715,9 @@ mod tests {
         std::fs::write(segs.join("11-3"), segment(&[&encode_line(&rec(3)), &[0; 64]])).unwrap();
         let j = read_with_segments(&main, &segs).unwrap();
         assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 5, 6]);
+        std::fs::create_dir(segs.join("12-7")).unwrap(); // not a file: cannot be read
+        let e = read_with_segments(&main, &segs).unwrap_err();
+        assert!(e.to_string().contains("12-7"), "the unreadable segment is named: {e}");
     }
 
     #[test]

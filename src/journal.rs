@@ -112,9 +112,8 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
             Ok(())
         }
     }
-    let mut line = Vec::with_capacity(512);
-    line.extend_from_slice(&[b'0'; CHECK_LEN]);
-    line.extend_from_slice(b" {\"v\":");
+    let mut line = start_line();
+    line.extend_from_slice(b"{\"v\":");
     let mut num = itoa::Buffer::new();
     line.extend_from_slice(num.format(RECORD_VERSION).as_bytes());
     line.extend_from_slice(b",\"seq\":");
@@ -152,23 +151,31 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
         line.extend_from_slice(b"null");
     }
     line.push(b'}');
-    let check = check_of(&line[CHECK_LEN + 1..]);
-    line[..CHECK_LEN].copy_from_slice(&check);
-    line.push(b'\n');
-    line
+    finish_line(line)
 }
 
 /// Encodes a record as one journal line (with its trailing LF).
 pub fn encode_line(rec: &Record) -> Vec<u8> {
-    let mut line = Vec::with_capacity(512);
-    line.extend_from_slice(&[b'0'; CHECK_LEN]);
-    line.push(b' ');
+    let mut line = start_line();
     // Serialising our own types into a Vec cannot fail: no maps with non-string keys, no
     // custom serializers that error.
     if serde_json::to_writer(&mut line, rec).is_err() {
         line.truncate(CHECK_LEN + 1);
         line.extend_from_slice(b"{}");
     }
+    finish_line(line)
+}
+
+/// A line's start: room for the check, and the space after it; the JSON follows.
+fn start_line() -> Vec<u8> {
+    let mut line = Vec::with_capacity(512);
+    line.extend_from_slice(&[b'0'; CHECK_LEN]);
+    line.push(b' ');
+    line
+}
+
+/// Fills in the check of the JSON after [`start_line`]'s prefix and ends the line.
+fn finish_line(mut line: Vec<u8>) -> Vec<u8> {
     let check = check_of(&line[CHECK_LEN + 1..]);
     line[..CHECK_LEN].copy_from_slice(&check);
     line.push(b'\n');
@@ -211,16 +218,7 @@ impl JournalWriter {
 
     /// Appends an already encoded line.
     pub fn append_line(&self, line: &[u8]) -> io::Result<()> {
-        let mut rest = line;
-        while !rest.is_empty() {
-            match rustix::io::write(self.fd.as_fd(), rest) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "journal write returned 0")),
-                Ok(n) => rest = &rest[n..],
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        crate::capture::write_all(self.fd.as_fd(), line)
     }
 
     /// `fdatasync` of the journal (used with `AETHER_JOURNAL_SYNC=1`).

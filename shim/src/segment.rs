@@ -132,24 +132,22 @@ pub fn append(session_dir: &[u8], seq: u64, line: &[u8]) -> bool {
         return false;
     }
     let current = CURRENT.load(Ordering::Acquire);
-    if current.is_null() {
-        if WRITTEN.fetch_add(1, Ordering::Relaxed) < WRITES_FIRST {
-            return false;
+    let mut cur = std::ptr::null_mut();
+    if !current.is_null() {
+        // SAFETY: a non-null CURRENT points into a page that is never unmapped.
+        let slot = unsafe { &*current };
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        cur = slot.load(Ordering::SeqCst);
+        // SAFETY: a window loaded while counted in flight stays mapped until the count drops.
+        let copied = !cur.is_null() && copy_into(unsafe { &*cur }, line);
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        if copied {
+            return true;
         }
-        return roll(session_dir, seq, std::ptr::null_mut(), line);
     }
-    // SAFETY: a non-null CURRENT points into a page that is never unmapped.
-    let slot = unsafe { &*current };
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    let cur = slot.load(Ordering::SeqCst);
-    // SAFETY: a window loaded while counted in flight stays mapped until the count drops.
-    let copied = !cur.is_null() && copy_into(unsafe { &*cur }, line);
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    if copied {
-        return true;
-    }
+    // No segment yet (or a forked child, whose slot the kernel zeroed, starting over).
     if cur.is_null() && WRITTEN.fetch_add(1, Ordering::Relaxed) < WRITES_FIRST {
-        return false; // a forked child, whose slot the kernel zeroed, starts over
+        return false;
     }
     roll(session_dir, seq, cur, line)
 }
@@ -231,11 +229,11 @@ fn copy_into(w: &Window, line: &[u8]) -> bool {
 
 /// Creates, preallocates and maps a new segment `<dir>/segments/PID-SEQ`.
 fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
-    let pid = rustix::process::getpid().as_raw_nonzero().get();
     if MAPPED.load(Ordering::Relaxed) >= MAX_SEGMENTS {
         OFF.store(true, Ordering::Relaxed);
         return None;
     }
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
     let len = (SEGMENT_FIRST << MADE.load(Ordering::Relaxed).min(8)).min(SEGMENT_MAX);
     let made = crate::alloc::persistent(|| {
         let dir = [session_dir, b"/", journal::session::SEGMENTS_DIR.as_bytes()].concat();

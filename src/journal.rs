@@ -105,13 +105,6 @@ pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
 /// a timestamp, the program name encoded once per process, a call name checked to be a plain
 /// identifier), is written directly, and serde_json encodes only the operation.
 pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
-    struct Out<'a>(&'a mut Vec<u8>);
-    impl std::fmt::Write for Out<'_> {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            self.0.extend_from_slice(s.as_bytes());
-            Ok(())
-        }
-    }
     let mut line = start_line();
     line.extend_from_slice(b"{\"v\":");
     let mut num = itoa::Buffer::new();
@@ -120,8 +113,7 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
     line.extend_from_slice(num.format(env.seq).as_bytes());
     line.extend_from_slice(b",\"time\":\"");
     // RFC 3339 output is digits, '-', ':', 'T', '.' and 'Z': nothing to escape.
-    let _ =
-        std::fmt::Write::write_fmt(&mut Out(&mut line), format_args!("{}", humantime::format_rfc3339_nanos(env.time)));
+    push_rfc3339_nanos(&mut line, env.time);
     line.extend_from_slice(b"\",\"pid\":");
     line.extend_from_slice(num.format(env.pid).as_bytes());
     line.extend_from_slice(b",\"ppid\":");
@@ -141,7 +133,7 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
         // The commonest record of all (every file a build or an unpack creates).
         crate::record::Op::Change { path, before: crate::record::Before::Absent } => {
             line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
-            let ok = serde_json::to_writer(&mut line, path).is_ok();
+            let ok = push_path_json(&mut line, path);
             line.extend_from_slice(b",\"before\":{\"state\":\"absent\"}}");
             ok
         }
@@ -152,6 +144,62 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
     }
     line.push(b'}');
     finish_line(line)
+}
+
+/// Appends `t` as RFC 3339 in UTC with nanoseconds: the bytes `humantime::format_rfc3339_nanos`
+/// writes (tested), without going through `core::fmt` (which cost a record about 500
+/// instructions). Times humantime would not write as a plain four-digit year are left to it.
+fn push_rfc3339_nanos(out: &mut Vec<u8>, t: std::time::SystemTime) {
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    let since = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) if d.as_secs() <= LAST => d,
+        _ => {
+            out.extend_from_slice(humantime::format_rfc3339_nanos(t).to_string().as_bytes());
+            return;
+        }
+    };
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm, for non-negative days).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let mut buf = *b"0000-00-00T00:00:00.000000000Z";
+    let mut put = |at: usize, width: usize, mut v: u64| {
+        for i in (at..at + width).rev() {
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, rem / 3_600);
+    put(14, 2, rem % 3_600 / 60);
+    put(17, 2, rem % 60);
+    put(20, 9, u64::from(since.subsec_nanos()));
+    out.extend_from_slice(&buf);
+}
+
+/// Appends `path` as the JSON value serde_json makes of it: a printable-ASCII path without
+/// `"` or `\` (nearly every path) is copied between quotes as it is, anything else goes to
+/// serde_json (escapes, UTF-8 checks, the `b64` form of a non-UTF-8 name).
+fn push_path_json(out: &mut Vec<u8>, path: &crate::bpath::BPath) -> bool {
+    let bytes = path.as_bytes();
+    if bytes.iter().all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        true
+    } else {
+        serde_json::to_writer(out, path).is_ok()
+    }
 }
 
 /// Encodes a record as one journal line (with its trailing LF).
@@ -565,6 +613,52 @@ mod tests {
         r.time = when;
         r.prog = nonutf8.clone();
         assert_eq!(fields_of(&r, t, &prog_json(&nonutf8)), encode_line(&r), "a non-UTF-8 program name");
+    }
+
+    #[test]
+    fn timestamps_are_written_exactly_as_humantime_writes_them() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let mut secs: Vec<u64> = vec![
+            0,
+            59,
+            86_399,
+            86_400,
+            951_782_400,     // 2000-02-29
+            951_868_799,     // 2000-02-29T23:59:59
+            4_107_542_400,   // 2100-03-01 (2100 is no leap year)
+            4_107_542_399,   // 2100-02-28T23:59:59
+            1_796_000_000,   // this year
+            253_402_300_799, // the last second of year 9999
+        ];
+        // And a spread of others, every day of a few centuries reached.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            secs.push(x % 253_402_300_800);
+        }
+        for (i, s) in secs.into_iter().enumerate() {
+            let nanos = [0, 1, 999_999_999, (s % 1_000_000_000) as u32][i % 4];
+            let t = UNIX_EPOCH + Duration::new(s, nanos);
+            let mut ours = Vec::new();
+            push_rfc3339_nanos(&mut ours, t);
+            assert_eq!(String::from_utf8(ours).unwrap(), humantime::format_rfc3339_nanos(t).to_string(), "{s}.{nanos}");
+        }
+    }
+
+    #[test]
+    fn a_path_is_written_exactly_as_serde_json_writes_it_whatever_its_bytes() {
+        let mut paths: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b'/', b'a', b, b'z']).collect();
+        paths.push("/home/u/projet/é/ü.txt".as_bytes().to_vec());
+        paths.push(b"/w/plain-path_1.2/x y".to_vec());
+        paths.push(b"/w/\xc3".to_vec()); // cut UTF-8
+        for p in paths {
+            let p = BPath::new(p);
+            let mut ours = Vec::new();
+            assert!(push_path_json(&mut ours, &p));
+            assert_eq!(ours, serde_json::to_vec(&p).unwrap(), "{:?}", p.as_bytes());
+        }
     }
 
     #[test]

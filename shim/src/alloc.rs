@@ -5,8 +5,13 @@
 //! "corrupted double-linked list"). So every allocation the shim makes while its reentrancy
 //! guard is held comes from a per-thread bump arena of `mmap`'d chunks: no lock, no `malloc`.
 //! The arena is reset whenever the outermost guard is released and nothing in it is live.
-//! Allocations that outlive hooks (the configuration, the store) are made in an explicit
-//! [`persistent`] scope and go to the system allocator, as does everything outside a hook.
+//! Allocations that outlive hooks are made in an explicit scope: [`permanent`] for what a
+//! process keeps for good (the configuration, the store, its journal segments' windows), from
+//! a lock-free region of `mmap`'d memory that is never returned, so that building them inside
+//! a signal handler that interrupted the program's own `malloc` is safe too (reproduced before
+//! this: "corrupted double-linked list" when a handler made a process's first change); and
+//! [`persistent`] for what an exec hook builds and may free again, which goes to the system
+//! allocator, as does everything outside a hook.
 //!
 //! Every block carries a 16-byte header naming its origin, so that a block is always freed
 //! where it came from, whatever the scope at free time.
@@ -28,6 +33,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const HEADER: usize = 16;
 const CHUNK: usize = 256 * 1024;
 const FROM_SYSTEM: usize = 0;
+/// Header of a block from the permanent region (arena chunks are page-aligned, never 1).
+const FROM_PERMANENT: usize = 1;
 
 /// Header of an arena chunk, at its start.
 #[repr(C)]
@@ -51,6 +58,78 @@ struct Arena {
 thread_local! {
     static ARENA: Cell<Arena> = const { Cell::new(Arena { chunk: std::ptr::null_mut(), bump: 0 }) };
     static PERSISTENT: Cell<bool> = const { Cell::new(false) };
+    static PERMANENT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The region [`permanent`] allocates from: a header at the start of an anonymous mapping.
+#[repr(C)]
+struct Region {
+    /// One past its last byte.
+    end: usize,
+    /// Next free byte.
+    bump: AtomicUsize,
+}
+
+/// The current permanent region (older ones stay mapped: their blocks are never freed).
+static REGION: std::sync::atomic::AtomicPtr<Region> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+const REGION_SIZE: usize = 64 * 1024;
+
+/// Runs `f` with allocations going to the permanent region: for what the process keeps until
+/// it ends. Freeing such a block does nothing. Async-signal-safe (no lock, no `malloc`).
+pub fn permanent<T>(f: impl FnOnce() -> T) -> T {
+    let was = PERMANENT.with(|p| p.replace(true));
+    let out = persistent(f);
+    PERMANENT.with(|p| p.set(was));
+    out
+}
+
+/// Allocates `total` bytes whose user part starts `pad` bytes in, from the permanent region.
+fn permanent_alloc(total: usize, pad: usize) -> *mut u8 {
+    for _ in 0..4 {
+        let r = REGION.load(Ordering::Acquire);
+        if !r.is_null() {
+            // SAFETY: a published region is mapped for the life of the process.
+            let (end, bump) = unsafe { ((*r).end, &(*r).bump) };
+            let mut cur = bump.load(Ordering::Relaxed);
+            loop {
+                let region = align_up(cur, pad);
+                if region + total > end {
+                    break;
+                }
+                match bump.compare_exchange_weak(cur, region + total, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => {
+                        let user = (region + pad) as *mut u8;
+                        // SAFETY: the header lies inside the region just reserved, before `user`.
+                        unsafe { user.sub(8).cast::<usize>().write(FROM_PERMANENT) };
+                        return user;
+                    }
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        let size = REGION_SIZE.max(align_up(total + pad + std::mem::size_of::<Region>(), 4096));
+        // SAFETY: an anonymous private mapping, ours for the life of the process.
+        let Ok(p) = (unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                size,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }) else {
+            return std::ptr::null_mut();
+        };
+        let fresh = p.cast::<Region>();
+        let first = p as usize + std::mem::size_of::<Region>();
+        // SAFETY: the mapping is at least `size` bytes, page-aligned, ours alone.
+        unsafe { fresh.write(Region { end: p as usize + size, bump: AtomicUsize::new(first) }) };
+        if REGION.compare_exchange(r, fresh, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // Another thread installed one first: use that.
+            // SAFETY: never published, so nobody else can hold a pointer into it.
+            let _ = unsafe { rustix::mm::munmap(p, size) };
+        }
+    }
+    std::ptr::null_mut()
 }
 
 /// Runs `f` with allocations going to the system allocator: for what must outlive the hook.
@@ -172,6 +251,10 @@ unsafe impl GlobalAlloc for ShimAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let pad = layout.align().max(HEADER);
         let total = layout.size() + pad;
+        if PERMANENT.with(Cell::get) {
+            // Never the system allocator: this may be a signal handler inside `malloc`.
+            return permanent_alloc(total, pad);
+        }
         if use_arena() {
             let p = arena_alloc(total, pad);
             if !p.is_null() {
@@ -195,13 +278,71 @@ unsafe impl GlobalAlloc for ShimAlloc {
         let pad = layout.align().max(HEADER);
         // SAFETY: every block we hand out has its header 8 bytes before it.
         let origin = unsafe { ptr.sub(8).cast::<usize>().read() };
-        if origin == FROM_SYSTEM {
+        if origin == FROM_PERMANENT {
+            // Kept until the process ends.
+        } else if origin == FROM_SYSTEM {
             // SAFETY: allocated by System with exactly this size and alignment.
             unsafe { System.dealloc(ptr.sub(pad), Layout::from_size_align_unchecked(layout.size() + pad, pad)) };
         } else {
             // SAFETY: `origin` is the chunk the block came from, still mapped while it has
             // live blocks.
             unsafe { (*(origin as *const Chunk)).live.fetch_sub(1, Ordering::Release) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin_of(p: *const u8) -> usize {
+        // SAFETY: every block this allocator hands out has its header 8 bytes before it.
+        unsafe { p.sub(8).cast::<usize>().read() }
+    }
+
+    #[test]
+    fn a_permanent_block_never_comes_from_the_system_allocator() {
+        let small = permanent(|| vec![7u8; 100]);
+        let big = permanent(|| vec![9u64; REGION_SIZE]); // larger than a region
+        let grown = permanent(|| {
+            let mut v = Vec::new();
+            for i in 0..10_000u32 {
+                v.push(i); // every reallocation stays in the region
+            }
+            v
+        });
+        for p in [small.as_ptr(), big.as_ptr().cast(), grown.as_ptr().cast()] {
+            assert_eq!(origin_of(p), FROM_PERMANENT);
+        }
+        assert!(small.iter().all(|&b| b == 7) && big.iter().all(|&b| b == 9));
+        assert_eq!(grown.iter().map(|&x| u64::from(x)).sum::<u64>(), 9_999 * 10_000 / 2);
+        let outside = std::hint::black_box(vec![1u8; 100]);
+        assert_eq!(origin_of(outside.as_ptr()), FROM_SYSTEM, "outside the scope: the system allocator");
+    }
+
+    #[test]
+    fn permanent_blocks_of_concurrent_threads_never_overlap() {
+        let blocks: Vec<Vec<(usize, usize)>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..4)
+                .map(|t| {
+                    sc.spawn(move || {
+                        (0..3_000)
+                            .map(|i| {
+                                let len = 1 + (i * 7 + t) % 300;
+                                let b = std::mem::ManuallyDrop::new(permanent(|| vec![t as u8; len]));
+                                assert!(b.iter().all(|&x| x == t as u8));
+                                (b.as_ptr() as usize, len)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<(usize, usize)> = blocks.into_iter().flatten().collect();
+        all.sort();
+        for w in all.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "blocks overlap: {w:?}");
         }
     }
 }

@@ -235,7 +235,9 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
     }
     let pid = rustix::process::getpid().as_raw_nonzero().get();
     let len = (SEGMENT_FIRST << MADE.load(Ordering::Relaxed).min(8)).min(SEGMENT_MAX);
-    let made = crate::alloc::persistent(|| {
+    // The names live in the hook's arena; only the window outlives it, in the permanent region
+    // (never malloc: this may run in a signal handler that interrupted the program's malloc).
+    let made = (|| {
         let dir = [session_dir, b"/", journal::session::SEGMENTS_DIR.as_bytes()].concat();
         let path = [&dir[..], format!("/{pid}-{seq}").as_bytes()].concat();
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
@@ -254,8 +256,9 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
             return None;
         }
         let base = crate::state::map_shared(rustix::fd::AsFd::as_fd(&fd), len)?;
-        Some(Box::into_raw(Box::new(Window { base: base.cast(), len, cursor: AtomicUsize::new(0) })))
-    });
+        let window = Window { base: base.cast(), len, cursor: AtomicUsize::new(0) };
+        Some(crate::alloc::permanent(|| Box::into_raw(Box::new(window))))
+    })();
     match made {
         Some(w) => {
             MAPPED.fetch_add(1, Ordering::Relaxed);

@@ -194,18 +194,19 @@ pub fn config() -> &'static Config {
         // SAFETY: a non-null CONFIG points to a leaked Box<Config> that is never freed.
         return unsafe { &*p };
     }
-    // Everything in it outlives the hook that builds it: the system allocator, not the arena.
-    publish_config(crate::alloc::persistent(|| read_config(None)))
+    // Everything in it outlives the hook that builds it, which may be a signal handler: the
+    // permanent region, not the arena or malloc.
+    publish_config(crate::alloc::permanent(|| read_config(None)))
 }
 
 fn publish_config(cfg: Config) -> &'static Config {
-    let fresh = crate::alloc::persistent(|| Box::into_raw(Box::new(cfg)));
+    let fresh = crate::alloc::permanent(|| Box::into_raw(Box::new(cfg)));
     match CONFIG.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: we just stored `fresh`, a leaked Box that is never freed.
         Ok(_) => unsafe { &*fresh },
         Err(winner) => {
             // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-            crate::alloc::persistent(|| drop(unsafe { Box::from_raw(fresh) }));
+            crate::alloc::permanent(|| drop(unsafe { Box::from_raw(fresh) }));
             // SAFETY: as for the first branch.
             unsafe { &*winner }
         }
@@ -470,7 +471,7 @@ impl Store {
             // SAFETY: a non-null pointer here is a leaked Box that is never freed.
             return Some(unsafe { &*p });
         }
-        let fresh = crate::alloc::persistent(|| {
+        let fresh = crate::alloc::permanent(|| {
             crate::index::SharedIndex::map(&self.index_path).map(|i| Box::into_raw(Box::new(i)))
         })?;
         // Lock-free, like STORE: the loser of a race leaks its mapping (never unmapped).
@@ -553,7 +554,7 @@ pub fn store() -> Option<&'static Store> {
     if !cfg.enabled {
         return None;
     }
-    let fresh = crate::alloc::persistent(|| open_store(cfg).map(|s| Box::into_raw(Box::new(s))))?;
+    let fresh = crate::alloc::permanent(|| open_store(cfg).map(|s| Box::into_raw(Box::new(s))))?;
     // Lock-free: whoever loses the race frees its own copy (closing its descriptors), so a
     // fork can never catch another thread halfway through a lock.
     match STORE.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
@@ -561,7 +562,7 @@ pub fn store() -> Option<&'static Store> {
         Ok(_) => Some(unsafe { &*fresh }),
         Err(winner) => {
             // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-            crate::alloc::persistent(|| drop(unsafe { Box::from_raw(fresh) }));
+            crate::alloc::permanent(|| drop(unsafe { Box::from_raw(fresh) }));
             // SAFETY: as for the first branch.
             Some(unsafe { &*winner })
         }

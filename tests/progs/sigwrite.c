@@ -1,6 +1,8 @@
 /* A program whose signal handler writes files while its main loop allocates and writes:
  * the shim must neither deadlock nor corrupt the heap, and must journal the handler's files.
- * Usage: sigwrite [MS [sigaction|signal|sigset]]: how the handler is installed. */
+ * Usage: sigwrite [MS [sigaction|signal|sigset [handler-only]]]: how the handler is installed;
+ * handler-only: main never touches a file, so the handler makes the process's first change
+ * (the shim sets its store up there) and every later one, all while main is in malloc/free. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@ static void on_alarm(int sig) {
 int main(int argc, char **argv) {
     long ms = argc > 1 ? atol(argv[1]) : 1500;
     const char *how = argc > 2 ? argv[2] : "sigaction";
+    int main_writes = !(argc > 3 && !strcmp(argv[3], "handler-only"));
     if (!strcmp(how, "signal")) {
         signal(SIGALRM, on_alarm); /* glibc: BSD semantics, SA_RESTART */
     } else if (!strcmp(how, "sigset")) {
@@ -46,7 +49,7 @@ int main(int argc, char **argv) {
         void *p[32];
         for (int i = 0; i < 32; i++) p[i] = malloc(16 + i * 37);
         for (int i = 0; i < 32; i++) free(p[i]);
-        if (iters % 20 == 0) {
+        if (main_writes && iters % 20 == 0) {
             char nm[32];
             snprintf(nm, sizeof nm, "main-%ld", iters % 500);
             FILE *f = fopen(nm, "w");

@@ -108,15 +108,7 @@ fn permanent_alloc(total: usize, pad: usize) -> *mut u8 {
             }
         }
         let size = REGION_SIZE.max(align_up(total + pad + std::mem::size_of::<Region>(), 4096));
-        // SAFETY: an anonymous private mapping, ours for the life of the process.
-        let Ok(p) = (unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                size,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }) else {
+        let Some(p) = map_private(size) else {
             return std::ptr::null_mut();
         };
         let fresh = p.cast::<Region>();
@@ -146,25 +138,29 @@ pub fn in_persistent() -> bool {
     PERSISTENT.with(Cell::get)
 }
 
-fn map_chunk(size: usize) -> *mut Chunk {
-    // SAFETY: an anonymous private mapping; we own it until we unmap it.
-    let p = unsafe {
+/// A fresh anonymous private read-write mapping of `size` bytes (a raw system call: no
+/// `malloc`, no lock), ours until we unmap it.
+fn map_private(size: usize) -> Option<*mut std::ffi::c_void> {
+    // SAFETY: a new anonymous mapping aliases nothing; the caller owns it.
+    unsafe {
         rustix::mm::mmap_anonymous(
             std::ptr::null_mut(),
             size,
             rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
             rustix::mm::MapFlags::PRIVATE,
         )
-    };
-    match p {
-        Ok(p) => {
-            let c = p.cast::<Chunk>();
-            // SAFETY: the mapping is at least CHUNK bytes, page-aligned, ours alone.
-            unsafe { c.write(Chunk { prev: std::ptr::null_mut(), size, live: AtomicUsize::new(0) }) };
-            c
-        }
-        Err(_) => std::ptr::null_mut(),
     }
+    .ok()
+}
+
+fn map_chunk(size: usize) -> *mut Chunk {
+    let Some(p) = map_private(size) else {
+        return std::ptr::null_mut();
+    };
+    let c = p.cast::<Chunk>();
+    // SAFETY: the mapping is at least CHUNK bytes, page-aligned, ours alone.
+    unsafe { c.write(Chunk { prev: std::ptr::null_mut(), size, live: AtomicUsize::new(0) }) };
+    c
 }
 
 fn align_up(x: usize, a: usize) -> usize {

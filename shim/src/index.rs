@@ -66,6 +66,18 @@ fn words(key: &CaptureKey) -> [u64; 5] {
     [key.ident.dev, key.ident.ino, key.size, key.mtime_ns as u64, key.ctime_ns as u64]
 }
 
+/// Runs `fill` on slot `s` while its sequence is odd (readers then treat it as a miss), or
+/// does nothing if another writer has it.
+fn write_slot(s: &[AtomicU64; WORDS], fill: impl FnOnce(&[AtomicU64; WORDS])) {
+    let cur = s[0].load(Ordering::Acquire);
+    if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return;
+    }
+    std::sync::atomic::fence(Ordering::Release);
+    fill(s);
+    s[0].store(cur + 2, Ordering::Release);
+}
+
 /// The size word of a born entry: no file is this long (sizes are below 2^63), so a born
 /// entry never matches a capture key.
 const BORN_SIZE: u64 = u64::MAX;
@@ -102,17 +114,12 @@ impl SharedIndex {
         if !self.may_be_born(ident) {
             return;
         }
-        let s = self.slot(&born_key(ident, 0));
-        let cur = s[0].load(Ordering::Acquire);
-        if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return;
-        }
-        std::sync::atomic::fence(Ordering::Release);
-        if s[1].load(Ordering::Relaxed) == ident.dev && s[2].load(Ordering::Relaxed) == ident.ino {
-            s[3].store(0, Ordering::Relaxed);
-            s[6].store(0, Ordering::Relaxed);
-        }
-        s[0].store(cur + 2, Ordering::Release);
+        write_slot(self.slot(&born_key(ident, 0)), |s| {
+            if s[1].load(Ordering::Relaxed) == ident.dev && s[2].load(Ordering::Relaxed) == ident.ino {
+                s[3].store(0, Ordering::Relaxed);
+                s[6].store(0, Ordering::Relaxed);
+            }
+        });
     }
 }
 
@@ -131,17 +138,12 @@ impl CaptureIndex for SharedIndex {
     }
 
     fn remember(&self, key: &CaptureKey, id: u64) {
-        let s = self.slot(key);
-        let cur = s[0].load(Ordering::Acquire);
-        if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return;
-        }
-        std::sync::atomic::fence(Ordering::Release);
-        for (w, a) in words(key).iter().zip(&s[1..6]) {
-            a.store(*w, Ordering::Relaxed);
-        }
-        s[6].store(id, Ordering::Relaxed);
-        s[0].store(cur + 2, Ordering::Release);
+        write_slot(self.slot(key), |s| {
+            for (w, a) in words(key).iter().zip(&s[1..6]) {
+                a.store(*w, Ordering::Relaxed);
+            }
+            s[6].store(id, Ordering::Relaxed);
+        });
     }
 }
 
@@ -153,12 +155,16 @@ mod tests {
         CaptureKey { ident: Ident { dev: 1, ino }, size: 10, mtime_ns: 5, ctime_ns }
     }
 
+    /// Two mappings of one index file, as two processes of a session have.
+    fn two_mappings(t: &tempfile::TempDir) -> (SharedIndex, SharedIndex) {
+        let path = t.path().join("captures");
+        (SharedIndex::map(&path).unwrap(), SharedIndex::map(&path).unwrap())
+    }
+
     #[test]
     fn a_state_is_found_by_every_mapping_of_the_file_and_a_changed_state_is_not() {
         let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("captures");
-        let a = SharedIndex::map(&path).unwrap();
-        let b = SharedIndex::map(&path).unwrap();
+        let (a, b) = two_mappings(&t);
         a.remember(&key(42, 100), 7);
         assert_eq!(b.find(&key(42, 100)), Some(7), "another process's mapping sees it");
         assert_eq!(b.find(&key(42, 101)), None, "the file changed since (ctime moved)");
@@ -168,9 +174,7 @@ mod tests {
     #[test]
     fn a_born_file_is_known_to_every_mapping_by_inode_and_birth_time_and_never_as_a_capture() {
         let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("captures");
-        let a = SharedIndex::map(&path).unwrap();
-        let b = SharedIndex::map(&path).unwrap();
+        let (a, b) = two_mappings(&t);
         let id = Ident { dev: 3, ino: 77 };
         a.remember_born(id, 1_000_000_123);
         assert!(b.may_be_born(id) && b.is_born(id, 1_000_000_123), "another process's mapping sees it");

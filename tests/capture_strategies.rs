@@ -380,10 +380,12 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["kind"] == "change" && r["op"]["path"].as_str().is_some_and(|p| p.contains("/tmp/cc")))
+        .filter(|r| r["kind"] == "change" && r["op"]["path"].as_str().is_some_and(|p| p.contains("/tree/tmp/cc")))
         .filter(|r| r["op"]["before"]["state"] == "contents" && r["call"] != "unlink")
         .collect();
     assert!(temp_writes.is_empty(), "the compiler's temporary files are not copied when rewritten: {temp_writes:?}");
+    let temps = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == "temp_name").count();
+    assert_eq!(temps, 2, "the compiler made its temporaries in the tree's tmp/: {log}");
     assert_eq!(changes_to(&log, "/pre.bin").iter().filter(|c| c.1 == "contents").count(), 2, "{log}");
     let (code, r) = s.undo_json(&session);
     assert_same_tree(&before, &manifest(&s.tree()));

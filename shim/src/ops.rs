@@ -727,9 +727,10 @@ pub fn uncovered_fd(fd: i32) -> Option<Stat> {
     rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok().filter(|st| !crate::covered::contains(ident_of(st)))
 }
 
-/// Remembers the file an open returned as covered (raw `fstat`, lock-free insert), and the
+/// Remembers the file an open returned as covered (raw `statx`, lock-free inserts), and the
 /// descriptor as one that came from a creating open, unless this is a `vfork` child: its
 /// descriptors are not its parent's, but the memo's memory is.
+///
 /// The file is also marked born in the session's shared index when this process has mapped
 /// it (the open that created the file mapped it under the guard): one raw `statx`, which
 /// costs what the `fstat` it replaces did, and lock-free atomic stores.
@@ -756,7 +757,7 @@ fn learn_created(store: &Store, fd: Option<i32>) {
 }
 
 /// The part of [`after`] that needs no guard: a call that succeeded leaves a capture or a record
-/// as it is, and a created file is learned with a raw `fstat` and a lock-free insert. Returns
+/// as it is, and a created file is learned with a raw `statx` and lock-free inserts. Returns
 /// what is left for [`after`] (under the guard), if anything.
 pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
     match pending {

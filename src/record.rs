@@ -204,6 +204,15 @@ pub enum Before {
         /// Why it could not be kept.
         reason: Reason,
     },
+    /// The path held a file this session had created (by record `created`), which the call
+    /// rewrote without a capture: nothing it held is needed once that creation is undone, since
+    /// undoing it removes the file. Undo reports the step unchanged when it also undoes (or
+    /// has already undone) record `created`, and skipped otherwise: what the file held before
+    /// this call was not kept.
+    Born {
+        /// The record that created the file.
+        created: u64,
+    },
 }
 
 /// A kept prior state: the node and its metadata.

@@ -225,6 +225,9 @@ fn priors<'a>(journal: &'a JournalContents) -> Vec<(BPath, Prior<'a>)> {
             Before::Absent => Prior::Absent,
             Before::Contents(s) => Prior::Known(s),
             Before::Irreversible { reason } => Prior::Unknown(reason.to_string()),
+            // The oldest record of the path: how the file the session made got there is not
+            // journaled under this name.
+            Before::Born { created } => Prior::Unknown(format!("a file this session created (record {created})")),
         }
     }
     for r in &journal.records {

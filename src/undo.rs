@@ -357,6 +357,8 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         force: plan.opts.force,
         journal: plan.journal,
         seal: plan.seal,
+        only: plan.only,
+        already: plan.already,
         deferred: Default::default(),
         prior: Default::default(),
         current: Default::default(),
@@ -445,6 +447,9 @@ struct Executor<'a> {
     force: bool,
     journal: &'a JournalContents,
     seal: Option<&'a Seal>,
+    /// The records this undo reverses (`None`: all), and those earlier undos reversed.
+    only: Option<&'a BTreeSet<u64>>,
+    already: &'a HashSet<u64>,
     /// The drift verdict for every path checked so far (`Some(why)`: changed since).
     drift: std::cell::RefCell<std::collections::HashMap<BPath, Option<String>>>,
     /// Directory metadata, applied after every entry has been put back: a read-only or
@@ -1056,7 +1061,8 @@ impl Executor<'_> {
                     f.body.get_or_insert(if prefix.is_none() { Body::Absent } else { Body::Unknown });
                     return f;
                 }
-                Before::Irreversible { .. } => {
+                // Reached first only when the creation it names is not being undone.
+                Before::Irreversible { .. } | Before::Born { .. } => {
                     f.body.get_or_insert(Body::Unknown);
                     return f;
                 }
@@ -1281,14 +1287,29 @@ impl Executor<'_> {
     }
 
     fn undo_change(&self, path: &BPath, before: &Before) -> Done {
-        if let Before::Irreversible { reason } = before {
-            return (Outcome::Skipped, reason.to_string());
+        match before {
+            Before::Irreversible { reason } => return (Outcome::Skipped, reason.to_string()),
+            Before::Born { created } if self.undoes(*created) => {
+                return (
+                    Outcome::Unchanged,
+                    format!("a file this session created (record {created}), which undoing that record removes"),
+                );
+            }
+            Before::Born { created } => {
+                return (
+                    Outcome::Skipped,
+                    format!(
+                        "what it held before this call was not kept: this session created it (record {created}), and only undoing that record removes it"
+                    ),
+                );
+            }
+            Before::Absent | Before::Contents(_) => {}
         }
         if self.dry_run {
             return match before {
                 Before::Absent => (Outcome::Removed, "would remove it if it exists".into()),
                 Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
-                Before::Irreversible { .. } => unreachable!("handled above"),
+                Before::Irreversible { .. } | Before::Born { .. } => unreachable!("handled above"),
             };
         }
         let (dir, name) = match self.parent_of(path) {
@@ -1305,8 +1326,14 @@ impl Executor<'_> {
         match before {
             Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
             Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
-            Before::Irreversible { .. } => unreachable!("handled above"),
+            Before::Irreversible { .. } | Before::Born { .. } => unreachable!("handled above"),
         }
+    }
+
+    /// Whether record `seq` is undone by this undo, or was by an earlier one.
+    fn undoes(&self, seq: u64) -> bool {
+        self.already.contains(&seq)
+            || (self.only.is_none_or(|o| o.contains(&seq)) && self.journal.records.iter().any(|r| r.seq == seq))
     }
 
     fn remove_created(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Done {

@@ -53,6 +53,9 @@ fn describe_before(b: &Before) -> String {
     match b {
         Before::Absent => "did not exist".into(),
         Before::Irreversible { reason } => format!("IRREVERSIBLE: {reason}"),
+        Before::Born { created } => {
+            format!("a file this session created (#{created}); not kept, undoing that removes it")
+        }
         Before::Contents(s) => match &s.node {
             Node::File { size, how, twin, .. } => format!(
                 "{size}-byte file, mode {:o}, kept by {}",

@@ -370,7 +370,7 @@ fn journaled_with<R>(
             let err = errno();
             let (ok, fd) = outcome(&result);
             // Most outcomes need nothing, or only lock-free work: no guard for those.
-            if let Some(pending) = ops::after_quick(pending, ok, fd) {
+            if let Some(pending) = ops::after_quick(store, pending, ok, fd) {
                 if let Some(guard) = Guard::enter() {
                     let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
                     drop(guard);

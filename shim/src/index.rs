@@ -11,14 +11,25 @@
 //! slot odd for good: that slot is then never used again, which costs copies, never
 //! correctness. Every hit is checked by the capture code against the file's state now.
 //!
+//! The same slots also remember files *born* in the session (created by one of its processes):
+//! such a file did not exist before the session, so nothing it holds is ever needed by undo,
+//! which removes every name the session gave it. Another process of the session that
+//! truncates or rewrites it (a compiler writing the temporary file its driver created, a
+//! rebuild overwriting an output the previous step made) then copies nothing. A born entry is
+//! keyed by device, inode and birth time (`statx` `btime`, nanoseconds), so an inode number
+//! reused by a file made outside the session does not match.
+//!
 //! What this module cannot do: keep more than one state per slot, or survive the file being
-//! replaced (a missing or short file simply disables reuse).
+//! replaced (a missing or short file simply disables reuse). A born file deleted outside the
+//! session's view and its inode number reused, within the same clock tick, for a file that
+//! is not the session's would match; the session's own removals forget the entry.
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use journal::capture::{CaptureIndex, CaptureKey};
+use journal::record::Ident;
 use journal::session::CAPTURES_LEN;
 
 const WORDS: usize = 8;
@@ -55,53 +66,147 @@ fn words(key: &CaptureKey) -> [u64; 5] {
     [key.ident.dev, key.ident.ino, key.size, key.mtime_ns as u64, key.ctime_ns as u64]
 }
 
+/// What `read` makes of slot `s`, if no writer had the slot meanwhile (its sequence even and
+/// the same after).
+fn read_slot<T>(s: &[AtomicU64; WORDS], read: impl FnOnce(&[AtomicU64; WORDS]) -> Option<T>) -> Option<T> {
+    let before = s[0].load(Ordering::Acquire);
+    if before & 1 == 1 {
+        return None;
+    }
+    let got = read(s);
+    std::sync::atomic::fence(Ordering::Acquire);
+    if s[0].load(Ordering::Relaxed) == before { got } else { None }
+}
+
+/// Runs `fill` on slot `s` while its sequence is odd (readers then treat it as a miss), or
+/// does nothing if another writer has it.
+fn write_slot(s: &[AtomicU64; WORDS], fill: impl FnOnce(&[AtomicU64; WORDS])) {
+    let cur = s[0].load(Ordering::Acquire);
+    if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return;
+    }
+    std::sync::atomic::fence(Ordering::Release);
+    fill(s);
+    s[0].store(cur + 2, Ordering::Release);
+}
+
+/// The size word of a born entry: no file is this long (sizes are below 2^63), so a born
+/// entry never matches a capture key.
+const BORN_SIZE: u64 = u64::MAX;
+/// The blob word of a born entry (blob ids are small counters).
+const BORN_ID: u64 = u64::MAX;
+
+/// The slot key of a born entry: the birth time stands where a state's mtime does, and the
+/// record that created the file where its ctime does.
+fn born_key(ident: Ident, btime_ns: i64, created: u64) -> CaptureKey {
+    CaptureKey { ident, size: BORN_SIZE, mtime_ns: btime_ns, ctime_ns: created as i64 }
+}
+
+impl SharedIndex {
+    /// Remembers that the file `ident`, born at `btime_ns`, was created by this session's
+    /// record `created`.
+    pub fn remember_born(&self, ident: Ident, btime_ns: i64, created: u64) {
+        self.remember(&born_key(ident, btime_ns, created), BORN_ID);
+    }
+
+    /// The record that created the file `ident` born at `btime_ns`, if this session made it.
+    pub fn born(&self, ident: Ident, btime_ns: i64) -> Option<u64> {
+        read_slot(self.slot(&born_key(ident, btime_ns, 0)), |s| {
+            let want = [ident.dev, ident.ino, BORN_SIZE, btime_ns as u64];
+            let matches = want.iter().zip(&s[1..5]).all(|(w, a)| a.load(Ordering::Relaxed) == *w);
+            let created = s[5].load(Ordering::Relaxed);
+            (matches && s[6].load(Ordering::Relaxed) == BORN_ID).then_some(created)
+        })
+    }
+
+    /// Whether any born entry names `ident` (then ask `statx` for its birth time).
+    pub fn may_be_born(&self, ident: Ident) -> bool {
+        let s = self.slot(&born_key(ident, 0, 0));
+        s[1].load(Ordering::Relaxed) == ident.dev
+            && s[2].load(Ordering::Relaxed) == ident.ino
+            && s[3].load(Ordering::Relaxed) == BORN_SIZE
+    }
+
+    /// Forgets a born entry for `ident` (the session is removing the file: its inode number
+    /// may be reused by a file that is not the session's).
+    pub fn forget_born(&self, ident: Ident) {
+        if !self.may_be_born(ident) {
+            return;
+        }
+        write_slot(self.slot(&born_key(ident, 0, 0)), |s| {
+            if s[1].load(Ordering::Relaxed) == ident.dev && s[2].load(Ordering::Relaxed) == ident.ino {
+                s[3].store(0, Ordering::Relaxed);
+                s[6].store(0, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
 impl CaptureIndex for SharedIndex {
     fn find(&self, key: &CaptureKey) -> Option<u64> {
-        let s = self.slot(key);
-        let before = s[0].load(Ordering::Acquire);
-        if before & 1 == 1 {
-            return None;
-        }
-        let want = words(key);
-        let matches = want.iter().zip(&s[1..6]).all(|(w, a)| a.load(Ordering::Relaxed) == *w);
-        let id = s[6].load(Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Acquire);
-        (matches && id != 0 && s[0].load(Ordering::Relaxed) == before).then_some(id)
+        read_slot(self.slot(key), |s| {
+            let matches = words(key).iter().zip(&s[1..6]).all(|(w, a)| a.load(Ordering::Relaxed) == *w);
+            let id = s[6].load(Ordering::Relaxed);
+            (matches && id != 0).then_some(id)
+        })
     }
 
     fn remember(&self, key: &CaptureKey, id: u64) {
-        let s = self.slot(key);
-        let cur = s[0].load(Ordering::Acquire);
-        if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return;
-        }
-        std::sync::atomic::fence(Ordering::Release);
-        for (w, a) in words(key).iter().zip(&s[1..6]) {
-            a.store(*w, Ordering::Relaxed);
-        }
-        s[6].store(id, Ordering::Relaxed);
-        s[0].store(cur + 2, Ordering::Release);
+        write_slot(self.slot(key), |s| {
+            for (w, a) in words(key).iter().zip(&s[1..6]) {
+                a.store(*w, Ordering::Relaxed);
+            }
+            s[6].store(id, Ordering::Relaxed);
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use journal::record::Ident;
 
     fn key(ino: u64, ctime_ns: i64) -> CaptureKey {
         CaptureKey { ident: Ident { dev: 1, ino }, size: 10, mtime_ns: 5, ctime_ns }
     }
 
+    /// Two mappings of one index file, as two processes of a session have.
+    fn two_mappings(t: &tempfile::TempDir) -> (SharedIndex, SharedIndex) {
+        let path = t.path().join("captures");
+        (SharedIndex::map(&path).unwrap(), SharedIndex::map(&path).unwrap())
+    }
+
     #[test]
     fn a_state_is_found_by_every_mapping_of_the_file_and_a_changed_state_is_not() {
         let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("captures");
-        let a = SharedIndex::map(&path).unwrap();
-        let b = SharedIndex::map(&path).unwrap();
+        let (a, b) = two_mappings(&t);
         a.remember(&key(42, 100), 7);
         assert_eq!(b.find(&key(42, 100)), Some(7), "another process's mapping sees it");
         assert_eq!(b.find(&key(42, 101)), None, "the file changed since (ctime moved)");
         assert_eq!(b.find(&key(43, 100)), None);
+    }
+
+    #[test]
+    fn a_born_file_is_known_to_every_mapping_by_inode_and_birth_time_and_never_as_a_capture() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = two_mappings(&t);
+        let id = Ident { dev: 3, ino: 77 };
+        a.remember_born(id, 1_000_000_123, 41);
+        assert!(b.may_be_born(id), "another process's mapping sees it");
+        assert_eq!(b.born(id, 1_000_000_123), Some(41), "with the record that created it");
+        assert_eq!(b.born(id, 1_000_000_124), None, "an inode number reused later has another birth time");
+        assert_eq!(b.born(Ident { dev: 4, ino: 77 }, 1_000_000_123), None, "another device");
+        let as_capture = CaptureKey { ident: id, size: 0, mtime_ns: 1_000_000_123, ctime_ns: 0 };
+        assert_eq!(b.find(&as_capture), None, "a born entry is never a blob");
+        b.forget_born(id);
+        assert!(!a.may_be_born(id) && a.born(id, 1_000_000_123).is_none(), "forgotten for every mapping");
+    }
+
+    #[test]
+    fn forgetting_a_born_file_leaves_a_capture_in_the_same_slot_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let a = SharedIndex::map(&t.path().join("captures")).unwrap();
+        a.remember(&key(42, 100), 7);
+        a.forget_born(Ident { dev: 1, ino: 42 });
+        assert_eq!(a.find(&key(42, 100)), Some(7));
     }
 }

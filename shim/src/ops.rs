@@ -16,7 +16,7 @@ use journal::BPath;
 use journal::capture::{Capturer, Intent, ident_of, meta_before, xattr_value};
 use journal::record::{Before, Bytes, CaptureHow, MetaKind, Node, Op, Reason, UnobservedReason, XattrBefore};
 use journal::resolve::{DirFd, Target, Unresolved, fd_path, getcwd, resolve, split_last};
-use rustix::fs::{AtFlags, CWD, FileType, Stat};
+use rustix::fs::{AtFlags, CWD, FileType, Stat, StatxFlags};
 use rustix::io::Errno;
 
 use journal::config::Policy;
@@ -44,9 +44,21 @@ pub enum Pending {
     Refuse(i32),
     /// A connect: its endpoint is journaled with the result once the call returns.
     Connect(journal::record::Endpoint),
-    /// An open that may create a file recorded `Absent`: once it returns a descriptor, the new
-    /// inode is remembered as covered.
-    Created,
+    /// An open that may create a file recorded `Absent` by record `created`: once it returns a
+    /// descriptor, the new inode is remembered as covered, and as born in the session.
+    Created {
+        /// The record of the creation.
+        created: u64,
+    },
+    /// A truncating or writing open of a file the session created (record `created`),
+    /// journaled by record `seq` without a capture: learned like a creation if it succeeds; a
+    /// `call_failed` record if it does not.
+    BornRewrite {
+        /// The record of this call.
+        seq: u64,
+        /// The record that created the file.
+        created: u64,
+    },
     /// An `O_TRUNC` open whose file was moved into the store (record `seq`, blob `blob`) and
     /// replaced by an empty twin. If the call fails, the original goes back to `path` and a
     /// `call_failed` record says the step changed nothing; if it succeeds, the twin it opened
@@ -361,10 +373,11 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
         Ok(None) if creat => {
-            return match change(store, call, t.abs, Before::Absent) {
-                Pending::Nothing => Pending::Created,
-                other => other,
-            };
+            let created = store.record(call, Op::Change { path: t.abs, before: Before::Absent });
+            // Mapped here, under the guard, so that the lock-free learning after the call can
+            // mark the new file born for every process of the session.
+            let _ = store.index();
+            return Pending::Created { created };
         }
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
@@ -385,6 +398,11 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         // Directories, symlinks (O_NOFOLLOW: ELOOP) and read-only opens change nothing.
         _ => return Pending::Nothing,
     };
+    if let Some(created) = born_creation(store, &t, &st).filter(|_| ft == FileType::RegularFile) {
+        // Nothing it holds is needed once its creation is undone: no capture.
+        let seq = store.record(call, Op::Change { path: t.abs, before: Before::Born { created } });
+        return Pending::BornRewrite { seq, created };
+    }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, intent);
     let moved_aside = intent == Intent::Truncate
         && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
@@ -404,8 +422,39 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Pending::Nothing;
     }
+    if let Some(created) = born_creation(store, &t, &st) {
+        return Pending::Recorded(store.record(call, Op::Change { path: t.abs, before: Before::Born { created } }));
+    }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
     change(store, call, t.abs, before)
+}
+
+/// The record that created the file at `t` (whose `lstat` is `st`), if a process of this
+/// session did: the shared index has a born entry for its inode, and `statx` gives the birth
+/// time that entry was made with. No system call unless the index names the inode.
+fn born_creation(store: &Store, t: &Target<'_>, st: &Stat) -> Option<u64> {
+    let index = store.index()?;
+    let ident = ident_of(st);
+    if !index.may_be_born(ident) {
+        return None;
+    }
+    let (now, btime) = birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if now != ident {
+        return None;
+    }
+    index.born(ident, btime)
+}
+
+/// The identity and birth time (nanoseconds since the epoch) of `name` under `dir`, if the
+/// file system keeps birth times.
+fn birth_of(dir: BorrowedFd<'_>, name: &[u8], flags: AtFlags) -> Option<(journal::record::Ident, i64)> {
+    let sx = rustix::fs::statx(dir, name, flags, StatxFlags::INO | StatxFlags::BTIME).ok()?;
+    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(StatxFlags::BTIME) {
+        return None;
+    }
+    let dev = rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    let btime = sx.stx_btime.tv_sec.saturating_mul(1_000_000_000).saturating_add(i64::from(sx.stx_btime.tv_nsec));
+    Some((journal::record::Ident { dev, ino: sx.stx_ino }, btime))
 }
 
 /// Before a call that changes a file through a descriptor (ftruncate): the descriptor is
@@ -508,6 +557,7 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
             .blobs
             .with(|blobs| capturer(store, blobs, Intent::Destroy).capture_doomed_file(t.parent.as_fd(), &t.name));
         if let Some(Some(before)) = linked {
+            forget_born(store, &before);
             return change(store, call, t.abs, before);
         }
     }
@@ -523,7 +573,16 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
         _ => {}
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Destroy);
+    forget_born(store, &before);
     change(store, call, t.abs, before)
+}
+
+/// A file the session removes may free its inode number for a file that is not the
+/// session's: its born entry goes.
+fn forget_born(store: &Store, before: &Before) {
+    if let (Before::Contents(snap), Some(index)) = (before, store.index_mapped()) {
+        index.forget_born(snap.ident);
+    }
 }
 
 /// Before a call that creates a new name and fails if it exists (mkdir, link, symlink,
@@ -569,9 +628,11 @@ pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&B
             Err(_) => return,
         },
     };
-    store.record(call, Op::Change { path: abs, before: Before::Absent });
-    // Undo removes it whole: later descriptor changes to it need no records.
-    after(store, call, Pending::Created, true, 0, fd);
+    let created = store.record(call, Op::Change { path: abs, before: Before::Absent });
+    // Undo removes it whole: later descriptor changes to it need no records, and other
+    // processes' rewrites of it no captures (the index is mapped for learn_created).
+    let _ = store.index();
+    after(store, call, Pending::Created { created }, true, 0, fd);
 }
 
 /// Before a call that changes a node's metadata by name (chmod, chown, utime, setxattr and
@@ -681,32 +742,47 @@ pub fn uncovered_fd(fd: i32) -> Option<Stat> {
     rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok().filter(|st| !crate::covered::contains(ident_of(st)))
 }
 
-/// Remembers the file an open returned as covered (raw `fstat`, lock-free insert), and the
+/// Remembers the file an open returned as covered (raw `statx`, lock-free inserts), and the
 /// descriptor as one that came from a creating open, unless this is a `vfork` child: its
 /// descriptors are not its parent's, but the memo's memory is.
-fn learn_created(fd: Option<i32>) {
+///
+/// The file is also marked born in the session's shared index when this process has mapped
+/// it (the open that created the file mapped it under the guard): one raw `statx`, which
+/// costs what the `fstat` it replaces did, and lock-free atomic stores.
+fn learn_created(store: &Store, fd: Option<i32>, created: u64) {
     if let Some(fd) = fd.filter(|&fd| fd >= 0) {
         // SAFETY: the descriptor the real open just returned to the caller.
-        if let Ok(st) = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }) {
-            crate::covered::insert(ident_of(&st));
-            if crate::state::owns_memory() {
-                crate::fdmemo::remember(fd);
-            }
+        let file = unsafe { BorrowedFd::borrow_raw(fd) };
+        let Some((ident, btime)) =
+            birth_of(file, b"", AtFlags::EMPTY_PATH).map(|(id, b)| (id, Some(b))).or_else(|| {
+                // No birth times here: learn the inode only.
+                rustix::fs::fstat(file).ok().map(|st| (ident_of(&st), None))
+            })
+        else {
+            return;
+        };
+        crate::covered::insert(ident);
+        if let (Some(btime), Some(index)) = (btime, store.index_mapped()) {
+            index.remember_born(ident, btime, created);
+        }
+        if crate::state::owns_memory() {
+            crate::fdmemo::remember(fd);
         }
     }
 }
 
 /// The part of [`after`] that needs no guard: a call that succeeded leaves a capture or a record
-/// as it is, and a created file is learned with a raw `fstat` and a lock-free insert. Returns
+/// as it is, and a created file is learned with a raw `statx` and lock-free inserts. Returns
 /// what is left for [`after`] (under the guard), if anything.
-pub fn after_quick(pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
+pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
     match pending {
-        Pending::Created => {
-            learn_created(fd);
+        Pending::Created { created } | Pending::BornRewrite { created, .. } if succeeded => {
+            learn_created(store, fd, created);
             None
         }
-        Pending::MovedAside { .. } if succeeded => {
-            learn_created(fd);
+        Pending::Created { .. } => None,
+        Pending::MovedAside { seq, .. } if succeeded => {
+            learn_created(store, fd, seq);
             None
         }
         Pending::Nothing | Pending::Refuse(_) => None,
@@ -719,10 +795,17 @@ pub fn after_quick(pending: Pending, succeeded: bool, fd: Option<i32>) -> Option
 /// what it created. `fd` is the descriptor an open returned.
 pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32, fd: Option<i32>) {
     match pending {
-        Pending::Created => learn_created(fd),
+        Pending::Created { created } => learn_created(store, fd, created),
+        Pending::BornRewrite { seq, created } => {
+            if succeeded {
+                learn_created(store, fd, created);
+            } else {
+                store.record(call, Op::CallFailed { of_seq: seq, errno });
+            }
+        }
         Pending::MovedAside { blob, seq, path } => {
             if succeeded {
-                learn_created(fd);
+                learn_created(store, fd, seq);
             } else if store
                 .blobs
                 .with(|b| rustix::fs::renameat(b, blob.as_str(), CWD, path.as_bytes()))
@@ -795,5 +878,21 @@ mod tests {
         assert!(open_mutates(libc::O_RDONLY | libc::O_CREAT));
         assert!(open_mutates(libc::O_RDONLY | libc::O_TRUNC));
         assert!(open_mutates(libc::O_TMPFILE | libc::O_RDWR));
+    }
+
+    #[test]
+    fn the_identity_statx_gives_with_a_birth_time_is_the_one_stat_gives() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("f");
+        let file = std::fs::File::create(&path).unwrap();
+        let st = rustix::fs::fstat(&file).unwrap();
+        let Some((by_fd, btime)) = birth_of(file.as_fd(), b"", AtFlags::EMPTY_PATH) else {
+            panic!("this file system keeps no birth times: nothing here is tested");
+        };
+        assert_eq!(by_fd, ident_of(&st), "device numbers composed as stat reports them");
+        let dir = std::fs::File::open(t.path()).unwrap();
+        assert_eq!(birth_of(dir.as_fd(), b"f", AtFlags::SYMLINK_NOFOLLOW), Some((by_fd, btime)), "by name");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+        assert!(btime > 0 && btime <= now, "a birth time in nanoseconds since the epoch: {btime}");
     }
 }

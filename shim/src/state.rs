@@ -464,12 +464,18 @@ pub struct Store {
 }
 
 impl Store {
+    /// The session's capture index if this process has already mapped it: lock-free and
+    /// without a system call, for work done outside the guard.
+    pub fn index_mapped(&self) -> Option<&crate::index::SharedIndex> {
+        let p = self.index.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer here is a leaked Box that is never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
     /// The session's capture index, mapped on first use; `None` if it cannot be.
     pub fn index(&self) -> Option<&crate::index::SharedIndex> {
-        let p = self.index.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: a non-null pointer here is a leaked Box that is never freed.
-            return Some(unsafe { &*p });
+        if let Some(mapped) = self.index_mapped() {
+            return Some(mapped);
         }
         let fresh = crate::alloc::permanent(|| {
             crate::index::SharedIndex::map(&self.index_path).map(|i| Box::into_raw(Box::new(i)))

@@ -2,7 +2,7 @@
 //!
 //! Adding a libc symbol is one line in [`hooks!`]: its C signature and the handler that
 //! classifies it. The macro generates the exported `extern "C"` function, the lazily resolved
-//! original ([`Real`]) and an entry in [`HOOKS`], which the self-test walks to prove every
+//! original ([`Real`]) and an entry in [`hook`], which the self-test walks to prove every
 //! symbol resolves.
 //!
 //! Every handler has the same shape, enforced by [`journaled`]: a fast path for calls that
@@ -106,12 +106,12 @@ macro_rules! hooks {
         $(
             #[allow(non_snake_case)]
             mod $name {
-                pub static REAL: $crate::real::Real = $crate::real::Real::new(
+                pub const NAME: &::std::ffi::CStr =
                     match ::std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                         Ok(c) => c,
                         Err(_) => panic!("hook names never contain NUL"),
-                    },
-                );
+                    };
+                pub static REAL: $crate::real::Real = $crate::real::Real::new();
             }
 
             #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -119,7 +119,7 @@ macro_rules! hooks {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 type RealFn = unsafe extern "C" fn($($ty),*) -> $ret;
                 // SAFETY: RealFn is the C signature of this very symbol, written once above.
-                match unsafe { $name::REAL.get::<RealFn>() } {
+                match unsafe { $name::REAL.get::<RealFn>($name::NAME) } {
                     Some(real) => {
                         // SAFETY: forwards the caller's own arguments, unchanged, to the function
                         // they were meant for. FnOnce: the handler can call it at most once, and
@@ -135,8 +135,22 @@ macro_rules! hooks {
             }
         )*
 
-        /// Every hooked symbol, in table order.
-        pub static HOOKS: &[&Real] = &[$(&$name::REAL),*];
+        /// The number of hooked symbols.
+        pub const HOOK_COUNT: usize = [$(stringify!($name)),*].len();
+
+        /// Hooked symbol `i` (in table order): its name and its [`Real`]. Code, not a table of
+        /// pointers, which would need relocating in every process.
+        pub fn hook(i: usize) -> Option<(&'static std::ffi::CStr, &'static Real)> {
+            let mut k = 0usize;
+            $(
+                if i == k {
+                    return Some(($name::NAME, &$name::REAL));
+                }
+                k += 1;
+            )*
+            let _ = k;
+            None
+        }
     };
 }
 
@@ -962,16 +976,16 @@ fn run_exec(
 ///
 /// # Safety
 /// `F` must match the C signature of the symbol `real` names.
-unsafe fn real_of<F: Copy>(real: &Real) -> Option<F> {
+unsafe fn real_of<F: Copy>(name: &CStr, real: &Real) -> Option<F> {
     // SAFETY: forwarded obligation.
-    unsafe { real.get::<F>() }
+    unsafe { real.get::<F>(name) }
 }
 
 type ExecveFn = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
 
 fn call_execve(path: &[u8], argv: Argv, env: Argv) -> c_int {
     // SAFETY: ExecveFn is execve's C signature.
-    match unsafe { real_of::<ExecveFn>(&execve::REAL) } {
+    match unsafe { real_of::<ExecveFn>(execve::NAME, &execve::REAL) } {
         // SAFETY: the caller's path (still NUL-terminated: it is a CStr's bytes) and argv, with
         // a null-terminated environment we built.
         Some(f) => unsafe { f(path.as_ptr().cast(), argv, env) },
@@ -981,7 +995,7 @@ fn call_execve(path: &[u8], argv: Argv, env: Argv) -> c_int {
 
 fn call_execvpe(file: &[u8], argv: Argv, env: Argv) -> c_int {
     // SAFETY: ExecveFn is also execvpe's C signature.
-    match unsafe { real_of::<ExecveFn>(&execvpe::REAL) } {
+    match unsafe { real_of::<ExecveFn>(execvpe::NAME, &execvpe::REAL) } {
         // SAFETY: as in call_execve.
         Some(f) => unsafe { f(file.as_ptr().cast(), argv, env) },
         None => <c_int as crate::real::Missing>::missing(),
@@ -1018,7 +1032,7 @@ fn h_fexecve(call: &'static str, real: impl FnOnce() -> c_int, fd: c_int, argv: 
     run_exec(call, plan, real, |env| {
         type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
         // SAFETY: F is fexecve's C signature.
-        match unsafe { real_of::<F>(&fexecve::REAL) } {
+        match unsafe { real_of::<F>(fexecve::NAME, &fexecve::REAL) } {
             // SAFETY: the caller's fd and argv, with our null-terminated environment.
             Some(f) => unsafe { f(fd, argv, env) },
             None => <c_int as crate::real::Missing>::missing(),
@@ -1047,7 +1061,7 @@ fn h_execveat(
     run_exec(call, plan, real, |env| {
         type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
         // SAFETY: F is execveat's C signature.
-        match unsafe { real_of::<F>(&execveat::REAL) } {
+        match unsafe { real_of::<F>(execveat::NAME, &execveat::REAL) } {
             // SAFETY: the caller's arguments, with our null-terminated environment.
             Some(f) => unsafe { f(dirfd, p.as_ptr().cast(), argv, env, flags) },
             None => <c_int as crate::real::Missing>::missing(),
@@ -1070,7 +1084,7 @@ type SpawnFn = unsafe extern "C" fn(
 fn spawn(
     call: &'static str,
     real: impl FnOnce() -> c_int,
-    sym: &Real,
+    sym: (&CStr, &Real),
     program: Program<'_>,
     pid: *mut pid_t,
     path: &[u8],
@@ -1086,7 +1100,7 @@ fn spawn(
     let r = match &plan.env {
         None => real(),
         // SAFETY: SpawnFn is the C signature of both posix_spawn and posix_spawnp.
-        Some(env) => match unsafe { real_of::<SpawnFn>(sym) } {
+        Some(env) => match unsafe { real_of::<SpawnFn>(sym.0, sym.1) } {
             // SAFETY: the caller's arguments, with our null-terminated environment.
             Some(f) => unsafe { f(pid, path.as_ptr().cast(), actions, attr, argv, env.as_ptr().cast()) },
             None => libc::ENOSYS,
@@ -1115,7 +1129,7 @@ fn h_posix_spawn(
     envp: *const *mut c_char,
 ) -> c_int {
     let Some(p) = path else { return real() };
-    spawn(call, real, &posix_spawn::REAL, Program::Path(p), pid, p, actions, attr, argv, envp)
+    spawn(call, real, (posix_spawn::NAME, &posix_spawn::REAL), Program::Path(p), pid, p, actions, attr, argv, envp)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1130,7 +1144,7 @@ fn h_posix_spawnp(
     envp: *const *mut c_char,
 ) -> c_int {
     let Some(f) = file else { return real() };
-    spawn(call, real, &posix_spawnp::REAL, Program::Search(f), pid, f, actions, attr, argv, envp)
+    spawn(call, real, (posix_spawnp::NAME, &posix_spawnp::REAL), Program::Search(f), pid, f, actions, attr, argv, envp)
 }
 
 /// The argv `/bin/sh -c command` that system and popen run.

@@ -99,17 +99,17 @@ static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_c
 /// definition in the libraries loaded after this one (0 when every hook has its original).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn aether_journal_unresolved_hooks() -> c_int {
-    hooks::HOOKS.iter().filter(|h| h.addr().is_null()).count() as c_int
+    (0..hooks::HOOK_COUNT).filter_map(hooks::hook).filter(|(name, real)| real.addr(name).is_null()).count() as c_int
 }
 
 /// Self-test: the number of entries in the hook table.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn aether_journal_hook_count() -> c_int {
-    hooks::HOOKS.len() as c_int
+    hooks::HOOK_COUNT as c_int
 }
 
 /// Self-test: the name of hook `i` (null past the end), so that a test can list the table.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn aether_journal_hook_name(i: c_int) -> *const c_char {
-    usize::try_from(i).ok().and_then(|i| hooks::HOOKS.get(i)).map_or(std::ptr::null(), |h| h.name().as_ptr())
+    usize::try_from(i).ok().and_then(hooks::hook).map_or(std::ptr::null(), |(name, _)| name.as_ptr())
 }

@@ -11,44 +11,43 @@
 use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// A lazily resolved pointer to the next definition of a symbol.
+/// A lazily resolved pointer to the next definition of a symbol, whose name the caller gives.
+///
+/// Only the pointer lives here, starting null, so every hook's `Real` is in `.bss`. A name
+/// kept beside it (a pointer in a writable static) would need a relocation: the dynamic
+/// loader would then write, and so copy, the hook table's pages in every process at load,
+/// whether or not any hook is ever called. The name is a constant the code refers to.
 pub struct Real {
-    name: &'static CStr,
     ptr: AtomicPtr<c_void>,
 }
 
 impl Real {
     /// A not yet resolved symbol.
-    pub const fn new(name: &'static CStr) -> Real {
-        Real { name, ptr: AtomicPtr::new(std::ptr::null_mut()) }
+    pub const fn new() -> Real {
+        Real { ptr: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
-    /// The symbol's name.
-    pub fn name(&self) -> &'static CStr {
-        self.name
-    }
-
-    /// The address of the next definition, or null when there is none.
-    pub fn addr(&self) -> *mut c_void {
+    /// The address of the next definition of `name`, or null when there is none.
+    pub fn addr(&self, name: &CStr) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         if !p.is_null() {
             return p;
         }
         // SAFETY: RTLD_NEXT with a NUL-terminated name is a valid dlsym call; the result is a
         // plain address (or null) that we only store.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
         self.ptr.store(p, Ordering::Release);
         p
     }
 
-    /// The next definition as a function pointer of type `F`.
+    /// The next definition of `name` as a function pointer of type `F`.
     ///
     /// # Safety
     /// `F` must be an `unsafe extern "C" fn` type whose signature matches the C declaration of
-    /// the symbol this `Real` names.
-    pub unsafe fn get<F: Copy>(&self) -> Option<F> {
+    /// `name`, and `name` must always be the same symbol for this `Real`.
+    pub unsafe fn get<F: Copy>(&self, name: &CStr) -> Option<F> {
         const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-        let p = self.addr();
+        let p = self.addr(name);
         if p.is_null() {
             return None;
         }

@@ -60,6 +60,12 @@ pub const COUNTERS_LEN: usize = 4096;
 pub const CAPTURES_FILE: &str = "captures";
 /// Size of the capture index (sparse until used).
 pub const CAPTURES_LEN: usize = 1 << 20;
+/// Table of the files the session's processes created, made by the shim on first use.
+pub const BORN_FILE: &str = "born";
+/// Size of the born table (sparse until used): small, because every process that creates
+/// files touches pages of it, and those count in its resident memory. An entry evicted by a
+/// newer one only costs a copy later.
+pub const BORN_LEN: usize = 128 << 10;
 /// Magic at the start of the counters file.
 pub const COUNTERS_MAGIC: &[u8; 8] = b"AJCOUNT1";
 /// Slot index (in `u64`s) of the last id handed out.
@@ -274,9 +280,15 @@ pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
 /// Makes sure the capture index exists and is [`CAPTURES_LEN`] bytes long (all zero: empty).
 /// Idempotent, and safe to race with itself.
 pub fn ensure_captures(path: &Path) -> io::Result<fs::File> {
+    ensure_table(path, CAPTURES_LEN)
+}
+
+/// Makes sure a shared table file exists and is at least `len` bytes long (new bytes zero).
+/// Idempotent, and safe to race with itself.
+pub fn ensure_table(path: &Path, len: usize) -> io::Result<fs::File> {
     let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
-    if f.metadata()?.len() < CAPTURES_LEN as u64 {
-        f.set_len(CAPTURES_LEN as u64)?;
+    if f.metadata()?.len() < len as u64 {
+        f.set_len(len as u64)?;
     }
     Ok(f)
 }

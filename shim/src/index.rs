@@ -11,17 +11,20 @@
 //! slot odd for good: that slot is then never used again, which costs copies, never
 //! correctness. Every hit is checked by the capture code against the file's state now.
 //!
-//! The same slots also remember files *born* in the session (created by one of its processes):
-//! such a file did not exist before the session, so nothing it holds is ever needed by undo,
-//! which removes every name the session gave it. Another process of the session that
-//! truncates or rewrites it (a compiler writing the temporary file its driver created, a
-//! rebuild overwriting an output the previous step made) then copies nothing. A born entry is
-//! keyed by device, inode and birth time (`statx` `btime`, nanoseconds), so an inode number
-//! reused by a file made outside the session does not match.
+//! A second, smaller table of the same layout (the session file `born`, 2048 slots, see
+//! [`SharedIndex::map_born`]) remembers files *born* in the session, created by one of its
+//! processes, with the record that created them: nothing such a file holds is needed once
+//! that record is undone (which removes it), so another process of the session that
+//! truncates or rewrites it (a compiler writing the temporary its driver created, a rebuild
+//! overwriting an output an earlier step made) journals a `born` record and copies nothing.
+//! A born entry is keyed by device, inode and birth time (`statx` `btime`, nanoseconds), so an
+//! inode number reused by a file made outside the session does not match. The table is small
+//! on purpose: every process that creates files touches its pages, and they count in that
+//! process's resident memory; an evicted entry only costs a copy.
 //!
 //! What this module cannot do: keep more than one state per slot, or survive the file being
 //! replaced (a missing or short file simply disables reuse). A born file deleted outside the
-//! session's view and its inode number reused, within the same clock tick, for a file that
+//! session's view and its inode number reused, with the very same birth time, for a file that
 //! is not the session's would match; the session's own removals forget the entry.
 
 use std::os::fd::AsFd;
@@ -30,14 +33,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use journal::capture::{CaptureIndex, CaptureKey};
 use journal::record::Ident;
-use journal::session::CAPTURES_LEN;
+use journal::session::{BORN_LEN, CAPTURES_LEN};
 
 const WORDS: usize = 8;
-const SLOTS: usize = CAPTURES_LEN / (WORDS * 8);
 
 /// The mapped index.
 pub struct SharedIndex {
     slots: *const [AtomicU64; WORDS],
+    count: usize,
 }
 
 // SAFETY: the mapping is never unmapped and is only accessed through atomics.
@@ -48,16 +51,26 @@ unsafe impl Sync for SharedIndex {}
 impl SharedIndex {
     /// Maps the session's `captures` file (creating it when an older session lacks it).
     pub fn map(path: &Path) -> Option<SharedIndex> {
-        // At least CAPTURES_LEN bytes long (ensure_captures); only ever accessed through
-        // AtomicU64, whose alignment (8) the page-aligned mapping satisfies.
-        let f = journal::session::ensure_captures(path).ok()?;
-        let p = crate::state::map_shared(f.as_fd(), CAPTURES_LEN)?;
-        Some(SharedIndex { slots: p.cast() })
+        Self::map_len(path, CAPTURES_LEN)
+    }
+
+    /// Maps the session's born table (`born`, [`BORN_LEN`] bytes), creating it if needed.
+    pub fn map_born(path: &Path) -> Option<SharedIndex> {
+        Self::map_len(path, BORN_LEN)
+    }
+
+    fn map_len(path: &Path, len: usize) -> Option<SharedIndex> {
+        // At least `len` bytes long (ensure_table); only ever accessed through AtomicU64,
+        // whose alignment (8) the page-aligned mapping satisfies.
+        let f = journal::session::ensure_table(path, len).ok()?;
+        let p = crate::state::map_shared(f.as_fd(), len)?;
+        Some(SharedIndex { slots: p.cast(), count: len / (WORDS * 8) })
     }
 
     fn slot(&self, key: &CaptureKey) -> &[AtomicU64; WORDS] {
-        let k = (key.ident.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.ident.dev.rotate_left(23)) as usize % SLOTS;
-        // SAFETY: `k < SLOTS`, and the mapping holds SLOTS slots for the life of the process.
+        let k =
+            (key.ident.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.ident.dev.rotate_left(23)) as usize % self.count;
+        // SAFETY: `k < count`, and the mapping holds `count` slots for the life of the process.
         unsafe { &*self.slots.add(k) }
     }
 }
@@ -188,7 +201,9 @@ mod tests {
     #[test]
     fn a_born_file_is_known_to_every_mapping_by_inode_and_birth_time_and_never_as_a_capture() {
         let t = tempfile::tempdir().unwrap();
-        let (a, b) = two_mappings(&t);
+        let path = t.path().join("born");
+        let (a, b) = (SharedIndex::map_born(&path).unwrap(), SharedIndex::map_born(&path).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), BORN_LEN as u64);
         let id = Ident { dev: 3, ino: 77 };
         a.remember_born(id, 1_000_000_123, 41);
         assert!(b.may_be_born(id), "another process's mapping sees it");

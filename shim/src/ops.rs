@@ -376,7 +376,7 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
             let created = store.record(call, Op::Change { path: t.abs, before: Before::Absent });
             // Mapped here, under the guard, so that the lock-free learning after the call can
             // mark the new file born for every process of the session.
-            let _ = store.index();
+            let _ = store.born();
             return Pending::Created { created };
         }
         Ok(None) => return Pending::Nothing,
@@ -433,7 +433,7 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
 /// session did: the shared index has a born entry for its inode, and `statx` gives the birth
 /// time that entry was made with. No system call unless the index names the inode.
 fn born_creation(store: &Store, t: &Target<'_>, st: &Stat) -> Option<u64> {
-    let index = store.index()?;
+    let index = store.born()?;
     let ident = ident_of(st);
     if !index.may_be_born(ident) {
         return None;
@@ -580,7 +580,7 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
 /// A file the session removes may free its inode number for a file that is not the
 /// session's: its born entry goes.
 fn forget_born(store: &Store, before: &Before) {
-    if let (Before::Contents(snap), Some(index)) = (before, store.index_mapped()) {
+    if let (Before::Contents(snap), Some(index)) = (before, store.born_mapped()) {
         index.forget_born(snap.ident);
     }
 }
@@ -630,8 +630,8 @@ pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&B
     };
     let created = store.record(call, Op::Change { path: abs, before: Before::Absent });
     // Undo removes it whole: later descriptor changes to it need no records, and other
-    // processes' rewrites of it no captures (the index is mapped for learn_created).
-    let _ = store.index();
+    // processes' rewrites of it no captures (the table is mapped for learn_created).
+    let _ = store.born();
     after(store, call, Pending::Created { created }, true, 0, fd);
 }
 
@@ -762,7 +762,7 @@ fn learn_created(store: &Store, fd: Option<i32>, created: u64) {
             return;
         };
         crate::covered::insert(ident);
-        if let (Some(btime), Some(index)) = (btime, store.index_mapped()) {
+        if let (Some(btime), Some(index)) = (btime, store.born_mapped()) {
             index.remember_born(ident, btime, created);
         }
         if crate::state::owns_memory() {

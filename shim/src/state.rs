@@ -458,35 +458,61 @@ pub struct Store {
     /// The uid that owns the session store: only it (and root) can write there.
     pub owner_uid: u32,
     /// The shared capture index, mapped on first use (most processes never copy a file).
-    index: AtomicPtr<crate::index::SharedIndex>,
-    /// Where the index lives.
-    index_path: std::path::PathBuf,
+    index: LazyIndex,
+    /// The shared table of files the session created, mapped on first use.
+    born: LazyIndex,
 }
 
-impl Store {
-    /// The session's capture index if this process has already mapped it: lock-free and
-    /// without a system call, for work done outside the guard.
-    pub fn index_mapped(&self) -> Option<&crate::index::SharedIndex> {
-        let p = self.index.load(Ordering::Acquire);
+/// A shared table of the session, mapped on first use, lock-free (the loser of a race leaks
+/// its mapping, never unmapped).
+pub struct LazyIndex {
+    ptr: AtomicPtr<crate::index::SharedIndex>,
+    path: std::path::PathBuf,
+    map: fn(&std::path::Path) -> Option<crate::index::SharedIndex>,
+}
+
+impl LazyIndex {
+    fn new(path: std::path::PathBuf, map: fn(&std::path::Path) -> Option<crate::index::SharedIndex>) -> LazyIndex {
+        LazyIndex { ptr: AtomicPtr::new(std::ptr::null_mut()), path, map }
+    }
+
+    /// The table if this process has already mapped it: lock-free and without a system call,
+    /// for work done outside the guard.
+    pub fn mapped(&self) -> Option<&crate::index::SharedIndex> {
+        let p = self.ptr.load(Ordering::Acquire);
         // SAFETY: a non-null pointer here is a leaked Box that is never freed.
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
-    /// The session's capture index, mapped on first use; `None` if it cannot be.
-    pub fn index(&self) -> Option<&crate::index::SharedIndex> {
-        if let Some(mapped) = self.index_mapped() {
+    /// The table, mapped now if it was not; `None` if it cannot be.
+    pub fn get(&self) -> Option<&crate::index::SharedIndex> {
+        if let Some(mapped) = self.mapped() {
             return Some(mapped);
         }
-        let fresh = crate::alloc::permanent(|| {
-            crate::index::SharedIndex::map(&self.index_path).map(|i| Box::into_raw(Box::new(i)))
-        })?;
-        // Lock-free, like STORE: the loser of a race leaks its mapping (never unmapped).
-        match self.index.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        let fresh = crate::alloc::permanent(|| (self.map)(&self.path).map(|i| Box::into_raw(Box::new(i))))?;
+        match self.ptr.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
             // SAFETY: we just stored `fresh`, a leaked Box that is never freed.
             Ok(_) => Some(unsafe { &*fresh }),
             // SAFETY: the winner's pointer is a leaked Box that is never freed.
             Err(winner) => Some(unsafe { &*winner }),
         }
+    }
+}
+
+impl Store {
+    /// The session's capture index, mapped on first use; `None` if it cannot be.
+    pub fn index(&self) -> Option<&crate::index::SharedIndex> {
+        self.index.get()
+    }
+
+    /// The session's table of born files, mapped on first use; `None` if it cannot be.
+    pub fn born(&self) -> Option<&crate::index::SharedIndex> {
+        self.born.get()
+    }
+
+    /// The born table if this process has already mapped it (lock-free, no system call).
+    pub fn born_mapped(&self) -> Option<&crate::index::SharedIndex> {
+        self.born.mapped()
     }
 }
 
@@ -543,8 +569,8 @@ fn open_store(cfg: &Config) -> Option<Store> {
         prog,
         settings: cfg.settings.clone(),
         owner_uid,
-        index: AtomicPtr::new(std::ptr::null_mut()),
-        index_path: dir.join(session::CAPTURES_FILE),
+        index: LazyIndex::new(dir.join(session::CAPTURES_FILE), crate::index::SharedIndex::map),
+        born: LazyIndex::new(dir.join(session::BORN_FILE), crate::index::SharedIndex::map_born),
     })
 }
 

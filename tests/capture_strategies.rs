@@ -173,15 +173,7 @@ fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
     let s = Scratch::new("a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy");
     s.sh("mkdir other");
     let mnt = s.path("other");
-    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"]).arg(&mnt).status().unwrap();
-    assert!(ok.success(), "mount tmpfs");
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    let _guard = mount(&["-t", "tmpfs", "-o", "size=16m", "tmpfs"], &mnt);
     s.sh("echo new > other/tmp && echo old > other/target && head -c 30000 /dev/urandom > other/removed");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -451,14 +443,7 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     assert!(made.success(), "mkfs.ext4");
     s.sh("mkdir fs");
     let mnt = s.path("fs");
-    assert!(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt).status().unwrap().success(), "mount");
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    let _guard = mount(&["-o", "loop", img.to_str().unwrap()], &mnt);
     let session = s.session("session");
     let in_session = |script: &str| {
         let mut cmd = Command::new("sh");

@@ -447,22 +447,7 @@ fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_hones
     let s = Scratch::new("a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest");
     let mnt = s.root.join("small");
     std::fs::create_dir(&mnt).unwrap();
-    assert!(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=256k"])
-            .arg("tmpfs")
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success()
-    );
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(mnt.clone());
+    let _u = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &mnt);
     s.sh("head -c 600000 /dev/urandom > big && echo small > small");
     let script = "echo overwritten > big; echo changed > small; echo created > new; cat small";
     let bare = Command::new("sh").args(["-c", script]).current_dir(s.tree()).output().unwrap();
@@ -511,15 +496,7 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
     let mnt = s.root.join("store");
     std::fs::create_dir(&mnt).unwrap();
     s.sh(&format!("truncate -s 32M {0} && mkfs.ext4 -q {0}", img.display()));
-    let ok = Command::new("mount").arg("-o").arg("loop,errors=remount-ro").arg(&img).arg(&mnt).status().unwrap();
-    assert!(ok.success());
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(mnt.clone());
+    let _u = mount(&["-o", "loop,errors=remount-ro", img.to_str().unwrap()], &mnt);
     let dev =
         String::from_utf8(Command::new("findmnt").args(["-no", "SOURCE"]).arg(&mnt).output().unwrap().stdout).unwrap();
     let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", dev.trim().rsplit('/').next().unwrap());

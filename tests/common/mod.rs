@@ -371,3 +371,19 @@ pub fn skip_unless_root(needs: &str) -> bool {
     eprintln!("SKIPPED: this test needs root ({needs})");
     true
 }
+
+/// Unmounts a test's private file system when dropped.
+pub struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `mount ARGS... MNT` (root only), asserting it worked; the guard unmounts it again.
+pub fn mount(args: &[&str], mnt: &Path) -> Unmount {
+    let ok = Command::new("mount").args(args).arg(mnt).status().expect("run mount");
+    assert!(ok.success(), "mount {args:?} {}", mnt.display());
+    Unmount(mnt.to_path_buf())
+}

@@ -1330,10 +1330,12 @@ impl Executor<'_> {
         }
     }
 
-    /// Whether record `seq` is undone by this undo, or was by an earlier one.
+    /// Whether record `seq` is undone by this undo, or was by an earlier one (the journal's
+    /// records are sorted by seq).
     fn undoes(&self, seq: u64) -> bool {
         self.already.contains(&seq)
-            || (self.only.is_none_or(|o| o.contains(&seq)) && self.journal.records.iter().any(|r| r.seq == seq))
+            || (self.only.is_none_or(|o| o.contains(&seq))
+                && self.journal.records.binary_search_by_key(&seq, |r| r.seq).is_ok())
     }
 
     fn remove_created(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Done {
@@ -2137,6 +2139,39 @@ mod tests {
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Removed, Outcome::Failed]);
         assert!(r.outcomes[1].why.contains("missing"));
         assert!(!f.p("b").exists());
+    }
+
+    #[test]
+    fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
+        let mut f = Fixture::new();
+        // #1 creates `out`, #2 rewrites it without a capture (born), #3 rewrites it again.
+        f.push(Op::Change { path: f.bp("out"), before: Before::Absent });
+        f.push(Op::Change { path: f.bp("out"), before: Before::Born { created: 1 } });
+        f.push(Op::Change { path: f.bp("out"), before: Before::Born { created: 1 } });
+        fs::write(f.p("out"), b"third").unwrap();
+        let j = JournalContents { records: f.records.clone(), ..Default::default() };
+        let opts = UndoOptions::default();
+        let plan = |only: &BTreeSet<u64>, already: &HashSet<u64>| {
+            let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already, only: Some(only) };
+            run_plan(&plan, &mut |_, _| {}).unwrap()
+        };
+        // The newest record alone: what `out` held before it was not kept.
+        let r = plan(&select(&j, &Selection::Last(1)), &HashSet::new());
+        assert!(!r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+        assert!(r.outcomes[0].why.contains("not kept") && r.outcomes[0].why.contains("record 1"), "{r:?}");
+        assert_eq!(fs::read(f.p("out")).unwrap(), b"third", "nothing was made up");
+        // The rewrites, after an earlier undo already reversed the creation: nothing left to do.
+        fs::remove_file(f.p("out")).unwrap();
+        let r = plan(&BTreeSet::from([2, 3]), &HashSet::from([1]));
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged]);
+        fs::write(f.p("out"), b"third").unwrap();
+        // The whole session: the rewrites need nothing, the creation removes the file.
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged, Outcome::Removed]);
+        assert!(!f.p("out").exists());
     }
 
     #[test]

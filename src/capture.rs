@@ -305,7 +305,7 @@ impl Capturer<'_> {
     /// A capture that refers to an earlier copy of exactly this state of the file (same
     /// [`CaptureKey`]), if the index has one and its blob is still the size it was. The file's
     /// extended attributes are read again (they are part of the snapshot, not of the blob).
-    fn reuse(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Option<Before> {
+    pub fn reuse(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Option<Before> {
         let key = CaptureKey::of(st);
         let id = self.index?.find(&key)?;
         let blob = blob_name(id);

@@ -213,6 +213,15 @@ pub enum Before {
         /// The record that created the file.
         created: u64,
     },
+    /// The path held a file whose whole state from before the session record `by` had already
+    /// kept (a copy made for an earlier call of this session), rewritten here without another
+    /// capture. Undo reports the step unchanged when it also undoes (or has undone) record
+    /// `by`, which puts that state back, and skipped otherwise: what the file held between
+    /// the two calls was not kept.
+    Kept {
+        /// The record whose capture holds the file's state from before the session.
+        by: u64,
+    },
 }
 
 /// A kept prior state: the node and its metadata.

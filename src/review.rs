@@ -228,6 +228,7 @@ fn priors<'a>(journal: &'a JournalContents) -> Vec<(BPath, Prior<'a>)> {
             // The oldest record of the path: how the file the session made got there is not
             // journaled under this name.
             Before::Born { created } => Prior::Unknown(format!("a file this session created (record {created})")),
+            Before::Kept { by } => Prior::Unknown(format!("kept by record {by}")),
         }
     }
     for r in &journal.records {

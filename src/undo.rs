@@ -1062,7 +1062,7 @@ impl Executor<'_> {
                     return f;
                 }
                 // Reached first only when the creation it names is not being undone.
-                Before::Irreversible { .. } | Before::Born { .. } => {
+                Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
                     f.body.get_or_insert(Body::Unknown);
                     return f;
                 }
@@ -1303,13 +1303,29 @@ impl Executor<'_> {
                     ),
                 );
             }
+            Before::Kept { by } if self.undoes(*by) => {
+                return (
+                    Outcome::Unchanged,
+                    format!("its state before the session is kept by record {by}, which this undo puts back"),
+                );
+            }
+            Before::Kept { by } => {
+                return (
+                    Outcome::Skipped,
+                    format!(
+                        "what it held before this call was not kept: record {by} kept its state from before the session, and only undoing that record puts it back"
+                    ),
+                );
+            }
             Before::Absent | Before::Contents(_) => {}
         }
         if self.dry_run {
             return match before {
                 Before::Absent => (Outcome::Removed, "would remove it if it exists".into()),
                 Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
-                Before::Irreversible { .. } | Before::Born { .. } => unreachable!("handled above"),
+                Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
+                    unreachable!("handled above")
+                }
             };
         }
         let (dir, name) = match self.parent_of(path) {
@@ -1326,7 +1342,7 @@ impl Executor<'_> {
         match before {
             Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
             Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
-            Before::Irreversible { .. } | Before::Born { .. } => unreachable!("handled above"),
+            Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => unreachable!("handled above"),
         }
     }
 
@@ -2172,6 +2188,31 @@ mod tests {
         assert!(r.complete, "{r:?}");
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged, Outcome::Removed]);
         assert!(!f.p("out").exists());
+    }
+
+    #[test]
+    fn a_rewrite_kept_by_an_earlier_copy_is_undone_only_with_that_copy() {
+        let mut f = Fixture::new();
+        fs::write(f.p("db"), b"before the session").unwrap();
+        f.change("db", Intent::Overwrite); // #1: the copy
+        fs::write(f.p("db"), b"first rewrite").unwrap();
+        f.push(Op::Change { path: f.bp("db"), before: Before::Kept { by: 1 } }); // #2
+        fs::write(f.p("db"), b"second rewrite").unwrap();
+        let j = JournalContents { records: f.records.clone(), ..Default::default() };
+        let opts = UndoOptions::default();
+        let only = BTreeSet::from([2]);
+        let none = HashSet::new();
+        let plan =
+            Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &none, only: Some(&only) };
+        let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+        assert!(!r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+        assert!(r.outcomes[0].why.contains("record 1"), "{r:?}");
+        assert_eq!(fs::read(f.p("db")).unwrap(), b"second rewrite", "nothing was made up");
+        let r = f.undo();
+        assert!(r.complete, "{r:?}");
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Restored]);
+        assert_eq!(fs::read(f.p("db")).unwrap(), b"before the session");
     }
 
     #[test]

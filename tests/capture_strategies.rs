@@ -103,14 +103,19 @@ fn a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exa
     };
     let script = [open_rw(false), open_rw(false), open_rw(true), open_rw(false)].join(" && ");
     s.run_ok(&session, &["sh", "-c", &script]);
-    let nodes = captured_nodes(&s.log_json(&session));
+    let log = s.log_json(&session);
+    let nodes = captured_nodes(&log);
     assert_eq!(nodes.len(), 4, "{nodes:?}");
     assert!(nodes[0]["hash"].is_string(), "the first capture is a hashed copy: {nodes:?}");
     assert_eq!(nodes[1]["blob"], nodes[0]["blob"], "unchanged since: the copy is reused");
     assert_eq!(nodes[2]["blob"], nodes[0]["blob"]);
-    assert_ne!(nodes[3]["blob"], nodes[0]["blob"], "changed since (written): copied anew");
+    // Changed since (written): not copied anew, journaled as kept by a record holding that copy.
+    let changes: Vec<_> = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == "change").collect();
+    assert_eq!(changes[3]["op"]["before"]["state"], "kept", "{log}");
+    let by = changes.iter().find(|r| r["seq"] == changes[3]["op"]["before"]["by"]).expect("the kept-by record");
+    assert_eq!(by["op"]["before"]["node"]["blob"], nodes[0]["blob"], "it names a record holding that copy: {log}");
     let blobs = walk_files(&session.join("blobs"));
-    assert_eq!(blobs, 2, "two states of the file, two blobs");
+    assert_eq!(blobs, 1, "one copy, of the state before the session");
     let (code, r) = s.undo_json(&session);
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &r);
@@ -349,7 +354,7 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
     let session = s.session("session");
     // Each step is its own process: shell redirection, cp over, Python, dd in place, and a
     // compiler run twice (cc1 truncates the temporary file its driver made). pre.bin existed
-    // before the session: it is captured every time.
+    // before the session: it is copied once, and its second rewrite is kept by that copy.
     let script = format!(
         "echo one > out.txt && cp x.c out.txt && {py} -c \"open('out.txt', 'w').write('two')\" \
          && printf 3 | dd of=out.txt conv=notrunc status=none \
@@ -372,7 +377,7 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
         .filter(|r| r["op"]["before"]["node"]["how"] == "copy")
         .map(|r| r["op"]["path"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
         .collect();
-    assert_eq!(copied, ["pre.bin", "pre.bin"], "only the file made before the session is copied: {log}");
+    assert_eq!(copied, ["pre.bin"], "only the file made before the session is copied, once: {log}");
     let temp_writes: Vec<_> = log["records"]
         .as_array()
         .unwrap()
@@ -383,7 +388,29 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
     assert!(temp_writes.is_empty(), "the compiler's temporary files are not copied when rewritten: {temp_writes:?}");
     let temps = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == "temp_name").count();
     assert_eq!(temps, 2, "the compiler made its temporaries in the tree's tmp/: {log}");
-    assert_eq!(changes_to(&log, "/pre.bin").iter().filter(|c| c.1 == "contents").count(), 2, "{log}");
+    let pre: Vec<_> = changes_to(&log, "/pre.bin").into_iter().map(|c| c.1).collect();
+    assert_eq!(pre, ["contents", "kept"], "copied once, then kept by that copy: {log}");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
+fn a_database_several_processes_update_is_copied_once_and_undo_is_exact() {
+    // Each sqlite3 run opens the database read-write and changes it: the first copies it
+    // whole; the later ones find it changed since that copy and are journaled as kept by it.
+    let s = Scratch::new("a_database_several_processes_update_is_copied_once_and_undo_is_exact");
+    s.sh("sqlite3 db.sqlite 'create table t(a, b); insert into t values (1, 2);' && head -c 300000 /dev/urandom > pad && sqlite3 db.sqlite \"insert into t values (3, hex(randomblob(100000)))\"");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let update = |n: u32| format!("sqlite3 db.sqlite \"insert into t values ({n}, {n}); update t set a = a + 1;\"");
+    s.run_ok(&session, &["sh", "-c", &[update(10), update(20), update(30), update(40)].join(" && ")]);
+    let log = s.log_json(&session);
+    let db: Vec<_> = changes_to(&log, "/db.sqlite").into_iter().map(|c| c.1).collect();
+    assert_eq!(db, ["contents", "kept", "kept", "kept"], "{log}");
+    let copies =
+        log["records"].as_array().unwrap().iter().filter(|r| r["op"]["before"]["node"]["how"] == "copy").count();
+    assert_eq!(copies, 1, "the database is copied once: {log}");
     let (code, r) = s.undo_json(&session);
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &r);

@@ -56,6 +56,7 @@ fn describe_before(b: &Before) -> String {
         Before::Born { created } => {
             format!("a file this session created (#{created}); not kept, undoing that removes it")
         }
+        Before::Kept { by } => format!("its state before the session is kept by #{by}; not kept again"),
         Before::Contents(s) => match &s.node {
             Node::File { size, how, twin, .. } => format!(
                 "{size}-byte file, mode {:o}, kept by {}",

@@ -108,6 +108,18 @@ fn write_slot(s: &[AtomicU64; WORDS], fill: impl FnOnce(&[AtomicU64; WORDS])) {
 const BORN_SIZE: u64 = u64::MAX;
 /// The blob word of a born entry (blob ids are small counters).
 const BORN_ID: u64 = u64::MAX;
+/// The blob word of a kept entry.
+const KEPT_ID: u64 = u64::MAX - 1;
+
+/// Why a file's earlier contents need no capture, and the record that makes that so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The session created it (this record); undoing that removes it.
+    Born(u64),
+    /// This record kept its whole state from before the session (a copy); undoing that
+    /// puts the state back.
+    Kept(u64),
+}
 
 /// The slot key of a born entry: the birth time stands where a state's mtime does, and the
 /// record that created the file where its ctime does.
@@ -116,19 +128,26 @@ fn born_key(ident: Ident, btime_ns: i64, created: u64) -> CaptureKey {
 }
 
 impl SharedIndex {
-    /// Remembers that the file `ident`, born at `btime_ns`, was created by this session's
-    /// record `created`.
-    pub fn remember_born(&self, ident: Ident, btime_ns: i64, created: u64) {
-        self.remember(&born_key(ident, btime_ns, created), BORN_ID);
+    /// Remembers why the file `ident`, born at `btime_ns`, needs no capture.
+    pub fn remember_origin(&self, ident: Ident, btime_ns: i64, origin: Origin) {
+        let (seq, id) = match origin {
+            Origin::Born(seq) => (seq, BORN_ID),
+            Origin::Kept(seq) => (seq, KEPT_ID),
+        };
+        self.remember(&born_key(ident, btime_ns, seq), id);
     }
 
-    /// The record that created the file `ident` born at `btime_ns`, if this session made it.
-    pub fn born(&self, ident: Ident, btime_ns: i64) -> Option<u64> {
+    /// Why the file `ident` born at `btime_ns` needs no capture, if the session knows.
+    pub fn origin(&self, ident: Ident, btime_ns: i64) -> Option<Origin> {
         read_slot(self.slot(&born_key(ident, btime_ns, 0)), |s| {
             let want = [ident.dev, ident.ino, BORN_SIZE, btime_ns as u64];
             let matches = want.iter().zip(&s[1..5]).all(|(w, a)| a.load(Ordering::Relaxed) == *w);
-            let created = s[5].load(Ordering::Relaxed);
-            (matches && s[6].load(Ordering::Relaxed) == BORN_ID).then_some(created)
+            let seq = s[5].load(Ordering::Relaxed);
+            match s[6].load(Ordering::Relaxed) {
+                BORN_ID if matches => Some(Origin::Born(seq)),
+                KEPT_ID if matches => Some(Origin::Kept(seq)),
+                _ => None,
+            }
         })
     }
 
@@ -205,15 +224,17 @@ mod tests {
         let (a, b) = (SharedIndex::map_born(&path).unwrap(), SharedIndex::map_born(&path).unwrap());
         assert_eq!(std::fs::metadata(&path).unwrap().len(), BORN_LEN as u64);
         let id = Ident { dev: 3, ino: 77 };
-        a.remember_born(id, 1_000_000_123, 41);
+        a.remember_origin(id, 1_000_000_123, Origin::Born(41));
         assert!(b.may_be_born(id), "another process's mapping sees it");
-        assert_eq!(b.born(id, 1_000_000_123), Some(41), "with the record that created it");
-        assert_eq!(b.born(id, 1_000_000_124), None, "an inode number reused later has another birth time");
-        assert_eq!(b.born(Ident { dev: 4, ino: 77 }, 1_000_000_123), None, "another device");
+        assert_eq!(b.origin(id, 1_000_000_123), Some(Origin::Born(41)), "with the record that created it");
+        assert_eq!(b.origin(id, 1_000_000_124), None, "an inode number reused later has another birth time");
+        assert_eq!(b.origin(Ident { dev: 4, ino: 77 }, 1_000_000_123), None, "another device");
+        b.remember_origin(id, 1_000_000_123, Origin::Kept(52));
+        assert_eq!(a.origin(id, 1_000_000_123), Some(Origin::Kept(52)), "kept by a copy, and by which record");
         let as_capture = CaptureKey { ident: id, size: 0, mtime_ns: 1_000_000_123, ctime_ns: 0 };
         assert_eq!(b.find(&as_capture), None, "a born entry is never a blob");
         b.forget_born(id);
-        assert!(!a.may_be_born(id) && a.born(id, 1_000_000_123).is_none(), "forgotten for every mapping");
+        assert!(!a.may_be_born(id) && a.origin(id, 1_000_000_123).is_none(), "forgotten for every mapping");
     }
 
     #[test]

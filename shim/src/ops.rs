@@ -21,6 +21,7 @@ use rustix::io::Errno;
 
 use journal::config::Policy;
 
+use crate::index::Origin;
 use crate::state::Store;
 
 /// What a hook must do once the real call has returned.
@@ -50,14 +51,14 @@ pub enum Pending {
         /// The record of the creation.
         created: u64,
     },
-    /// A truncating or writing open of a file the session created (record `created`),
-    /// journaled by record `seq` without a capture: learned like a creation if it succeeds; a
-    /// `call_failed` record if it does not.
+    /// A truncating or writing open of a file the session created or already kept whole
+    /// (`origin`), journaled by record `seq` without a capture: learned like a creation if it
+    /// succeeds; a `call_failed` record if it does not.
     BornRewrite {
         /// The record of this call.
         seq: u64,
-        /// The record that created the file.
-        created: u64,
+        /// Why the file needs no capture.
+        origin: Origin,
     },
     /// An `O_TRUNC` open whose file was moved into the store (record `seq`, blob `blob`) and
     /// replaced by an empty twin. If the call fails, the original goes back to `path` and a
@@ -266,13 +267,19 @@ fn irreversible(store: &Store, call: &str, path: BPath, step: &str, error: Strin
 /// Journals a `change` record, or, under the strict policy, refuses a call whose prior state
 /// could not be kept (EACCES) and journals the refusal.
 fn change(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
+    record_change(store, call, path, before).0
+}
+
+/// [`change`], also returning the record's seq (none when the call is refused).
+fn record_change(store: &Store, call: &str, path: BPath, before: Before) -> (Pending, Option<u64>) {
     if let Before::Irreversible { reason } = &before {
         if store.settings.policy == Policy::Strict {
-            return refuse(store, call, format!("{call} {}: {reason}", path.display_lossy()), libc::EACCES);
+            let what = format!("{call} {}: {reason}", path.display_lossy());
+            return (refuse(store, call, what, libc::EACCES), None);
         }
     }
     let seq = store.record(call, Op::Change { path, before: before.clone() });
-    pending_of(&before, seq)
+    (pending_of(&before, seq), Some(seq))
 }
 
 /// Refuses (always, whatever the policy) a call that would change the session's own store.
@@ -398,16 +405,18 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         // Directories, symlinks (O_NOFOLLOW: ELOOP) and read-only opens change nothing.
         _ => return Pending::Nothing,
     };
-    if let Some(created) = born_creation(store, &t, &st).filter(|_| ft == FileType::RegularFile) {
-        // Nothing it holds is needed once its creation is undone: no capture.
-        let seq = store.record(call, Op::Change { path: t.abs, before: Before::Born { created } });
-        return Pending::BornRewrite { seq, created };
+    if ft == FileType::RegularFile {
+        match uncopied(store, call, &t, &st) {
+            Some(Uncopied::Recorded { seq, origin }) => return Pending::BornRewrite { seq, origin },
+            Some(Uncopied::Reused(pending)) => return pending,
+            None => {}
+        }
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, intent);
     let moved_aside = intent == Intent::Truncate
         && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
     let path = t.abs.clone();
-    match change(store, call, t.abs, before) {
+    match kept_change(store, call, &t, before) {
         Pending::Linked { blob, seq } if moved_aside => Pending::MovedAside { blob, seq, path },
         other => other,
     }
@@ -422,17 +431,80 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Pending::Nothing;
     }
-    if let Some(created) = born_creation(store, &t, &st) {
-        return Pending::Recorded(store.record(call, Op::Change { path: t.abs, before: Before::Born { created } }));
+    match uncopied(store, call, &t, &st) {
+        Some(Uncopied::Recorded { seq, .. }) => return Pending::Recorded(seq),
+        Some(Uncopied::Reused(pending)) => return pending,
+        None => {}
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    change(store, call, t.abs, before)
+    kept_change(store, call, &t, before)
 }
 
-/// The record that created the file at `t` (whose `lstat` is `st`), if a process of this
-/// session did: the shared index has a born entry for its inode, and `statx` gives the birth
-/// time that entry was made with. No system call unless the index names the inode.
-fn born_creation(store: &Store, t: &Target<'_>, st: &Stat) -> Option<u64> {
+/// What [`uncopied`] journaled instead of copying a file.
+enum Uncopied {
+    /// A `born` or `kept` record (`seq`), for the reason `origin`.
+    Recorded { seq: u64, origin: Origin },
+    /// The file is as an earlier copy of it holds it: that copy is journaled again.
+    Reused(Pending),
+}
+
+/// Before a call rewrites the regular file at `t` (whose `lstat` is `st`) in place: what to
+/// journal instead of a copy, when the session already holds what undo needs. A file the
+/// session created gets a `born` record. A file an earlier call of the session copied whole
+/// reuses that copy while it is unchanged (a capture like any other, which a selective undo
+/// can restore on its own), and once it has changed gets a `kept` record naming that copy's
+/// record. `None`: capture as usual.
+fn uncopied(store: &Store, call: &str, t: &Target<'_>, st: &Stat) -> Option<Uncopied> {
+    let origin = origin_of(store, t, st)?;
+    if let Origin::Kept(_) = origin {
+        let reused = store
+            .blobs
+            .with(|blobs| capturer(store, blobs, Intent::Overwrite).reuse(t.parent.as_fd(), &t.name, st))
+            .flatten();
+        if let Some(before) = reused {
+            return Some(Uncopied::Reused(kept_change(store, call, t, before)));
+        }
+    }
+    let seq = store.record(call, Op::Change { path: t.abs.clone(), before: before_of(origin) });
+    Some(Uncopied::Recorded { seq, origin })
+}
+
+/// [`change`] for a capture before a call that rewrites a regular file in place: when the
+/// capture is a whole copy (or clone), the file is also marked kept in the session's born
+/// table, so that later rewrites by any process of the session copy nothing more (undoing
+/// this record puts back the state they would have kept). One `statx` more, on a path that
+/// has just copied the file.
+fn kept_change(store: &Store, call: &str, t: &Target<'_>, before: Before) -> Pending {
+    let whole = match &before {
+        Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }) => {
+            Some(s.ident)
+        }
+        _ => None,
+    };
+    let (pending, seq) = record_change(store, call, t.abs.clone(), before);
+    if let (Some(ident), Some(seq), Some(index)) = (whole, seq, store.born()) {
+        if let Some((now, btime)) = birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW) {
+            if now == ident {
+                index.remember_origin(ident, btime, Origin::Kept(seq));
+            }
+        }
+    }
+    pending
+}
+
+/// The prior state a record gives a file that needs no capture.
+fn before_of(origin: Origin) -> Before {
+    match origin {
+        Origin::Born(created) => Before::Born { created },
+        Origin::Kept(by) => Before::Kept { by },
+    }
+}
+
+/// Why the file at `t` (whose `lstat` is `st`) needs no capture, if it does not: a process of
+/// this session created it, or already copied it whole. The born table has an entry for its
+/// inode, and `statx` gives the birth time that entry was made with. No system call unless
+/// the table names the inode.
+fn origin_of(store: &Store, t: &Target<'_>, st: &Stat) -> Option<Origin> {
     let index = store.born()?;
     let ident = ident_of(st);
     if !index.may_be_born(ident) {
@@ -442,7 +514,7 @@ fn born_creation(store: &Store, t: &Target<'_>, st: &Stat) -> Option<u64> {
     if now != ident {
         return None;
     }
-    index.born(ident, btime)
+    index.origin(ident, btime)
 }
 
 /// The identity and birth time (nanoseconds since the epoch) of `name` under `dir`, if the
@@ -479,8 +551,13 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32, fst: &Stat) -> Pendi
     if ident_of(&st) != ident_of(fst) {
         return Pending::Nothing;
     }
+    match uncopied(store, call, &t, &st) {
+        Some(Uncopied::Recorded { seq, .. }) => return Pending::Recorded(seq),
+        Some(Uncopied::Reused(pending)) => return pending,
+        None => {}
+    }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    change(store, call, t.abs, before)
+    kept_change(store, call, &t, before)
 }
 
 /// Before rename/renameat/renameat2.
@@ -749,7 +826,7 @@ pub fn uncovered_fd(fd: i32) -> Option<Stat> {
 /// The file is also marked born in the session's shared index when this process has mapped
 /// it (the open that created the file mapped it under the guard): one raw `statx`, which
 /// costs what the `fstat` it replaces did, and lock-free atomic stores.
-fn learn_created(store: &Store, fd: Option<i32>, created: u64) {
+fn learn_created(store: &Store, fd: Option<i32>, origin: Origin) {
     if let Some(fd) = fd.filter(|&fd| fd >= 0) {
         // SAFETY: the descriptor the real open just returned to the caller.
         let file = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -763,7 +840,7 @@ fn learn_created(store: &Store, fd: Option<i32>, created: u64) {
         };
         crate::covered::insert(ident);
         if let (Some(btime), Some(index)) = (btime, store.born_mapped()) {
-            index.remember_born(ident, btime, created);
+            index.remember_origin(ident, btime, origin);
         }
         if crate::state::owns_memory() {
             crate::fdmemo::remember(fd);
@@ -776,13 +853,17 @@ fn learn_created(store: &Store, fd: Option<i32>, created: u64) {
 /// what is left for [`after`] (under the guard), if anything.
 pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
     match pending {
-        Pending::Created { created } | Pending::BornRewrite { created, .. } if succeeded => {
-            learn_created(store, fd, created);
+        Pending::Created { created } if succeeded => {
+            learn_created(store, fd, Origin::Born(created));
+            None
+        }
+        Pending::BornRewrite { origin, .. } if succeeded => {
+            learn_created(store, fd, origin);
             None
         }
         Pending::Created { .. } => None,
         Pending::MovedAside { seq, .. } if succeeded => {
-            learn_created(store, fd, seq);
+            learn_created(store, fd, Origin::Born(seq));
             None
         }
         Pending::Nothing | Pending::Refuse(_) => None,
@@ -795,17 +876,17 @@ pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<
 /// what it created. `fd` is the descriptor an open returned.
 pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32, fd: Option<i32>) {
     match pending {
-        Pending::Created { created } => learn_created(store, fd, created),
-        Pending::BornRewrite { seq, created } => {
+        Pending::Created { created } => learn_created(store, fd, Origin::Born(created)),
+        Pending::BornRewrite { seq, origin } => {
             if succeeded {
-                learn_created(store, fd, created);
+                learn_created(store, fd, origin);
             } else {
                 store.record(call, Op::CallFailed { of_seq: seq, errno });
             }
         }
         Pending::MovedAside { blob, seq, path } => {
             if succeeded {
-                learn_created(store, fd, seq);
+                learn_created(store, fd, Origin::Born(seq));
             } else if store
                 .blobs
                 .with(|b| rustix::fs::renameat(b, blob.as_str(), CWD, path.as_bytes()))

@@ -17,15 +17,18 @@
 //! that record is undone (which removes it), so another process of the session that
 //! truncates or rewrites it (a compiler writing the temporary its driver created, a rebuild
 //! overwriting an output an earlier step made) journals a `born` record and copies nothing.
-//! A born entry is keyed by device, inode and birth time (`statx` `btime`, nanoseconds), so an
+//! It also remembers files an earlier call of the session copied whole (*kept*, with that
+//! call's record): once such a file has changed since the copy, a rewrite journals a `kept`
+//! record instead of copying it again (undoing that record puts back the state before it).
+//! An entry is keyed by device, inode and birth time (`statx` `btime`, nanoseconds), so an
 //! inode number reused by a file made outside the session does not match. The table is small
 //! on purpose: every process that creates files touches its pages, and they count in that
 //! process's resident memory; an evicted entry only costs a copy.
 //!
 //! What this module cannot do: keep more than one state per slot, or survive the file being
-//! replaced (a missing or short file simply disables reuse). A born file deleted outside the
-//! session's view and its inode number reused, with the very same birth time, for a file that
-//! is not the session's would match; the session's own removals forget the entry.
+//! replaced (a missing or short file simply disables reuse). A born or kept file deleted
+//! outside the session's view and its inode number reused, with the very same birth time, for
+//! a file that is not the session's would match; the session's own removals forget the entry.
 
 use std::os::fd::AsFd;
 use std::path::Path;

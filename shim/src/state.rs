@@ -459,7 +459,7 @@ pub struct Store {
     pub owner_uid: u32,
     /// The shared capture index, mapped on first use (most processes never copy a file).
     index: LazyIndex,
-    /// The shared table of files the session created, mapped on first use.
+    /// The shared table of files the session created or copied whole, mapped on first use.
     born: LazyIndex,
 }
 
@@ -505,7 +505,7 @@ impl Store {
         self.index.get()
     }
 
-    /// The session's table of born files, mapped on first use; `None` if it cannot be.
+    /// The session's table of born and kept files, mapped on first use; `None` if it cannot be.
     pub fn born(&self) -> Option<&crate::index::SharedIndex> {
         self.born.get()
     }

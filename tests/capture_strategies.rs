@@ -417,6 +417,23 @@ fn a_database_several_processes_update_is_copied_once_and_undo_is_exact() {
 }
 
 #[test]
+fn a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name() {
+    // Undo puts a copy back through the name it was taken from; a rewrite through the other
+    // name must keep its own copy rather than lean on that one.
+    let s = Scratch::new("a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name");
+    s.sh("head -c 20000 /dev/urandom > p && ln p q");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let write = |name: &str| format!("{} -c \"f = open('{name}', 'r+b'); f.write(b'{name}'); f.close()\"", python());
+    s.run_ok(&session, &["sh", "-c", &format!("{} && {}", write("p"), write("q"))]);
+    let log = s.log_json(&session);
+    assert_eq!(changes_to(&log, "/q").iter().map(|c| c.1.as_str()).collect::<Vec<_>>(), ["contents"], "{log}");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+}
+
+#[test]
 fn undoing_only_the_process_that_rewrote_a_file_the_session_created_is_reported_incomplete() {
     // What the file held before the rewrite was not kept: an undo of the rewriting process
     // alone (or of the newest records alone) must say so, naming the file; an undo that also

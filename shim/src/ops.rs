@@ -416,7 +416,7 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
     let moved_aside = intent == Intent::Truncate
         && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
     let path = t.abs.clone();
-    match kept_change(store, call, &t, before) {
+    match kept_change(store, call, &t, &st, before) {
         Pending::Linked { blob, seq } if moved_aside => Pending::MovedAside { blob, seq, path },
         other => other,
     }
@@ -437,7 +437,7 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
         None => {}
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    kept_change(store, call, &t, before)
+    kept_change(store, call, &t, &st, before)
 }
 
 /// What [`uncopied`] journaled instead of copying a file.
@@ -462,7 +462,7 @@ fn uncopied(store: &Store, call: &str, t: &Target<'_>, st: &Stat) -> Option<Unco
             .with(|blobs| capturer(store, blobs, Intent::Overwrite).reuse(t.parent.as_fd(), &t.name, st))
             .flatten();
         if let Some(before) = reused {
-            return Some(Uncopied::Reused(kept_change(store, call, t, before)));
+            return Some(Uncopied::Reused(kept_change(store, call, t, st, before)));
         }
     }
     let seq = store.record(call, Op::Change { path: t.abs.clone(), before: before_of(origin) });
@@ -470,13 +470,19 @@ fn uncopied(store: &Store, call: &str, t: &Target<'_>, st: &Stat) -> Option<Unco
 }
 
 /// [`change`] for a capture before a call that rewrites a regular file in place: when the
-/// capture is a whole copy (or clone), the file is also marked kept in the session's born
-/// table, so that later rewrites by any process of the session copy nothing more (undoing
-/// this record puts back the state they would have kept). One `statx` more, on a path that
-/// has just copied the file.
-fn kept_change(store: &Store, call: &str, t: &Target<'_>, before: Before) -> Pending {
+/// capture is a whole copy (or clone) of a file with one name (`st`), the file is also marked
+/// kept in the session's born table, so that later rewrites by any process of the session
+/// copy nothing more (undoing this record puts back the state they would have kept). One
+/// `statx` more, on a path that has just copied the file.
+///
+/// One name only: undo puts a copy back through the name it was taken from, and a file with
+/// other names could come back as a new inode there (a removal kept by copy, across file
+/// systems) while a rewrite through another name, journaled as kept, would be left as it is.
+fn kept_change(store: &Store, call: &str, t: &Target<'_>, st: &Stat, before: Before) -> Pending {
     let whole = match &before {
-        Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }) => {
+        Before::Contents(s)
+            if st.st_nlink == 1 && matches!(s.node, Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }) =>
+        {
             Some(s.ident)
         }
         _ => None,
@@ -557,7 +563,7 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32, fst: &Stat) -> Pendi
         None => {}
     }
     let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    kept_change(store, call, &t, before)
+    kept_change(store, call, &t, &st, before)
 }
 
 /// Before rename/renameat/renameat2.

@@ -17,6 +17,8 @@ cargo build --release --quiet --manifest-path "$here/Cargo.toml"
 aj="$here/target/release/aether-journal"
 work=$(mktemp -d "${TMPDIR:-/tmp}/aether-journal-soak.XXXXXX")
 trap '[ -n "${SOAK_KEEP:-}" ] || rm -rf "$work"' EXIT
+# `run` names each session in the state directory too: keep those links out of the user's.
+export XDG_STATE_HOME="$work/state"
 
 manifest() {
   (cd "$1" && find . -printf '%y %m %u:%g %s %p -> %l\n' | sort && find . -type f -print0 | sort -z | xargs -0r sha256sum)

@@ -1289,33 +1289,22 @@ impl Executor<'_> {
     fn undo_change(&self, path: &BPath, before: &Before) -> Done {
         match before {
             Before::Irreversible { reason } => return (Outcome::Skipped, reason.to_string()),
-            Before::Born { created } if self.undoes(*created) => {
-                return (
-                    Outcome::Unchanged,
-                    format!("a file this session created (record {created}), which undoing that record removes"),
-                );
-            }
-            Before::Born { created } => {
-                return (
-                    Outcome::Skipped,
-                    format!(
-                        "what it held before this call was not kept: this session created it (record {created}), and only undoing that record removes it"
-                    ),
-                );
-            }
-            Before::Kept { by } if self.undoes(*by) => {
-                return (
-                    Outcome::Unchanged,
-                    format!("its state before the session is kept by record {by}, which this undo puts back"),
-                );
-            }
-            Before::Kept { by } => {
-                return (
-                    Outcome::Skipped,
-                    format!(
-                        "what it held before this call was not kept: record {by} kept its state from before the session, and only undoing that record puts it back"
-                    ),
-                );
+            Before::Born { created: seq } | Before::Kept { by: seq } => {
+                // What the record that names `seq` is, and what undoing it does.
+                let (what, does) = match before {
+                    Before::Born { .. } => (format!("this session created it (record {seq})"), "removes it"),
+                    _ => (format!("record {seq} kept its state from before the session"), "puts it back"),
+                };
+                return if self.undoes(*seq) {
+                    (Outcome::Unchanged, format!("{what}, and this undo undoes that record, which {does}"))
+                } else {
+                    (
+                        Outcome::Skipped,
+                        format!(
+                            "what it held before this call was not kept: {what}, and only undoing that record {does}"
+                        ),
+                    )
+                };
             }
             Before::Absent | Before::Contents(_) => {}
         }

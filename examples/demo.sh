@@ -17,6 +17,9 @@ aj="$here/target/release/aether-journal"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/aether-journal-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# `run` also names its session in the state directory; the demo's session goes away with
+# its scratch directory, so its link is kept there too, not in the user's.
+export XDG_STATE_HOME="$work/state"
 project="$work/project"
 session="$work/session"
 

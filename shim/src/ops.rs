@@ -51,9 +51,9 @@ pub enum Pending {
         /// The record of the creation.
         created: u64,
     },
-    /// A truncating or writing open of a file the session created or already kept whole
-    /// (`origin`), journaled by record `seq` without a capture: learned like a creation if it
-    /// succeeds; a `call_failed` record if it does not.
+    /// A rewrite (an open for writing, truncate, ftruncate) of a file the session created or
+    /// already kept whole (`origin`), journaled by record `seq` without a capture: an open that
+    /// succeeds is learned like a creation; a call that fails gets a `call_failed` record.
     BornRewrite {
         /// The record of this call.
         seq: u64,
@@ -405,21 +405,7 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         // Directories, symlinks (O_NOFOLLOW: ELOOP) and read-only opens change nothing.
         _ => return Pending::Nothing,
     };
-    if ft == FileType::RegularFile {
-        match uncopied(store, call, &t, &st) {
-            Some(Uncopied::Recorded { seq, origin }) => return Pending::BornRewrite { seq, origin },
-            Some(Uncopied::Reused(pending)) => return pending,
-            None => {}
-        }
-    }
-    let before = capture(store, t.parent.as_fd(), &t.name, &st, intent);
-    let moved_aside = intent == Intent::Truncate
-        && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
-    let path = t.abs.clone();
-    match kept_change(store, call, &t, &st, before) {
-        Pending::Linked { blob, seq } if moved_aside => Pending::MovedAside { blob, seq, path },
-        other => other,
-    }
+    before_rewrite(store, call, &t, &st, intent)
 }
 
 /// Before truncate/truncate64.
@@ -431,42 +417,40 @@ pub fn before_truncate(store: &Store, call: &str, path: &[u8]) -> Pending {
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Pending::Nothing;
     }
-    match uncopied(store, call, &t, &st) {
-        Some(Uncopied::Recorded { seq, .. }) => return Pending::Recorded(seq),
-        Some(Uncopied::Reused(pending)) => return pending,
-        None => {}
-    }
-    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    kept_change(store, call, &t, &st, before)
+    before_rewrite(store, call, &t, &st, Intent::Overwrite)
 }
 
-/// What [`uncopied`] journaled instead of copying a file.
-enum Uncopied {
-    /// A `born` or `kept` record (`seq`), for the reason `origin`.
-    Recorded { seq: u64, origin: Origin },
-    /// The file is as an earlier copy of it holds it: that copy is journaled again.
-    Reused(Pending),
-}
-
-/// Before a call rewrites the regular file at `t` (whose `lstat` is `st`) in place: what to
-/// journal instead of a copy, when the session already holds what undo needs. A file the
-/// session created gets a `born` record. A file an earlier call of the session copied whole
-/// reuses that copy while it is unchanged (a capture like any other, which a selective undo
-/// can restore on its own), and once it has changed gets a `kept` record naming that copy's
-/// record. `None`: capture as usual.
-fn uncopied(store: &Store, call: &str, t: &Target<'_>, st: &Stat) -> Option<Uncopied> {
-    let origin = origin_of(store, t, st)?;
-    if let Origin::Kept(_) = origin {
-        let reused = store
-            .blobs
-            .with(|blobs| capturer(store, blobs, Intent::Overwrite).reuse(t.parent.as_fd(), &t.name, st))
-            .flatten();
-        if let Some(before) = reused {
-            return Some(Uncopied::Reused(kept_change(store, call, t, st, before)));
+/// Before a call rewrites the existing file at `t` (whose `lstat` is `st`) in place with
+/// `intent` (an open for writing, truncate, ftruncate): journals what undo needs and returns
+/// what the hook must do after the call.
+///
+/// A regular file the session already holds what undo needs for is not copied: a file it
+/// created gets a `born` record; a file an earlier call copied whole reuses that copy while
+/// it is unchanged (a capture like any other, which a selective undo can restore on its own),
+/// and once it has changed gets a `kept` record naming that copy's record. Anything else is
+/// captured; a truncation the capture moved aside is put back if the call fails.
+fn before_rewrite(store: &Store, call: &str, t: &Target<'_>, st: &Stat, intent: Intent) -> Pending {
+    let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+    if let Some(origin) = regular.then(|| origin_of(store, t, st)).flatten() {
+        if let Origin::Kept(_) = origin {
+            let reused = store
+                .blobs
+                .with(|blobs| capturer(store, blobs, Intent::Overwrite).reuse(t.parent.as_fd(), &t.name, st))
+                .flatten();
+            if let Some(before) = reused {
+                return kept_change(store, call, t, st, before);
+            }
         }
+        let seq = store.record(call, Op::Change { path: t.abs.clone(), before: before_of(origin) });
+        return Pending::BornRewrite { seq, origin };
     }
-    let seq = store.record(call, Op::Change { path: t.abs.clone(), before: before_of(origin) });
-    Some(Uncopied::Recorded { seq, origin })
+    let before = capture(store, t.parent.as_fd(), &t.name, st, intent);
+    let moved_aside = intent == Intent::Truncate
+        && matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { how: CaptureHow::Link, .. }));
+    match kept_change(store, call, t, st, before) {
+        Pending::Linked { blob, seq } if moved_aside => Pending::MovedAside { blob, seq, path: t.abs.clone() },
+        other => other,
+    }
 }
 
 /// [`change`] for a capture before a call that rewrites a regular file in place: when the
@@ -557,13 +541,7 @@ pub fn before_fd_change(store: &Store, call: &str, fd: i32, fst: &Stat) -> Pendi
     if ident_of(&st) != ident_of(fst) {
         return Pending::Nothing;
     }
-    match uncopied(store, call, &t, &st) {
-        Some(Uncopied::Recorded { seq, .. }) => return Pending::Recorded(seq),
-        Some(Uncopied::Reused(pending)) => return pending,
-        None => {}
-    }
-    let before = capture(store, t.parent.as_fd(), &t.name, &st, Intent::Overwrite);
-    kept_change(store, call, &t, &st, before)
+    before_rewrite(store, call, &t, &st, Intent::Overwrite)
 }
 
 /// Before rename/renameat/renameat2.

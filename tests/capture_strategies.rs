@@ -332,17 +332,27 @@ fn a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_nam
     );
 }
 
-/// The change records of `log` for the path ending in `name`: (call, before state).
-fn changes_to(log: &serde_json::Value, name: &str) -> Vec<(String, String)> {
+/// The `before.state` of every change record of `log` for the path ending in `name`.
+fn states_of(log: &serde_json::Value, name: &str) -> Vec<String> {
     log["records"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["kind"] == "change" && r["op"]["path"].as_str().is_some_and(|p| p.ends_with(name)))
-        .map(|r| {
-            (r["call"].as_str().unwrap_or("").to_owned(), r["op"]["before"]["state"].as_str().unwrap_or("").to_owned())
-        })
+        .map(|r| r["op"]["before"]["state"].as_str().unwrap_or("").to_owned())
         .collect()
+}
+
+/// Runs `sh -c script` in a new session, lets `check` look at its log, then undoes it and
+/// requires the tree exactly as it was and the undo complete.
+fn journaled_then_undone_exactly(s: &Scratch, script: &str, check: impl FnOnce(&serde_json::Value)) {
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", script]);
+    check(&s.log_json(&session));
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
 }
 
 #[test]
@@ -350,8 +360,6 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
     let s =
         Scratch::new("files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy_and_undo_is_exact");
     s.sh("head -c 40000 /dev/urandom > pre.bin && printf 'int f(void) { return 1; }\\n' > x.c && mkdir tmp");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
     // Each step is its own process: shell redirection, cp over, Python, dd in place, and a
     // compiler run twice (cc1 truncates the temporary file its driver made). pre.bin existed
     // before the session: it is copied once, and its second rewrite is kept by that copy.
@@ -362,37 +370,40 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
          && head -c 100 /dev/urandom > pre.bin && head -c 200 /dev/urandom > pre.bin",
         py = python()
     );
-    s.run_ok(&session, &["sh", "-c", &script]);
-    let log = s.log_json(&session);
-    let out: Vec<_> = changes_to(&log, "/out.txt").into_iter().map(|c| c.1).collect();
-    assert_eq!(out, ["absent", "born", "born", "born"], "created once, then each rewrite journaled with nothing kept");
-    // `as` unlinks an old object before writing a new one: that removal keeps the inode by a
-    // hard link (the removal path is unchanged); it is never copied.
-    let obj = changes_to(&log, "/x.o");
-    assert_eq!(obj.iter().filter(|c| c.1 == "absent").count(), 2, "{obj:?}");
-    let copied: Vec<_> = log["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["op"]["before"]["node"]["how"] == "copy")
-        .map(|r| r["op"]["path"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
-        .collect();
-    assert_eq!(copied, ["pre.bin"], "only the file made before the session is copied, once: {log}");
-    let temp_writes: Vec<_> = log["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "change" && r["op"]["path"].as_str().is_some_and(|p| p.contains("/tree/tmp/cc")))
-        .filter(|r| r["op"]["before"]["state"] == "contents" && r["call"] != "unlink")
-        .collect();
-    assert!(temp_writes.is_empty(), "the compiler's temporary files are not copied when rewritten: {temp_writes:?}");
-    let temps = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == "temp_name").count();
-    assert_eq!(temps, 2, "the compiler made its temporaries in the tree's tmp/: {log}");
-    let pre: Vec<_> = changes_to(&log, "/pre.bin").into_iter().map(|c| c.1).collect();
-    assert_eq!(pre, ["contents", "kept"], "copied once, then kept by that copy: {log}");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    journaled_then_undone_exactly(&s, &script, |log| {
+        let out = states_of(log, "/out.txt");
+        assert_eq!(
+            out,
+            ["absent", "born", "born", "born"],
+            "created once, then each rewrite journaled with nothing kept"
+        );
+        // `as` unlinks an old object before writing a new one: that removal keeps the inode by a
+        // hard link (the removal path is unchanged); it is never copied.
+        let obj = states_of(log, "/x.o");
+        assert_eq!(obj.iter().filter(|c| *c == "absent").count(), 2, "{obj:?}");
+        let copied: Vec<_> = log["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["op"]["before"]["node"]["how"] == "copy")
+            .map(|r| r["op"]["path"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(copied, ["pre.bin"], "only the file made before the session is copied, once: {log}");
+        let temp_writes: Vec<_> = log["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "change" && r["op"]["path"].as_str().is_some_and(|p| p.contains("/tree/tmp/cc")))
+            .filter(|r| r["op"]["before"]["state"] == "contents" && r["call"] != "unlink")
+            .collect();
+        assert!(
+            temp_writes.is_empty(),
+            "the compiler's temporary files are not copied when rewritten: {temp_writes:?}"
+        );
+        let temps = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == "temp_name").count();
+        assert_eq!(temps, 2, "the compiler made its temporaries in the tree's tmp/: {log}");
+        assert_eq!(states_of(log, "/pre.bin"), ["contents", "kept"], "copied once, then kept by that copy: {log}");
+    });
 }
 
 #[test]
@@ -401,19 +412,13 @@ fn a_database_several_processes_update_is_copied_once_and_undo_is_exact() {
     // whole; the later ones find it changed since that copy and are journaled as kept by it.
     let s = Scratch::new("a_database_several_processes_update_is_copied_once_and_undo_is_exact");
     s.sh("sqlite3 db.sqlite 'create table t(a, b); insert into t values (1, 2);' && head -c 300000 /dev/urandom > pad && sqlite3 db.sqlite \"insert into t values (3, hex(randomblob(100000)))\"");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
     let update = |n: u32| format!("sqlite3 db.sqlite \"insert into t values ({n}, {n}); update t set a = a + 1;\"");
-    s.run_ok(&session, &["sh", "-c", &[update(10), update(20), update(30), update(40)].join(" && ")]);
-    let log = s.log_json(&session);
-    let db: Vec<_> = changes_to(&log, "/db.sqlite").into_iter().map(|c| c.1).collect();
-    assert_eq!(db, ["contents", "kept", "kept", "kept"], "{log}");
-    let copies =
-        log["records"].as_array().unwrap().iter().filter(|r| r["op"]["before"]["node"]["how"] == "copy").count();
-    assert_eq!(copies, 1, "the database is copied once: {log}");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    journaled_then_undone_exactly(&s, &[update(10), update(20), update(30), update(40)].join(" && "), |log| {
+        assert_eq!(states_of(log, "/db.sqlite"), ["contents", "kept", "kept", "kept"], "{log}");
+        let copies =
+            log["records"].as_array().unwrap().iter().filter(|r| r["op"]["before"]["node"]["how"] == "copy").count();
+        assert_eq!(copies, 1, "the database is copied once: {log}");
+    });
 }
 
 #[test]
@@ -422,15 +427,10 @@ fn a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name()
     // name must keep its own copy rather than lean on that one.
     let s = Scratch::new("a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name");
     s.sh("head -c 20000 /dev/urandom > p && ln p q");
-    let before = manifest(&s.tree());
-    let session = s.session("session");
     let write = |name: &str| format!("{} -c \"f = open('{name}', 'r+b'); f.write(b'{name}'); f.close()\"", python());
-    s.run_ok(&session, &["sh", "-c", &format!("{} && {}", write("p"), write("q"))]);
-    let log = s.log_json(&session);
-    assert_eq!(changes_to(&log, "/q").iter().map(|c| c.1.as_str()).collect::<Vec<_>>(), ["contents"], "{log}");
-    let (code, r) = s.undo_json(&session);
-    assert_same_tree(&before, &manifest(&s.tree()));
-    assert_complete(code, &r);
+    journaled_then_undone_exactly(&s, &format!("{} && {}", write("p"), write("q")), |log| {
+        assert_eq!(states_of(log, "/q"), ["contents"], "{log}");
+    });
 }
 
 #[test]
@@ -503,8 +503,8 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     assert_eq!(ino(&mnt.join("f")), born, "the inode number was not reused: this test proves nothing here");
     in_session("echo replaced > f");
     let log = s.log_json(&session);
-    let changes = changes_to(&log, "/f");
-    assert_eq!(changes.last().map(|c| c.1.as_str()), Some("contents"), "{changes:?}");
+    let changes = states_of(&log, "/f");
+    assert_eq!(changes.last().map(String::as_str), Some("contents"), "{changes:?}");
     let kept = captured_nodes(&log).last().unwrap()["blob"].as_str().unwrap().to_owned();
     assert_eq!(std::fs::read_to_string(session.join("blobs").join(kept)).unwrap(), "made outside the session\n");
     let (code, r) = s.undo_json(&session);

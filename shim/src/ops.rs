@@ -472,11 +472,13 @@ fn kept_change(store: &Store, call: &str, t: &Target<'_>, st: &Stat, before: Bef
         _ => None,
     };
     let (pending, seq) = record_change(store, call, t.abs.clone(), before);
-    if let (Some(ident), Some(seq), Some(index)) = (whole, seq, store.born()) {
-        if let Some((now, btime)) = birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW) {
-            if now == ident {
-                index.remember_origin(ident, btime, Origin::Kept(seq));
-            }
+    // The table is mapped (and the birth time asked) only for a whole copy that was recorded.
+    let Some((ident, seq)) = whole.zip(seq) else { return pending };
+    if let (Some(index), Some((now, btime))) =
+        (store.born(), birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW))
+    {
+        if now == ident {
+            index.remember_origin(ident, btime, Origin::Kept(seq));
         }
     }
     pending

@@ -4,7 +4,8 @@
 //! `malloc`; had the hook called `malloc` too, glibc's heap would be corrupted (reproduced:
 //! "corrupted double-linked list"). So every allocation the shim makes while its reentrancy
 //! guard is held comes from a per-thread bump arena of `mmap`'d chunks: no lock, no `malloc`.
-//! The arena is reset whenever the outermost guard is released and nothing in it is live.
+//! The arena is reset whenever the outermost guard is entered or released and nothing in it is
+//! live (a hook that hands a value past its guard to the real call frees it after the release).
 //! Allocations that outlive hooks are made in an explicit scope: [`permanent`] for what a
 //! process keeps for good (the configuration, the store, its journal segments' windows), from
 //! a lock-free region of `mmap`'d memory that is never returned, so that building them inside
@@ -203,7 +204,7 @@ fn arena_alloc(total: usize, pad: usize) -> *mut u8 {
 }
 
 /// Releases this thread's arena for reuse when nothing in it is live: called when the
-/// outermost guard is released.
+/// outermost guard is entered and when it is released.
 pub fn reset_arena() {
     let _ = ARENA.try_with(|cell| {
         let a = cell.get();

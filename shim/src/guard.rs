@@ -107,6 +107,10 @@ impl Guard {
             restore_mask(&old_mask);
             return None;
         }
+        // What an earlier hook handed past its guard (an exec plan, a program name) may have
+        // been freed since: start the arena over now if nothing in it is live. Without this a
+        // loop of spawns, each of whose releases finds the plan still live, never starts over.
+        crate::alloc::reset_arena();
         Some(Guard { old_mask })
     }
 }

@@ -125,10 +125,12 @@ fn restore_mask(old_mask: &Option<libc::sigset_t>) {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // Everything this hook allocated is normally freed by now: let the arena start over.
+        // Still inside the guard: a signal handler's hook arriving while the chunks are being
+        // unmapped would otherwise allocate from (or start over) a chunk already gone.
+        crate::alloc::reset_arena();
         let _ = BUSY.try_with(|b| b.set(false));
         restore_mask(&self.old_mask);
-        // Everything this hook allocated is normally freed by now: let the arena start over.
-        crate::alloc::reset_arena();
     }
 }
 

@@ -70,20 +70,18 @@ pub struct Plan {
 /// # Safety
 /// `arr` must be null or a null-terminated array of NUL-terminated strings.
 pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
-    let mut out = Vec::new();
     if arr.is_null() {
-        return out;
+        return Vec::new();
     }
-    for i in 0..1_000_000 {
-        // SAFETY: within a null-terminated array (caller's obligation).
-        let p = unsafe { *arr.add(i) };
-        if p.is_null() {
-            break;
-        }
-        // SAFETY: each entry is a NUL-terminated string (caller's obligation).
-        out.push(unsafe { CStr::from_ptr(p) }.to_bytes());
-    }
-    out
+    // Counted first, so that the list is one allocation: an environment of thousands of
+    // entries would otherwise leave a trail of outgrown copies in the hook's arena.
+    // SAFETY: within a null-terminated array (caller's obligation).
+    let len = (0..1_000_000).find(|&i| unsafe { *arr.add(i) }.is_null()).unwrap_or(1_000_000);
+    (0..len)
+        // SAFETY: each of the first `len` entries is a NUL-terminated string (caller's
+        // obligation).
+        .map(|i| unsafe { CStr::from_ptr(*arr.add(i)) }.to_bytes())
+        .collect()
 }
 
 enum EnvFix {

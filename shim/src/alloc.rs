@@ -23,9 +23,13 @@
 //! memory and thread-local storage) the arena is used stack-like and left as it was found,
 //! because every hook frees what it allocated before the child execs.
 //!
-//! What this module cannot do: return a thread's arena to the system when the thread exits
-//! (a chunk of 256 KiB of address space per thread that ever ran a hook, most of it never
-//! touched and so never resident).
+//! A thread's arena goes back to the system when the thread exits: its first chunk arms a
+//! pthread key whose destructor unmaps the chain (a program that runs a short thread per task
+//! otherwise kept 256 KiB of address space and a resident page per thread it ever ran).
+//!
+//! What this module cannot do: give back the arena of a thread that exits while one of its
+//! blocks is still live (handed to another thread and not yet freed), or from a signal handler
+//! that interrupted a hook; or any, when the key cannot be had (see [`watch_thread_exit`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -194,6 +198,9 @@ fn arena_alloc(total: usize, pad: usize) -> *mut u8 {
             if fresh.is_null() {
                 return std::ptr::null_mut();
             }
+            if a.chunk.is_null() {
+                watch_thread_exit();
+            }
             // SAFETY: `fresh` was just initialised by map_chunk.
             unsafe { (*fresh).prev = a.chunk };
             a = Arena { chunk: fresh, bump: fresh as usize + std::mem::size_of::<Chunk>() };
@@ -232,6 +239,73 @@ pub fn reset_arena() {
         }
         cell.set(Arena { chunk: c, bump: c as usize + std::mem::size_of::<Chunk>() });
     });
+}
+
+/// The pthread key whose destructor gives an exiting thread's arena back: [`NO_KEY`] until a
+/// first chunk is mapped (a process that changes nothing never makes one), then the key plus
+/// [`KEY_BASE`], or [`KEY_NONE`].
+static EXIT_KEY: AtomicUsize = AtomicUsize::new(NO_KEY);
+const NO_KEY: usize = 0;
+const KEY_MAKING: usize = 1;
+const KEY_NONE: usize = 2;
+const KEY_BASE: usize = 3;
+/// Keys below this live in the thread descriptor itself: setting one never allocates (glibc's
+/// `PTHREAD_KEY_2NDLEVEL_SIZE`). A higher key would make `pthread_setspecific` call `calloc`,
+/// which a hook running in a signal handler must not.
+const KEYS_IN_DESCRIPTOR: usize = 32;
+
+/// Arms the current thread's exit key (its arena has just got its first chunk), making the
+/// key on first use. Lock-free and allocation-free: a thread that maps its first chunk while
+/// another is making the key is simply not watched.
+fn watch_thread_exit() {
+    let mut state = EXIT_KEY.load(Ordering::Acquire);
+    if state == NO_KEY && EXIT_KEY.compare_exchange(NO_KEY, KEY_MAKING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: creates a key with a destructor that is a plain `extern "C"` function of this
+        // library, which is never unloaded (a preloaded library stays to the end).
+        let made = unsafe { libc::pthread_key_create(&mut key, Some(give_back_at_exit)) } == 0;
+        state = if made && (key as usize) < KEYS_IN_DESCRIPTOR { key as usize + KEY_BASE } else { KEY_NONE };
+        EXIT_KEY.store(state, Ordering::Release);
+    }
+    if state >= KEY_BASE {
+        // SAFETY: a key this process made; any non-null value makes its destructor run when
+        // the thread exits. Below KEYS_IN_DESCRIPTOR this only stores into the descriptor.
+        unsafe {
+            libc::pthread_setspecific((state - KEY_BASE) as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>())
+        };
+    }
+}
+
+/// The exit key's destructor, run by the exiting thread itself after its thread-local
+/// destructors: unmaps the thread's arena if nothing in it is live. Another destructor run
+/// after this one that makes a hook allocate starts a fresh chunk, which arms the key again.
+unsafe extern "C" fn give_back_at_exit(_: *mut libc::c_void) {
+    // Inside the guard, as every start-over is. Busy: the thread is ending from a signal
+    // handler that interrupted a hook, whose blocks may still be in use: leave it all.
+    let Some(guard) = crate::guard::Guard::enter() else { return };
+    let _ = ARENA.try_with(|cell| {
+        let a = cell.get();
+        let mut c = a.chunk;
+        // SAFETY: every chunk on the chain is mapped until unmapped below, and ours alone.
+        unsafe {
+            while !c.is_null() {
+                if (*c).live.load(Ordering::Acquire) != 0 {
+                    // Still referenced from elsewhere: keep the chain, stop using it.
+                    cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 });
+                    return;
+                }
+                c = (*c).prev;
+            }
+            let mut c = a.chunk;
+            while !c.is_null() {
+                let prev = (*c).prev;
+                let _ = rustix::mm::munmap(c.cast(), (*c).size);
+                c = prev;
+            }
+        }
+        cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 });
+    });
+    drop(guard);
 }
 
 /// The allocator of the shim's own Rust code.

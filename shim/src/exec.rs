@@ -7,12 +7,13 @@
 //! thread-local storage) but not its descriptors. So: no guard is held across the real exec;
 //! the store is never *published* from here ([`crate::state::exec_store`]); and the replacement
 //! environment is an allocation that, if the exec succeeds in a vfork child, stays behind in
-//! the parent's heap (a few hundred bytes per exec of a scrubbed environment).
+//! the parent's heap until the parent thread's next exec hook frees it (see `LEFT_BEHIND`).
 //!
 //! What this module cannot do: re-insert variables for `system` and `popen`, which take no
 //! environment argument; when theirs has lost the shim, the command is journaled as
 //! unobserved instead.
 
+use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -55,8 +56,9 @@ pub enum EnvIn {
 /// What the exec hook must do.
 #[derive(Default)]
 pub struct Plan {
-    /// A replacement environment, when the caller's lacked ours.
-    pub env: Option<EnvBlock>,
+    /// A replacement environment, when the caller's lacked ours (see [`exec_with_env`] for
+    /// how an exec hands it on).
+    pub env: Option<Box<EnvBlock>>,
     /// Refuse the exec with this errno (strict policy).
     pub refuse: Option<i32>,
     /// The `unobserved` record made for this exec (cancelled if the exec fails).
@@ -144,8 +146,12 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     EnvFix::Changed(out)
 }
 
+/// Builds the replacement environment. Called in a [`crate::alloc::persistent`] scope, and
+/// every byte of it is copied there: `CString::new` of an entry built in the hook's arena
+/// would keep that arena buffer, which in a `vfork` child whose exec succeeds stays live in
+/// the parent's arena for good (and the arena never starts over again).
 fn env_block(entries: Vec<Vec<u8>>) -> EnvBlock {
-    let owned: Vec<CString> = entries.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    let owned: Vec<CString> = entries.iter().filter_map(|e| CString::new(e.as_slice()).ok()).collect();
     let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     EnvBlock { _owned: owned, ptrs }
@@ -210,6 +216,7 @@ pub fn prepare(
     env: EnvIn,
     record_exec: bool,
 ) -> (Vec<u8>, Plan) {
+    free_left_behind();
     guarded(|| {
         let cfg = config();
         let cwd = journal::resolve::getcwd().unwrap_or_default();
@@ -249,7 +256,7 @@ pub fn prepare(
                 }));
             }
             // The environment outlives this guarded scope (it is used by the real exec).
-            EnvFix::Changed(new) => plan.env = Some(crate::alloc::persistent(|| env_block(new))),
+            EnvFix::Changed(new) => plan.env = Some(crate::alloc::persistent(|| Box::new(env_block(new)))),
         }
         if let Some(reason) = reason {
             let program = BPath::new(program.clone());
@@ -264,6 +271,47 @@ pub fn prepare(
         (program, plan)
     })
     .unwrap_or_default()
+}
+
+thread_local! {
+    /// The replacement environment an exec of this thread is running with (or, once that exec
+    /// succeeded in a `vfork` child, ran with). A `vfork` child runs on its parent thread's
+    /// memory, this slot included, and never returns from a successful exec to free the block
+    /// it allocated in the parent's heap: the parent thread frees it on its next exec hook,
+    /// by when the child has exec'd or exited. Without this, a harness passing a clean `env=`
+    /// to Python's `subprocess` lost about 1 KiB per command. A `const` Cell without a
+    /// destructor: safe in a signal handler and during thread exit.
+    static LEFT_BEHIND: Cell<*mut EnvBlock> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Frees the environment block a `vfork` child of this thread left behind, if any.
+fn free_left_behind() {
+    let p = LEFT_BEHIND.try_with(|c| c.replace(std::ptr::null_mut())).unwrap_or(std::ptr::null_mut());
+    if !p.is_null() {
+        // SAFETY: only exec_with_env stores here, a pointer from Box::into_raw that nothing
+        // else frees; the exec that used it has replaced the child's image or returned (and
+        // then taken it back), since this thread runs again.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// Runs `exec` with `block`'s environment, parking the block in [`LEFT_BEHIND`] meanwhile: an
+/// exec that returns (it failed) frees it here; one that succeeds in a `vfork` child leaves it
+/// to the parent thread's next exec hook.
+pub fn exec_with_env(block: Box<EnvBlock>, exec: impl FnOnce(*const *const c_char) -> libc::c_int) -> libc::c_int {
+    let env = block.as_ptr();
+    let raw = Box::into_raw(block);
+    let parked = LEFT_BEHIND.try_with(|c| c.replace(raw)).is_ok();
+    let r = exec(env);
+    let err = errno();
+    let mine = if parked { LEFT_BEHIND.try_with(|c| c.replace(std::ptr::null_mut())) == Ok(raw) } else { true };
+    if mine {
+        // SAFETY: `raw` came from Box::into_raw above, and the slot still held it: nothing
+        // freed it meanwhile.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+    set_errno(err);
+    r
 }
 
 /// After an exec (or spawn) failed: nothing ran unobserved after all.

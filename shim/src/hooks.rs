@@ -962,9 +962,10 @@ fn run_exec(
     if let Some(errno) = plan.refuse {
         return c_int::refused(errno);
     }
-    let r = match &plan.env {
+    let mut plan = plan;
+    let r = match plan.env.take() {
         None => real(),
-        Some(env) => with_env(env.as_ptr()),
+        Some(block) => crate::exec::exec_with_env(block, with_env),
     };
     let err = errno();
     crate::exec::failed(call, &plan, err);

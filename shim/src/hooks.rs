@@ -863,6 +863,7 @@ fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsgh
 /// close, dup2, dup3: forgets the descriptor being closed or replaced, then calls.
 fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
     crate::fdmemo::forget(fd);
+    crate::state::open_store_children_need();
     real()
 }
 

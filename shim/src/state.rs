@@ -10,7 +10,7 @@ use std::ffi::{OsStr, c_char};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use journal::BPath;
 use journal::capture::Counters;
@@ -654,7 +654,46 @@ pub fn exec_store() -> Option<ExecStore> {
     if owns_memory() {
         return store().map(ExecStore::Shared);
     }
+    if OWNER_PID.load(Ordering::Relaxed) != 0 {
+        // A vfork child of a process that has no store (it only starts commands, as a Python
+        // harness does): ask the parent to open one for the children after this one.
+        CHILD_OPENED_STORE.store(true, Ordering::Relaxed);
+    }
     crate::alloc::persistent(|| open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s))))
+}
+
+/// Set by a `vfork` child that had to open a store of its own for its exec record because
+/// its parent had none. Each such child opens, maps and reads back the session's files (about
+/// 20 system calls, ~100 us of a Python `subprocess.run` of `/bin/true` here, of ~200 the
+/// shim adds); a child of a parent with a published store uses that one. The parent opens
+/// its store at its next `close`, by when the child has exec'd or exited.
+static CHILD_OPENED_STORE: AtomicBool = AtomicBool::new(false);
+
+/// Called from the `close` family's hooks: opens and publishes this process's store if a
+/// `vfork` child of it had to open one of its own. One relaxed load unless one did.
+#[inline(always)]
+pub fn open_store_children_need() {
+    if CHILD_OPENED_STORE.load(Ordering::Relaxed) {
+        open_store_for_children();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn open_store_for_children() {
+    // A vfork child (whose closes come before its exec) leaves the request to its parent.
+    if !owns_memory() {
+        return;
+    }
+    CHILD_OPENED_STORE.store(false, Ordering::Relaxed);
+    let saved = crate::guard::errno();
+    if let Some(guard) = crate::guard::Guard::enter() {
+        let _ = std::panic::catch_unwind(|| {
+            let _ = store();
+        });
+        drop(guard);
+    }
+    crate::guard::set_errno(saved);
 }
 
 impl Store {

@@ -276,6 +276,13 @@ hooks! {
     fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn sigset(sig: c_int, disposition: sighandler_t) -> sighandler_t => h_signal(sig, disposition);
+    // Reaping a child: the moment a vfork child's store request is seen by a parent that
+    // calls nothing else between commands (dash). Never journaled.
+    fn wait(status: *mut c_int) -> pid_t => h_reap();
+    fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t => h_reap();
+    fn wait3(status: *mut c_int, options: c_int, usage: *mut libc::rusage) -> pid_t => h_reap();
+    fn wait4(pid: pid_t, status: *mut c_int, options: c_int, usage: *mut libc::rusage) -> pid_t => h_reap();
+    fn waitid(idtype: libc::idtype_t, id: libc::id_t, info: *mut libc::siginfo_t, options: c_int) -> c_int => h_reap();
 }
 
 /// How a refused call fails: the value the program sees, with errno set.
@@ -863,6 +870,11 @@ fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsgh
 /// close, dup2, dup3: forgets the descriptor being closed or replaced, then calls.
 fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
     crate::fdmemo::forget(fd);
+    crate::state::open_store_children_need();
+    real()
+}
+
+fn h_reap<R>(_call: &'static str, real: impl FnOnce() -> R) -> R {
     crate::state::open_store_children_need();
     real()
 }

@@ -213,32 +213,38 @@ fn arena_alloc(total: usize, pad: usize) -> *mut u8 {
 /// Releases this thread's arena for reuse when nothing in it is live: called when the
 /// outermost guard is entered and when it is released.
 pub fn reset_arena() {
-    let _ = ARENA.try_with(|cell| {
-        let a = cell.get();
-        if a.chunk.is_null() {
-            return;
-        }
-        let mut c = a.chunk;
-        while !c.is_null() {
-            // SAFETY: every chunk on the chain is live until unmapped below.
-            if unsafe { (*c).live.load(Ordering::Acquire) } != 0 {
-                return;
+    start_over(false);
+}
+
+/// If nothing in this thread's arena is live, unmaps its chunks (all of them with `give_back`,
+/// else all but the oldest, which the arena starts over in) and returns true.
+fn start_over(give_back: bool) -> bool {
+    ARENA
+        .try_with(|cell| {
+            let a = cell.get();
+            let mut c = a.chunk;
+            while !c.is_null() {
+                // SAFETY: every chunk on the chain is mapped until unmapped below.
+                if unsafe { (*c).live.load(Ordering::Acquire) } != 0 {
+                    return false;
+                }
+                // SAFETY: as above.
+                c = unsafe { (*c).prev };
             }
-            // SAFETY: as above.
-            c = unsafe { (*c).prev };
-        }
-        // Nothing live: keep the oldest chunk, unmap the rest.
-        let mut c = a.chunk;
-        // SAFETY: walking our own chain; each chunk is unmapped once, after reading `prev`.
-        unsafe {
-            while !(*c).prev.is_null() {
-                let prev = (*c).prev;
-                let _ = rustix::mm::munmap(c.cast(), (*c).size);
-                c = prev;
+            let mut c = a.chunk;
+            // SAFETY: walking our own chain; each chunk is unmapped once, after reading `prev`.
+            unsafe {
+                while !c.is_null() && (give_back || !(*c).prev.is_null()) {
+                    let prev = (*c).prev;
+                    let _ = rustix::mm::munmap(c.cast(), (*c).size);
+                    c = prev;
+                }
             }
-        }
-        cell.set(Arena { chunk: c, bump: c as usize + std::mem::size_of::<Chunk>() });
-    });
+            let bump = if c.is_null() { 0 } else { c as usize + std::mem::size_of::<Chunk>() };
+            cell.set(Arena { chunk: c, bump });
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// The pthread key whose destructor gives an exiting thread's arena back: [`NO_KEY`] until a
@@ -283,28 +289,11 @@ unsafe extern "C" fn give_back_at_exit(_: *mut libc::c_void) {
     // Inside the guard, as every start-over is. Busy: the thread is ending from a signal
     // handler that interrupted a hook, whose blocks may still be in use: leave it all.
     let Some(guard) = crate::guard::Guard::enter() else { return };
-    let _ = ARENA.try_with(|cell| {
-        let a = cell.get();
-        let mut c = a.chunk;
-        // SAFETY: every chunk on the chain is mapped until unmapped below, and ours alone.
-        unsafe {
-            while !c.is_null() {
-                if (*c).live.load(Ordering::Acquire) != 0 {
-                    // Still referenced from elsewhere: keep the chain, stop using it.
-                    cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 });
-                    return;
-                }
-                c = (*c).prev;
-            }
-            let mut c = a.chunk;
-            while !c.is_null() {
-                let prev = (*c).prev;
-                let _ = rustix::mm::munmap(c.cast(), (*c).size);
-                c = prev;
-            }
-        }
-        cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 });
-    });
+    if !start_over(true) {
+        // Still referenced from elsewhere (a block handed to another thread): keep the chain,
+        // stop using it.
+        let _ = ARENA.try_with(|cell| cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 }));
+    }
     drop(guard);
 }
 

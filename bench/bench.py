@@ -176,9 +176,10 @@ def workloads(inp, root, progs):
     ]
 
 
-def journal_records(session):
-    """How many records the session holds that change files (exec records do not count): in
-    the journal file and in every per-process segment (NUL bytes there are unfilled room)."""
+def journal_records(session, kinds=("change", "rename", "meta")):
+    """How many records the session holds that change files (exec records do not count; or of
+    `kinds`): in the journal file and in every per-process segment (NUL bytes there are
+    unfilled room)."""
     files = [os.path.join(session, "journal")]
     seg_dir = os.path.join(session, "segments")
     if os.path.isdir(seg_dir):
@@ -194,7 +195,7 @@ def journal_records(session):
                 kind = json.loads(line.split(b" ", 1)[1])["op"]["kind"]
             except (IndexError, ValueError, KeyError):
                 continue
-            n += kind in ("change", "rename", "meta")
+            n += kind in kinds
     return n
 
 
@@ -271,7 +272,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,EXEC,RSS)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,EXEC,CMD,RSS)")
     ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     # The preload path is resolved by the loader in each workload's own directory.
@@ -321,6 +322,32 @@ def main():
         rows.append("| of which any preload library costs (do-nothing .so) | | | +%s us | | | | |" % spread(floor, "%.0f"))
         rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | | |" % spread(over_floor, "%.0f"))
         results["EXEC"] = {"per_exec_us": per, "floor_us": floor, "over_floor_us": over_floor}
+    if not only or "CMD" in only:
+        # Per command a harness or a shell script starts: Python's subprocess and dash (the
+        # system's /bin/sh) both start each command from a vfork child, whose exec hook
+        # journals it. Python's loop is timed inside the interpreter (its start-up left out).
+        n, rounds = 200, max(15, a.runs)
+        py = "import subprocess, time\nt = time.perf_counter()\nfor i in range(%d): subprocess.run(['/bin/true'])\nprint(time.perf_counter() - t)\n" % n
+        dash = "i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done" % n
+        for label, argv in (("python3 subprocess.run loop", [sys.executable, "-c", py]), ("dash loop", ["dash", "-c", dash])):
+            print("CMD: %s, %d pairs of %d commands..." % (label, rounds, n), file=sys.stderr)
+            times = {False: [], True: []}
+            for i in range(rounds):
+                for shimmed in ((False, True) if i % 2 == 0 else (True, False)):
+                    env, session = runner.env(shimmed)
+                    t0 = time.perf_counter()
+                    out = subprocess.run(argv, env=env, cwd=a.dir, check=True, capture_output=True).stdout
+                    t = float(out.split()[0]) if argv[0] == sys.executable else time.perf_counter() - t0
+                    times[shimmed].append(t / n * 1e6)
+                    if session:
+                        execs = journal_records(session, ("exec",))
+                        if execs < n:
+                            raise SystemExit("bench: the %s journaled %d of %d commands" % (label, execs, n))
+                        rmtree(session)
+            per = [s - b for b, s in zip(times[False], times[True])]
+            rows.append("| per command from a %s (%d pairs of %d), us | %s | %s | +%s us | | | | |" % (
+                label, rounds, n, spread(times[False], "%.0f"), spread(times[True], "%.0f"), spread(per, "%.0f")))
+            results["CMD " + label] = {"bare_us": times[False], "shim_us": times[True]}
     if not only or "RSS" in only:
         d = os.path.join(a.dir, "rss")
         rss = {}

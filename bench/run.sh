@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The performance suite in one command:
 #
-#   sudo bench/run.sh [--runs N] [--only W1,W2,...,EXEC,RSS] [--json FILE]
+#   sudo bench/run.sh [--runs N] [--only W1,W2,...,EXEC,CMD,RSS] [--json FILE]
 #
 # Builds the release shim and the helper programs, makes a fresh loop-mounted ext4 (with a
 # journal: the root filesystem of the machines this was written on has none, and there file

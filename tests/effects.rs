@@ -409,7 +409,7 @@ fn a_harness_that_only_starts_commands_opens_its_store_once_not_once_per_command
     // Python's subprocess and dash start each command from a vfork child, whose exec hook
     // journals the exec. A parent that changes nothing itself had no store, so every child
     // opened the session's files for itself (about 20 system calls, ~100 us a command here);
-    // the parent now opens its own once a child had to (at its next close or wait), and the
+    // the parent now opens its own once a child had to (when it next waits for a child), and the
     // later children use it.
     let s = Scratch::new("a_harness_that_only_starts_commands_opens_its_store_once_not_once_per_command");
     // The system's python3 itself (a version manager's shim would be a chain of scripts).

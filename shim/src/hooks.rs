@@ -276,8 +276,8 @@ hooks! {
     fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn sigset(sig: c_int, disposition: sighandler_t) -> sighandler_t => h_signal(sig, disposition);
-    // Reaping a child: the moment a vfork child's store request is seen by a parent that
-    // calls nothing else between commands (dash). Never journaled.
+    // Reaping a child: the moment a parent whose vfork children journal their execs (Python's
+    // subprocess, dash) opens the store they asked for (see state.rs). Never journaled.
     fn wait(status: *mut c_int) -> pid_t => h_reap();
     fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t => h_reap();
     fn wait3(status: *mut c_int, options: c_int, usage: *mut libc::rusage) -> pid_t => h_reap();
@@ -870,7 +870,6 @@ fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsgh
 /// close, dup2, dup3: forgets the descriptor being closed or replaced, then calls.
 fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
     crate::fdmemo::forget(fd);
-    crate::state::open_store_children_need();
     real()
 }
 

@@ -666,11 +666,12 @@ pub fn exec_store() -> Option<ExecStore> {
 /// its parent had none. Each such child opens, maps and reads back the session's files (about
 /// 20 system calls, ~100 us of a Python `subprocess.run` of `/bin/true` here, of ~200 the
 /// shim adds); a child of a parent with a published store uses that one. The parent opens
-/// its store at its next `close` or `wait`, by when the child has exec'd or exited.
+/// its store when it next waits for a child, by when the child has exec'd or exited (not at
+/// `close`, also called between a vfork and the wait: that hook is W7's hot path).
 static CHILD_OPENED_STORE: AtomicBool = AtomicBool::new(false);
 
-/// Called from the `close` and `wait` families' hooks: opens and publishes this process's
-/// store if a `vfork` child of it had to open one of its own. One relaxed load unless one did.
+/// Called from the `wait` family's hooks: opens and publishes this process's store if a
+/// `vfork` child of it had to open one of its own. One relaxed load unless one did.
 #[inline(always)]
 pub fn open_store_children_need() {
     if CHILD_OPENED_STORE.load(Ordering::Relaxed) {

@@ -686,9 +686,11 @@ fn open_store_for_children() {
     if !owns_memory() {
         return;
     }
-    CHILD_OPENED_STORE.store(false, Ordering::Relaxed);
     let saved = crate::guard::errno();
+    // Busy (a wait in a signal handler that interrupted a hook): the request stays for the
+    // next wait.
     if let Some(guard) = crate::guard::Guard::enter() {
+        CHILD_OPENED_STORE.store(false, Ordering::Relaxed);
         let _ = std::panic::catch_unwind(|| {
             let _ = store();
         });

@@ -284,7 +284,9 @@ thread_local! {
     static LEFT_BEHIND: Cell<*mut EnvBlock> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// Frees the environment block a `vfork` child of this thread left behind, if any.
+/// Frees the environment block a `vfork` child of this thread left behind, if any. With the
+/// system allocator: in an exec hook that runs in a signal handler, this joins the `malloc`
+/// that building a replacement environment already makes there (README, Reliability).
 fn free_left_behind() {
     let p = LEFT_BEHIND.try_with(|c| c.replace(std::ptr::null_mut())).unwrap_or(std::ptr::null_mut());
     if !p.is_null() {

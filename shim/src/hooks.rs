@@ -967,14 +967,13 @@ type Argv = *const *const c_char;
 /// sibling). Exactly one of the two runs. Only returns if the exec failed.
 fn run_exec(
     call: &'static str,
-    plan: Plan,
+    mut plan: Plan,
     real: impl FnOnce() -> c_int,
     with_env: impl FnOnce(Argv) -> c_int,
 ) -> c_int {
     if let Some(errno) = plan.refuse {
         return c_int::refused(errno);
     }
-    let mut plan = plan;
     let r = match plan.env.take() {
         None => real(),
         Some(block) => crate::exec::exec_with_env(block, with_env),

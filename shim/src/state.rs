@@ -682,7 +682,8 @@ pub fn open_store_children_need() {
 #[cold]
 #[inline(never)]
 fn open_store_for_children() {
-    // A vfork child (whose closes come before its exec) leaves the request to its parent.
+    // Only the process that owns this memory opens its store here: in a vfork child (which a
+    // program might make wait for a child of its own) the request stays for the parent.
     if !owns_memory() {
         return;
     }

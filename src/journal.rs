@@ -41,7 +41,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use crate::record::{RECORD_VERSION, Record};
+use crate::record::{Before, RECORD_VERSION, Record};
 
 /// Length of the hex check that starts every line.
 pub const CHECK_LEN: usize = 16;
@@ -131,10 +131,14 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
     line.extend_from_slice(b",\"op\":");
     let written = match op {
         // The commonest record of all (every file a build or an unpack creates).
-        crate::record::Op::Change { path, before: crate::record::Before::Absent } => {
+        crate::record::Op::Change { path, before: b @ (Before::Absent | Before::Exclusive) } => {
             line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
             let ok = push_path_json(&mut line, path);
-            line.extend_from_slice(b",\"before\":{\"state\":\"absent\"}}");
+            line.extend_from_slice(if matches!(b, Before::Absent) {
+                b",\"before\":{\"state\":\"absent\"}}"
+            } else {
+                b",\"before\":{\"state\":\"exclusive\"}}"
+            });
             ok
         }
         _ => serde_json::to_writer(&mut line, op).is_ok(),
@@ -589,6 +593,7 @@ mod tests {
         let ops = [
             Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
             Op::Change { path: BPath::from("/t/plain \"quoted\" é"), before: Before::Absent },
+            Op::Change { path: BPath::from("/t/x"), before: Before::Exclusive },
             meta,
             Op::CallFailed { of_seq: 4, errno: 17 },
         ];

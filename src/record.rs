@@ -19,6 +19,12 @@ use crate::bpath::BPath;
 /// Version of the record format written by this build (`"v"` in every record).
 pub const RECORD_VERSION: u32 = 1;
 
+/// How much earlier than its [`Before::Exclusive`] record a node may have been born and still
+/// count as made by the call: file systems stamp birth times from a clock that lags the
+/// record's by up to a timer tick, so a second is far more than is needed and far less than
+/// separates a file made before a session from a call in it.
+pub const EXCLUSIVE_BIRTH_SLACK_S: u64 = 1;
+
 /// One journaled step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -199,6 +205,15 @@ pub enum Before {
     Contents(Snapshot),
     /// The path did not exist: undo removes whatever the session left there.
     Absent,
+    /// The call creates the path only if nothing is there (an open with `O_CREAT|O_EXCL`),
+    /// and was journaled without looking first: the call's result alone says whether the path
+    /// was absent. A call that fails is followed by a `call_failed` record. A process killed
+    /// between a failure and that record leaves this record alone, with something at the
+    /// path that was there before it: so undo removes what is there only if it was born after
+    /// this record was made (less [`EXCLUSIVE_BIRTH_SLACK_S`]), and otherwise leaves it in
+    /// place and reports a conflict. Where the file system keeps no birth times, undo removes
+    /// it as for `Absent`.
+    Exclusive,
     /// The prior state could not be kept; undo reports this step as skipped with the reason.
     Irreversible {
         /// Why it could not be kept.
@@ -678,6 +693,7 @@ mod tests {
         for before in [
             Before::Contents(snap.clone()),
             Before::Absent,
+            Before::Exclusive,
             Before::Irreversible { reason: Reason::OverFileBudget { size: 10, limit: 5 } },
             Before::Contents(Snapshot {
                 node: Node::Symlink { target: BPath::new(b"t\xff".to_vec()) },

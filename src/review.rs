@@ -222,7 +222,7 @@ fn priors<'a>(journal: &'a JournalContents) -> Vec<(BPath, Prior<'a>)> {
     };
     fn of(b: &Before) -> Prior<'_> {
         match b {
-            Before::Absent => Prior::Absent,
+            Before::Absent | Before::Exclusive => Prior::Absent,
             Before::Contents(s) => Prior::Known(s),
             Before::Irreversible { reason } => Prior::Unknown(reason.to_string()),
             // The oldest record of the path: how the file the session made got there is not

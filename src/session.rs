@@ -18,7 +18,8 @@
 //! `counters` is mapped `MAP_SHARED` by every hooked process. Little-endian `u64` slots:
 //! offset 0 magic `AJCOUNT1`, 8 the last id handed out (blob names and record sequence
 //! numbers), 16 bytes kept in `blobs/`, 24 records that could not be written (a session with
-//! a non-zero value here can never undo completely).
+//! a non-zero value here can never undo completely), 64 the names generation (see
+//! [`SLOT_NAMES_GEN`]).
 //!
 //! Copied blobs are created with mode 0600. A blob captured by hard-linking the doomed inode
 //! keeps that inode's own mode (changing it would be visible to the program through any
@@ -74,6 +75,10 @@ pub const SLOT_LAST_ID: usize = 1;
 pub const SLOT_BYTES_KEPT: usize = 2;
 /// Slot index of the records that could not be written.
 pub const SLOT_LOST: usize = 3;
+/// Slot index of the names generation: bumped by every process of the session before and
+/// after a call that can change where an existing directory path leads (a rename, an
+/// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
+pub const SLOT_NAMES_GEN: usize = 8;
 
 /// The versioned session header.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, Timestamps};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, StatxFlags, Timestamps};
 use rustix::io::Errno;
 use serde::Serialize;
 
@@ -1057,7 +1057,7 @@ impl Executor<'_> {
                 _ => continue,
             };
             match before {
-                Before::Absent => {
+                Before::Absent | Before::Exclusive => {
                     f.body.get_or_insert(if prefix.is_none() { Body::Absent } else { Body::Unknown });
                     return f;
                 }
@@ -1306,11 +1306,11 @@ impl Executor<'_> {
                     )
                 };
             }
-            Before::Absent | Before::Contents(_) => {}
+            Before::Absent | Before::Exclusive | Before::Contents(_) => {}
         }
         if self.dry_run {
             return match before {
-                Before::Absent => (Outcome::Removed, "would remove it if it exists".into()),
+                Before::Absent | Before::Exclusive => (Outcome::Removed, "would remove it if it exists".into()),
                 Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
                 Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
                     unreachable!("handled above")
@@ -1319,7 +1319,7 @@ impl Executor<'_> {
         }
         let (dir, name) = match self.parent_of(path) {
             Ok(x) => x,
-            Err((Outcome::Failed, _)) if matches!(before, Before::Absent) => {
+            Err((Outcome::Failed, _)) if matches!(before, Before::Absent | Before::Exclusive) => {
                 return (Outcome::Unchanged, "already absent (its directory is gone too)".into());
             }
             Err(done) => return done,
@@ -1330,9 +1330,36 @@ impl Executor<'_> {
         };
         match before {
             Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+            Before::Exclusive => match cur.as_ref().and_then(|_| self.born_before_current(dir.as_fd(), name)) {
+                Some(born) => (
+                    Outcome::Conflict,
+                    format!(
+                        "journaled as created by an exclusive open, but what is there was born at {born}, before that \
+                         call: the call must have failed, with the process ended before saying so; it was left in place"
+                    ),
+                ),
+                None => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+            },
             Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
             Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => unreachable!("handled above"),
         }
+    }
+
+    /// When the node at `name` was born, if that was clearly before the record being undone
+    /// was made (see [`Before::Exclusive`]). `None` when it was born after, or when either time
+    /// is unknown (no birth times on this file system).
+    fn born_before_current(&self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
+        let seq = self.current.get()?;
+        let rec = &self.journal.records[self.journal.records.binary_search_by_key(&seq, |r| r.seq).ok()?];
+        let made = humantime::parse_rfc3339_weak(&rec.time).ok()?;
+        let sx = rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
+        if sx.stx_mask & StatxFlags::BTIME.bits() == 0 {
+            return None;
+        }
+        let born = std::time::UNIX_EPOCH
+            .checked_add(std::time::Duration::new(u64::try_from(sx.stx_btime.tv_sec).ok()?, sx.stx_btime.tv_nsec))?;
+        let slack = std::time::Duration::from_secs(crate::record::EXCLUSIVE_BIRTH_SLACK_S);
+        (born + slack < made).then(|| humantime::format_rfc3339_nanos(born).to_string())
     }
 
     /// Whether record `seq` is undone by this undo, or was by an earlier one (the journal's
@@ -2202,6 +2229,28 @@ mod tests {
         assert!(r.complete, "{r:?}");
         assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Restored]);
         assert_eq!(fs::read(f.p("db")).unwrap(), b"before the session");
+    }
+
+    #[test]
+    fn an_exclusive_create_removes_only_what_was_born_after_its_record() {
+        use std::time::{Duration, SystemTime};
+        let stamp = |t: SystemTime| humantime::format_rfc3339_nanos(t).to_string();
+        let mut f = Fixture::new();
+        fs::write(f.p("old"), b"there before the session").unwrap();
+        // A process killed between its exclusive open's EEXIST and the call_failed record:
+        // the record stands alone, and the file at its path is older than it.
+        f.push(Op::Change { path: f.bp("old"), before: Before::Exclusive });
+        f.records.last_mut().unwrap().time = stamp(SystemTime::now() + Duration::from_secs(60));
+        // An exclusive open that did create its file: born after the record.
+        f.push(Op::Change { path: f.bp("new"), before: Before::Exclusive });
+        f.records.last_mut().unwrap().time = stamp(SystemTime::now());
+        fs::write(f.p("new"), b"made in the session").unwrap();
+        let r = f.undo();
+        assert_eq!(Fixture::outcomes(&r), vec![Outcome::Removed, Outcome::Conflict], "{r:?}");
+        assert!(!r.complete, "a step left in place is never a complete undo");
+        assert!(r.outcomes[1].why.contains("born at"), "{r:?}");
+        assert!(!f.p("new").exists());
+        assert_eq!(fs::read(f.p("old")).unwrap(), b"there before the session", "nothing that was there is removed");
     }
 
     #[test]

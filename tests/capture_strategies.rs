@@ -247,13 +247,15 @@ fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
 }
 
 #[test]
-fn a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_masking() {
+fn a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_its_times_owner_and_mode() {
     // tar x creates each file, then sets its times, owner (as root) and mode through the new
     // descriptor. The shim journals the creation and learns the inode (one statx), and nothing
     // else on a descriptor; past its first records tar journals into a segment of its own
     // (no write, no check of the journal's descriptor); tar installs no signal handler, so no
     // signal mask is touched either.
-    let s = Scratch::new("a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_masking");
+    let s = Scratch::new(
+        "a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_its_times_owner_and_mode",
+    );
     s.sh("mkdir -p src50 src100 x50 x100 && for i in $(seq 50); do echo same > src50/f$i; done && \
           for i in $(seq 100); do echo same > src100/f$i; done && \
           tar cf t50.tar -C src50 . && tar cf t100.tar -C src100 .");
@@ -271,6 +273,11 @@ fn a_file_tar_creates_costs_no_fstat_for_its_times_owner_and_mode_and_no_signal_
     // The inode is learned with statx (its birth time marks it born in the session).
     assert_eq!(more("fstat") + more("statx"), 50, "one fstat or statx for 50 more files: {one:?} {two:?}");
     assert_eq!(more("write"), 50, "write for 50 more files (tar's own: one each): {one:?} {two:?}");
+    // tar creates with O_EXCL in a directory it has just named: the new name is not looked at
+    // (the exclusive create), nor the directory (its remembered path, looked at again only
+    // once it is 10 ms old: a few times a run under strace). Without either, 50 or 100 more.
+    let stats = more("newfstatat") + more("lstat") + more("stat");
+    assert!(stats < 25, "{stats} stat calls for 50 more files: {one:?} {two:?}");
     assert_eq!(two.get("rt_sigprocmask"), None, "signal masking without a handler: {two:?}");
     assert_eq!(walk_files(&s.path("x100")), 100);
     // A program that has a handler still has its signals held back around the shim's work.
@@ -509,4 +516,109 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     assert_eq!(std::fs::read_to_string(session.join("blobs").join(kept)).unwrap(), "made outside the session\n");
     let (code, r) = s.undo_json(&session);
     assert_complete(code, &r);
+}
+
+#[test]
+fn an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked_failed() {
+    // The first exclusive create of a process looks (it learns there whether the file system
+    // keeps birth times); later ones are journaled as `exclusive` without an lstat, and one
+    // that fails because something is there gets a call_failed record, so undo leaves that
+    // file alone.
+    let s = Scratch::new("an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked_failed");
+    s.sh("echo 'there before' > existing");
+    let script = format!(
+        "{py} -c \"
+import os
+x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+os.close(os.open('first', x))
+try:
+    os.open('existing', x)
+    raise SystemExit('an exclusive open of an existing file succeeded')
+except FileExistsError:
+    pass
+os.close(os.open('new', x))
+\"",
+        py = python()
+    );
+    journaled_then_undone_exactly(&s, &script, |log| {
+        assert_eq!(states_of(log, "/first"), ["absent"], "{log}");
+        assert_eq!(states_of(log, "/new"), ["exclusive"], "{log}");
+        assert_eq!(states_of(log, "/existing"), ["exclusive"], "{log}");
+        let records = log["records"].as_array().unwrap();
+        let seq = records
+            .iter()
+            .find(|r| r["op"]["path"].as_str().is_some_and(|p| p.ends_with("/existing")))
+            .map(|r| r["seq"].clone())
+            .unwrap();
+        let failed = records.iter().filter(|r| r["kind"] == "call_failed" && r["op"]["of_seq"] == seq).count();
+        assert_eq!(failed, 1, "the failed exclusive open is marked failed: {log}");
+    });
+    assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "there before\n");
+}
+
+#[test]
+fn a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_leads_to() {
+    // A process names the directory of each file it creates from a memo of directory paths
+    // it has just looked at (from the second file in a directory on). Each step below makes a path written the same way lead somewhere
+    // else: a symlink replaced, a chdir, the working directory renamed, and (from a forked
+    // child, so through the session's shared generation) a symlink replaced again. A stale
+    // memo would journal the second file of each pair under the first one's directory, and
+    // undo would leave it behind.
+    for attempt in 0.. {
+        let s = Scratch::new(&format!(
+            "a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_leads_to-{attempt}"
+        ));
+        s.sh("mkdir -p d1/sub d2/sub d3/sub d4/sub a/sub b/sub w/sub && ln -s d1 link && ln -s d3 link2");
+        let script = format!(
+            "{py} -c \"
+import os, time
+x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+def make(p): os.close(os.open(p, x))
+make('link/sub/f0')
+make('link/sub/f1')
+os.unlink('link'); os.symlink('d2', 'link')
+make('link/sub/f2')
+os.chdir('a'); make('sub/g0'); make('sub/g1')
+os.chdir('../b'); make('sub/g2')
+os.chdir('../w'); make('sub/k0'); make('sub/k1')
+os.rename('../w', '../w2'); make('sub/k2')
+os.chdir('..')
+make('link2/sub/m0')
+make('link2/sub/m1')
+t = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    os.unlink('link2'); os.symlink('d4', 'link2'); os._exit(0)
+os.waitpid(pid, 0)
+make('link2/sub/m2')
+print(int((time.monotonic() - t) * 1e6))
+\"",
+            py = python()
+        );
+        let before = manifest(&s.tree());
+        let session = s.session("session");
+        let out = s.run_ok(&session, &["sh", "-c", &script]);
+        let took_us: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let log = s.log_json(&session);
+        for (name, dir) in [("f2", "/d2/sub/"), ("g2", "/b/sub/"), ("k2", "/w2/sub/"), ("m2", "/d4/sub/")] {
+            let paths: Vec<_> = log["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|r| r["op"]["path"].as_str())
+                .filter(|p| p.ends_with(&format!("/{name}")))
+                .collect();
+            assert_eq!(paths.len(), 1, "{name}: {paths:?}");
+            assert!(paths[0].ends_with(&format!("{dir}{name}")), "{name} journaled as {}", paths[0]);
+        }
+        let (code, r) = s.undo_json(&session);
+        assert_same_tree(&before, &manifest(&s.tree()));
+        assert_complete(code, &r);
+        // The forked child's change only tests the shared generation if the parent named the
+        // directory again within the time a remembered path is trusted (10 ms).
+        if took_us < 8_000 {
+            break;
+        }
+        assert!(attempt < 5, "the fork and wait never took less than 8 ms ({took_us} us)");
+    }
 }

@@ -52,6 +52,7 @@ fn prog_name(r: &Record) -> String {
 fn describe_before(b: &Before) -> String {
     match b {
         Before::Absent => "did not exist".into(),
+        Before::Exclusive => "did not exist (an exclusive create: the call fails if anything is there)".into(),
         Before::Irreversible { reason } => format!("IRREVERSIBLE: {reason}"),
         Before::Born { created } => {
             format!("a file this session created (#{created}); not kept, undoing that removes it")

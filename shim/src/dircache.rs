@@ -2,18 +2,29 @@
 //! (device, inode), so that naming the parent of a target costs one `stat` instead of opening
 //! it and reading its name back from `/proc/self/fd` (getcwd, open, readlink, close).
 //!
-//! A hit is never trusted on its own: the caller stats the cached name and uses it only if it
+//! A hit in this table is never trusted on its own: the caller stats the cached name and uses it only if it
 //! still leads to the same directory (see [`crate::ops`]). A directory renamed or replaced
 //! since, by this process or any other, therefore fails the check and is resolved the slow way
-//! again; the cache can make a resolution cheaper, never different.
+//! again; this table can make a resolution cheaper, never different.
 //!
 //! Lock-free (no lock can be caught by `fork`), direct-mapped: 256 slots of names up to 248
 //! bytes, each slot guarded by a sequence counter that a writer makes odd while it fills the
 //! slot; a reader that sees the counter odd or changed treats the slot as a miss. Longer names
 //! are simply not cached.
 //!
+//! A second table remembers directory *paths* as a caller wrote them (`src/deep`, absolute or
+//! relative to the working directory) with the canonical name they led to, so that the next
+//! file made there costs no system call at all. Such an entry is trusted only while three
+//! things hold: no process of the session has renamed or removed a directory or a symlink
+//! since (the session's names generation, in its shared `counters`, told before and after
+//! each such call), this process has not changed its working directory or root (a local
+//! generation, told by the chdir, fchdir and chroot hooks), and it was looked at less than
+//! [`TRUST_NS`] ago. 64 slots, the same sequence-counter scheme.
+//!
 //! What this module cannot do: keep more than 256 directories, or notice anything by itself:
-//! correctness rests on the caller's check.
+//! correctness rests on the caller's check. A directory path moved by a process outside the
+//! session (or by a mount) is noticed only once its entry is [`TRUST_NS`] old: a file made
+//! there within that time is journaled under the old name.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -90,6 +101,127 @@ pub fn put(id: Ident, name: &[u8]) {
     s.seq.store(cur + 2, Ordering::Release);
 }
 
+/// How long a remembered directory path is trusted without looking at it again, against
+/// changes made outside the session (the session's own renames and removals are seen through
+/// the shared generation at once): 10 ms of `CLOCK_MONOTONIC_COARSE`.
+pub const TRUST_NS: u64 = 10_000_000;
+
+const PATH_SLOTS: usize = 64;
+const PATH_WORDS: usize = 48;
+/// Longest directory path plus canonical name a path slot holds (bytes).
+const PATH_BYTES: usize = PATH_WORDS * 8;
+
+/// One remembered directory path: the bytes the caller wrote (`key`), then the canonical
+/// name they led to, the generations it was checked under and when.
+struct PathSlot {
+    seq: AtomicU64,
+    shared_gen: AtomicU64,
+    local_gen: AtomicU64,
+    stamp: AtomicU64,
+    key_len: AtomicU64,
+    name_len: AtomicU64,
+    words: [AtomicU64; PATH_WORDS],
+}
+
+static PATHS: [PathSlot; PATH_SLOTS] = [const {
+    PathSlot {
+        seq: AtomicU64::new(0),
+        shared_gen: AtomicU64::new(0),
+        local_gen: AtomicU64::new(0),
+        stamp: AtomicU64::new(0),
+        key_len: AtomicU64::new(0),
+        name_len: AtomicU64::new(0),
+        words: [const { AtomicU64::new(0) }; PATH_WORDS],
+    }
+}; PATH_SLOTS];
+
+/// Bumped whenever this process's relative paths may start leading elsewhere (chdir, fchdir,
+/// chroot): every remembered path is then stale.
+static LOCAL_GEN: AtomicU64 = AtomicU64::new(0);
+
+/// This process changed its working directory or root: forget every remembered path.
+pub fn cwd_changed() {
+    LOCAL_GEN.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The process-local generation remembered paths are checked under.
+pub fn local_gen() -> u64 {
+    LOCAL_GEN.load(Ordering::SeqCst)
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (vDSO: no system call).
+pub fn coarse_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
+}
+
+fn path_slot(key: &[u8]) -> &'static PathSlot {
+    // FNV-1a: the keys are short paths, and a collision only costs a miss.
+    let h = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    &PATHS[(h ^ (h >> 29)) as usize % PATH_SLOTS]
+}
+
+/// The canonical name directory path `key` (as a caller wrote it: absolute, or relative to
+/// the working directory) was last seen to lead to, if that was under the same generations
+/// and less than [`TRUST_NS`] before `now`.
+pub fn path_get(key: &[u8], shared_gen: u64, local_gen: u64, now: u64) -> Option<Vec<u8>> {
+    let s = path_slot(key);
+    let before = s.seq.load(Ordering::Acquire);
+    if before & 1 == 1
+        || s.shared_gen.load(Ordering::Relaxed) != shared_gen
+        || s.local_gen.load(Ordering::Relaxed) != local_gen
+        || now.wrapping_sub(s.stamp.load(Ordering::Relaxed)) > TRUST_NS
+        || s.key_len.load(Ordering::Relaxed) as usize != key.len()
+    {
+        return None;
+    }
+    let name_len = s.name_len.load(Ordering::Relaxed) as usize;
+    let total = key.len() + name_len;
+    if name_len == 0 || total > PATH_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(total.next_multiple_of(8));
+    for w in &s.words[..total.div_ceil(8)] {
+        bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    std::sync::atomic::fence(Ordering::Acquire);
+    if s.seq.load(Ordering::Relaxed) != before || &bytes[..key.len()] != key {
+        return None;
+    }
+    bytes.truncate(total);
+    bytes.drain(..key.len());
+    Some(bytes)
+}
+
+/// Remembers that directory path `key` led to canonical `name` when checked under these
+/// generations at `now` (taken before the check).
+pub fn path_put(key: &[u8], name: &[u8], shared_gen: u64, local_gen: u64, now: u64) {
+    let total = key.len() + name.len();
+    if name.first() != Some(&b'/') || total > PATH_BYTES {
+        return;
+    }
+    let s = path_slot(key);
+    let cur = s.seq.load(Ordering::Acquire);
+    if cur & 1 == 1 || s.seq.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return;
+    }
+    std::sync::atomic::fence(Ordering::Release);
+    s.shared_gen.store(shared_gen, Ordering::Relaxed);
+    s.local_gen.store(local_gen, Ordering::Relaxed);
+    s.stamp.store(now, Ordering::Relaxed);
+    s.key_len.store(key.len() as u64, Ordering::Relaxed);
+    s.name_len.store(name.len() as u64, Ordering::Relaxed);
+    let mut joined = [0u8; PATH_BYTES];
+    joined[..key.len()].copy_from_slice(key);
+    joined[key.len()..total].copy_from_slice(name);
+    for (w, chunk) in s.words.iter().zip(joined[..total].chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+    }
+    s.seq.store(cur + 2, Ordering::Release);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +254,22 @@ mod tests {
         let exact = [&b"/"[..], &vec![b'b'; MAX_NAME - 1]].concat();
         put(a, &exact);
         assert_eq!(get(a), Some(exact));
+    }
+
+    #[test]
+    fn a_remembered_path_is_trusted_only_under_the_same_generations_and_while_fresh() {
+        let (key, name) = (&b"src/deep"[..], &b"/home/u/project/src/deep"[..]);
+        path_put(key, name, 7, 3, 1_000);
+        assert_eq!(path_get(key, 7, 3, 1_000 + TRUST_NS).as_deref(), Some(name));
+        assert_eq!(path_get(key, 8, 3, 1_001), None, "a rename or removal in the session since");
+        assert_eq!(path_get(key, 7, 4, 1_001), None, "a chdir in this process since");
+        assert_eq!(path_get(key, 7, 3, 1_001 + TRUST_NS), None, "looked at too long ago");
+        assert_eq!(path_get(b"src/deeper", 7, 3, 1_001), None, "another path");
+        path_put(b"rel", b"not/canonical", 7, 3, 1_000);
+        assert_eq!(path_get(b"rel", 7, 3, 1_000), None, "only canonical names are kept");
+        let long = vec![b'/'; PATH_BYTES];
+        path_put(b"k", &long, 7, 3, 1_000);
+        assert_eq!(path_get(b"k", 7, 3, 1_000), None, "too long to keep");
     }
 
     #[test]

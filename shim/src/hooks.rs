@@ -276,6 +276,11 @@ hooks! {
     fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t => h_signal(sig, handler);
     fn sigset(sig: c_int, disposition: sighandler_t) -> sighandler_t => h_signal(sig, disposition);
+    // Changing the working directory or root: relative paths may lead elsewhere from now on
+    // (see dircache.rs). Never journaled.
+    fn chdir(path: *const c_char) -> c_int => h_cwd_change();
+    fn fchdir(fd: c_int) -> c_int => h_cwd_change();
+    fn chroot(path: *const c_char) -> c_int => h_cwd_change();
     // Reaping a child: the moment a parent whose vfork children journal their execs (Python's
     // subprocess, dash) opens the store they asked for (see state.rs). Never journaled.
     fn wait(status: *mut c_int) -> pid_t => h_reap();
@@ -621,7 +626,9 @@ fn h_renameat2(
     flags: c_uint,
 ) -> c_int {
     let (Some(o), Some(n)) = (old, new) else { return real() };
-    journaled(call, o, |s| ops::before_rename(s, call, olddirfd, o, newdirfd, n, flags), real, int_ok)
+    let r = journaled(call, o, |s| ops::before_rename(s, call, olddirfd, o, newdirfd, n, flags), real, int_ok);
+    ops::names_changed_after_call();
+    r
 }
 
 // ----- removal and creation of names -----
@@ -633,12 +640,16 @@ fn h_unlink(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> 
 fn h_unlinkat(call: &'static str, real: impl FnOnce() -> c_int, dirfd: c_int, path: Str<'_>, flags: c_int) -> c_int {
     let Some(p) = path else { return real() };
     let removes = if flags & libc::AT_REMOVEDIR != 0 { Removes::Dir } else { Removes::NonDir };
-    journaled(call, p, |s| ops::before_remove(s, call, dirfd, p, removes), real, int_ok)
+    let r = journaled(call, p, |s| ops::before_remove(s, call, dirfd, p, removes), real, int_ok);
+    ops::names_changed_after_call();
+    r
 }
 
 fn h_remove(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
     let Some(p) = path else { return real() };
-    journaled(call, p, |s| ops::before_remove(s, call, libc::AT_FDCWD, p, Removes::Either), real, int_ok)
+    let r = journaled(call, p, |s| ops::before_remove(s, call, libc::AT_FDCWD, p, Removes::Either), real, int_ok);
+    ops::names_changed_after_call();
+    r
 }
 
 fn h_rmdir(call: &'static str, real: impl FnOnce() -> c_int, path: Str<'_>) -> c_int {
@@ -871,6 +882,14 @@ fn h_sendmmsg(call: &'static str, real: impl FnOnce() -> c_int, msgs: *mut mmsgh
 fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_int {
     crate::fdmemo::forget(fd);
     real()
+}
+
+fn h_cwd_change(_call: &'static str, real: impl FnOnce() -> c_int) -> c_int {
+    // Before and after: a thread naming a directory meanwhile sees one or the other.
+    crate::dircache::cwd_changed();
+    let r = real();
+    crate::dircache::cwd_changed();
+    r
 }
 
 fn h_reap<R>(_call: &'static str, real: impl FnOnce() -> R) -> R {
@@ -1295,6 +1314,12 @@ fn h_syscall(
             libc::SYS_close => crate::fdmemo::forget(a1 as c_int),
             libc::SYS_dup3 => crate::fdmemo::forget(a2 as c_int),
             libc::SYS_close_range => crate::fdmemo::forget_range(a1 as c_uint, a2 as c_uint),
+            libc::SYS_chdir | libc::SYS_fchdir | libc::SYS_chroot => {
+                crate::dircache::cwd_changed();
+                let r = real();
+                crate::dircache::cwd_changed();
+                return r;
+            }
             _ => {}
         }
         #[cfg(target_arch = "x86_64")]

@@ -11,10 +11,11 @@
 //! lexical path and the error, never skipped.
 
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use journal::BPath;
 use journal::capture::{Capturer, Intent, ident_of, meta_before, xattr_value};
-use journal::record::{Before, Bytes, CaptureHow, MetaKind, Node, Op, Reason, UnobservedReason, XattrBefore};
+use journal::record::{Before, Bytes, CaptureHow, MetaKind, Node, Op, Reason, Snapshot, UnobservedReason, XattrBefore};
 use journal::resolve::{DirFd, Target, Unresolved, fd_path, getcwd, resolve, split_last};
 use rustix::fs::{AtFlags, CWD, FileType, Stat, StatxFlags};
 use rustix::io::Errno;
@@ -45,11 +46,15 @@ pub enum Pending {
     Refuse(i32),
     /// A connect: its endpoint is journaled with the result once the call returns.
     Connect(journal::record::Endpoint),
-    /// An open that may create a file recorded `Absent` by record `created`: once it returns a
-    /// descriptor, the new inode is remembered as covered, and as born in the session.
+    /// An open that may create a file recorded `Absent` or `Exclusive` by record `created`:
+    /// once it returns a descriptor, the new inode is remembered as covered, and as born in
+    /// the session.
     Created {
         /// The record of the creation.
         created: u64,
+        /// Whether the name was seen absent before the call (`Absent`). If not (`Exclusive`),
+        /// a call that fails gets a `call_failed` record: it changed nothing.
+        looked: bool,
     },
     /// A rewrite (an open for writing, truncate, ftruncate) of a file the session created or
     /// already kept whole (`origin`), journaled by record `seq` without a capture: an open that
@@ -131,7 +136,7 @@ fn call_will_fail(e: Errno) -> bool {
 
 /// Resolves `path` relative to `dirfd` as the kernel will for the real call.
 fn locate<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Resolved<'a> {
-    if let Some(t) = locate_cached(dirfd, path, follow) {
+    if let Some(t) = locate_cached(store, dirfd, path, follow) {
         return checked(store, t);
     }
     let (base, base_path) = if path.first() == Some(&b'/') {
@@ -181,12 +186,16 @@ fn checked<'a>(store: &Store, t: Target<'a>) -> Resolved<'a> {
     }
 }
 
-/// The fast way to name a target whose path has a directory part: one `stat` of that
-/// directory, whose canonical name comes from [`crate::dircache`] if that name still leads to
-/// the same directory (checked with a second `stat` unless the path already is that name).
-/// The target is then addressed by the path as written, relative to the caller's base, which
-/// is exactly what the real call will resolve. `None`: use the full resolver.
-fn locate_cached<'a>(dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>> {
+/// The fast way to name a target whose path has a directory part. A directory path written
+/// the same way (absolute, or relative to the working directory) and found within the last
+/// [`crate::dircache::TRUST_NS`], with no rename or removal in the session that could have
+/// moved it since and no chdir in this process, names it with no system call at all.
+/// Otherwise one `stat` of that directory, whose canonical name comes from
+/// [`crate::dircache`] if that name still leads to the same directory (checked with a second
+/// `stat` unless the path already is that name). The target is then addressed by the path as
+/// written, relative to the caller's base, which is exactly what the real call will resolve.
+/// `None`: use the full resolver.
+fn locate_cached<'a>(store: &Store, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>> {
     if path.last() == Some(&b'/') {
         return None;
     }
@@ -194,15 +203,30 @@ fn locate_cached<'a>(dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'a>
     if dir_part.is_empty() || name.is_empty() || name == b"." || name == b".." {
         return None;
     }
-    let base = if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
+    let plain_base = path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD;
+    let base = if plain_base {
         CWD
     } else {
         // SAFETY: `dirfd` is the caller's descriptor, open for the duration of the call that
         // passed it to us; we only use it for the *at calls that resolve this path.
         unsafe { BorrowedFd::borrow_raw(dirfd) }
     };
-    let st = rustix::fs::statat(base, dir_part, AtFlags::empty()).ok().filter(is_dir)?;
-    let canonical = cached_dir_name(ident_of(&st), dir_part)?;
+    // Read before anything is looked at: a change told after this makes what is learned
+    // below stale at once.
+    let gens =
+        plain_base.then(|| (store.counters.names_gen(), crate::dircache::local_gen(), crate::dircache::coarse_now()));
+    let remembered = gens.and_then(|(shared, local, now)| crate::dircache::path_get(dir_part, shared, local, now));
+    let canonical = match remembered {
+        Some(c) => c,
+        None => {
+            let st = rustix::fs::statat(base, dir_part, AtFlags::empty()).ok().filter(is_dir)?;
+            let c = cached_dir_name(ident_of(&st), dir_part)?;
+            if let Some((shared, local, now)) = gens {
+                crate::dircache::path_put(dir_part, &c, shared, local, now);
+            }
+            c
+        }
+    };
     if follow {
         // The call follows a final symlink: that is the full resolver's job.
         if let Ok(fin) = rustix::fs::statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
@@ -377,15 +401,14 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         Ok(t) => t,
         Err(p) => return p,
     };
+    if creat && excl && birth_times_kept() {
+        // The call creates the file or fails: its result says which, and undo can tell a
+        // file this call made from one that was there by its birth time (Before::Exclusive).
+        return created(store, call, t.abs, Before::Exclusive);
+    }
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
-        Ok(None) if creat => {
-            let created = store.record(call, Op::Change { path: t.abs, before: Before::Absent });
-            // Mapped here, under the guard, so that the lock-free learning after the call can
-            // mark the new file born for every process of the session.
-            let _ = store.born();
-            return Pending::Created { created };
-        }
+        Ok(None) if creat => return created(store, call, t.abs, Before::Absent),
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
     };
@@ -406,6 +429,76 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         _ => return Pending::Nothing,
     };
     before_rewrite(store, call, &t, &st, intent)
+}
+
+/// A call that may change where existing directory paths lead (a rename, an unlink, an
+/// rmdir): every process of the session is told through the shared names generation, before
+/// the call (here) and after it ([`names_changed_after_call`]), so that none trusts a
+/// remembered directory path ([`crate::dircache`]) the call may have made wrong. Started
+/// before the call's target is known; taken back once it is known to be a plain file, whose
+/// removal or move cannot change where a directory path leads (the tell happens when this is
+/// dropped, at the end of the hook's work before the call).
+struct NamesChange<'a> {
+    store: &'a Store,
+    needed: std::cell::Cell<bool>,
+}
+
+thread_local! {
+    /// Set by a hook whose call may change where directory paths lead; taken after the call.
+    static NAMES_AFTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl<'a> NamesChange<'a> {
+    fn begin(store: &'a Store) -> NamesChange<'a> {
+        NamesChange { store, needed: std::cell::Cell::new(true) }
+    }
+
+    /// Once the call's ends are known: whether one of them leads somewhere.
+    fn only_if(&self, leads: bool) {
+        self.needed.set(leads);
+    }
+}
+
+/// Whether a path may lead through a node of this kind to other nodes.
+fn leads(st: &Stat) -> bool {
+    matches!(FileType::from_raw_mode(st.st_mode), FileType::Directory | FileType::Symlink)
+}
+
+impl Drop for NamesChange<'_> {
+    fn drop(&mut self) {
+        if self.needed.get() {
+            self.store.counters.names_changing();
+            NAMES_AFTER.with(|c| c.set(true));
+        }
+    }
+}
+
+/// After the real call of a hook that started a [`NamesChange`]: tells the session again,
+/// now that the call has taken effect.
+pub fn names_changed_after_call() {
+    if NAMES_AFTER.with(|c| c.replace(false)) {
+        crate::state::names_changed();
+    }
+}
+
+/// Journals the creation of `path` by an open (`before`: absent, or an exclusive create not
+/// looked at first).
+fn created(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
+    let looked = matches!(before, Before::Absent);
+    let created = store.record(call, Op::Change { path, before });
+    // Mapped here, under the guard, so that the lock-free learning after the call can mark
+    // the new file born for every process of the session.
+    let _ = store.born();
+    Pending::Created { created, looked }
+}
+
+/// Whether the files this process last created have birth times (`statx` `btime`), which is
+/// what lets an exclusive create skip the `lstat` that proves its name absent: 0 not known
+/// yet, 1 yes, 2 no. A property of the file system, so a `vfork` child may set it too.
+static BIRTH_TIMES: AtomicU8 = AtomicU8::new(0);
+
+fn birth_times_kept() -> bool {
+    BIRTH_TIMES.load(Ordering::Relaxed) == 1
 }
 
 /// Before truncate/truncate64.
@@ -558,6 +651,8 @@ pub fn before_rename(
 ) -> Pending {
     let from = locate(store, olddir, old, false);
     let to = locate(store, newdir, new, false);
+    // Told before any early return; taken back below when both ends are plain files.
+    let names = NamesChange::begin(store);
     let (from, to) = match (from, to) {
         (Resolved::Protected(p), _) | (_, Resolved::Protected(p)) => return protect(store, call, &p),
         (Resolved::Target(f), _) if store.holds_store(f.abs.as_bytes()) => return protect(store, call, &f.abs),
@@ -592,11 +687,17 @@ pub fn before_rename(
     }
     let to_before = match stat_target(store, call, &to) {
         Err(p) => return p,
-        Ok(None) => Before::Absent,
+        Ok(None) => {
+            names.only_if(leads(&fst));
+            Before::Absent
+        }
         Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => return Pending::Nothing, // EEXIST
         // Two names of one inode: rename does nothing at all.
         Ok(Some(tst)) if ident_of(&tst) == ident_of(&fst) => return Pending::Nothing,
-        Ok(Some(tst)) => capture(store, to.parent.as_fd(), &to.name, &tst, Intent::Destroy),
+        Ok(Some(tst)) => {
+            names.only_if(leads(&fst) || leads(&tst));
+            capture(store, to.parent.as_fd(), &to.name, &tst, Intent::Destroy)
+        }
     };
     if let Before::Irreversible { reason } = &to_before {
         if store.settings.policy == Policy::Strict {
@@ -614,12 +715,14 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
         Ok(t) => t,
         Err(p) => return p,
     };
+    let names = NamesChange::begin(store);
     if removes == Removes::NonDir {
         // The common case (rm of a file): link first, look after.
         let linked = store
             .blobs
             .with(|blobs| capturer(store, blobs, Intent::Destroy).capture_doomed_file(t.parent.as_fd(), &t.name));
         if let Some(Some(before)) = linked {
+            names.only_if(!matches!(&before, Before::Contents(Snapshot { node: Node::File { .. }, .. })));
             forget_born(store, &before);
             return change(store, call, t.abs, before);
         }
@@ -629,6 +732,7 @@ pub fn before_remove(store: &Store, call: &str, dirfd: i32, path: &[u8], removes
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
     };
+    names.only_if(leads(&st));
     let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
     match removes {
         Removes::NonDir if is_dir => return Pending::Nothing, // EISDIR
@@ -695,7 +799,7 @@ pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&B
     // Undo removes it whole: later descriptor changes to it need no records, and other
     // processes' rewrites of it no captures (the table is mapped for learn_created).
     let _ = store.born();
-    after(store, call, Pending::Created { created }, true, 0, fd);
+    after(store, call, Pending::Created { created, looked: true }, true, 0, fd);
 }
 
 /// Before a call that changes a node's metadata by name (chmod, chown, utime, setxattr and
@@ -824,6 +928,10 @@ fn learn_created(store: &Store, fd: Option<i32>, origin: Origin) {
         else {
             return;
         };
+        let births = if btime.is_some() { 1 } else { 2 };
+        if BIRTH_TIMES.load(Ordering::Relaxed) != births {
+            BIRTH_TIMES.store(births, Ordering::Relaxed);
+        }
         crate::covered::insert(ident);
         if let (Some(btime), Some(index)) = (btime, store.born_mapped()) {
             index.remember_origin(ident, btime, origin);
@@ -839,7 +947,7 @@ fn learn_created(store: &Store, fd: Option<i32>, origin: Origin) {
 /// what is left for [`after`] (under the guard), if anything.
 pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<i32>) -> Option<Pending> {
     match pending {
-        Pending::Created { created } if succeeded => {
+        Pending::Created { created, .. } if succeeded => {
             learn_created(store, fd, Origin::Born(created));
             None
         }
@@ -847,7 +955,7 @@ pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<
             learn_created(store, fd, origin);
             None
         }
-        Pending::Created { .. } => None,
+        Pending::Created { looked: true, .. } => None,
         Pending::MovedAside { seq, .. } if succeeded => {
             learn_created(store, fd, Origin::Born(seq));
             None
@@ -862,7 +970,13 @@ pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<
 /// what it created. `fd` is the descriptor an open returned.
 pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno: i32, fd: Option<i32>) {
     match pending {
-        Pending::Created { created } => learn_created(store, fd, Origin::Born(created)),
+        Pending::Created { created, looked } => {
+            if succeeded {
+                learn_created(store, fd, Origin::Born(created));
+            } else if !looked {
+                store.record(call, Op::CallFailed { of_seq: created, errno });
+            }
+        }
         Pending::BornRewrite { seq, origin } => {
             if succeeded {
                 learn_created(store, fd, origin);

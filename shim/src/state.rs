@@ -17,7 +17,7 @@ use journal::capture::Counters;
 use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
 use journal::journal::Envelope;
 use journal::record::Op;
-use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
+use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN};
 use rustix::fs::{Mode, OFlags};
 
 /// Settings read once per process image.
@@ -338,6 +338,16 @@ impl SharedCounters {
     pub fn add_lost(&self) {
         self.slot(SLOT_LOST).fetch_add(1, Ordering::SeqCst);
     }
+
+    /// The session's names generation (see [`crate::dircache`]).
+    pub fn names_gen(&self) -> u64 {
+        self.slot(SLOT_NAMES_GEN).load(Ordering::SeqCst)
+    }
+
+    /// Tells every process of the session that a directory path may now lead elsewhere.
+    pub fn names_changing(&self) {
+        self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Drop for SharedCounters {
@@ -572,6 +582,17 @@ fn open_store(cfg: &Config) -> Option<Store> {
         index: LazyIndex::new(dir.join(session::CAPTURES_FILE), crate::index::SharedIndex::map),
         born: LazyIndex::new(dir.join(session::BORN_FILE), crate::index::SharedIndex::map_born),
     })
+}
+
+/// After a call that may have changed where a directory path leads: bumps the session's names
+/// generation if this process has its store (the call's hook opened it before the call and
+/// bumped it then too). Lock-free and errno-neutral: safe after any real call.
+pub fn names_changed() {
+    let p = STORE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
+        unsafe { &*p }.counters.names_changing();
+    }
 }
 
 /// The process's store, opened on first use. `None` when the shim is disabled or the store

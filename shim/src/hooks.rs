@@ -1,6 +1,6 @@
 //! The hook table and the FFI half of every hook.
 //!
-//! Adding a libc symbol is one line in [`hooks!`]: its C signature and the handler that
+//! Adding a libc symbol is one line in `hooks!` (below): its C signature and the handler that
 //! classifies it. The macro generates the exported `extern "C"` function, the lazily resolved
 //! original ([`Real`]) and an entry in [`hook`], which the self-test walks to prove every
 //! symbol resolves.

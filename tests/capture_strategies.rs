@@ -559,16 +559,17 @@ os.close(os.open('new', x))
 #[test]
 fn a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_leads_to() {
     // A process names the directory of each file it creates from a memo of directory paths
-    // it has just looked at (from the second file in a directory on). Each step below makes a path written the same way lead somewhere
-    // else: a symlink replaced, a chdir, the working directory renamed, and (from a forked
-    // child, so through the session's shared generation) a symlink replaced again. A stale
-    // memo would journal the second file of each pair under the first one's directory, and
-    // undo would leave it behind.
+    // it has just looked at (from the second file in a directory on). Each step below makes a
+    // path written the same way lead somewhere else: a symlink replaced, a chdir (through
+    // libc, and through syscall), the working directory renamed, and (from a forked child, so
+    // through the session's shared generation) a symlink replaced again. A stale memo would
+    // journal the second file of each pair under the first one's directory, and undo would
+    // leave it behind.
     for attempt in 0.. {
         let s = Scratch::new(&format!(
             "a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_leads_to-{attempt}"
         ));
-        s.sh("mkdir -p d1/sub d2/sub d3/sub d4/sub a/sub b/sub w/sub && ln -s d1 link && ln -s d3 link2");
+        s.sh("mkdir -p d1/sub d2/sub d3/sub d4/sub a/sub b/sub c/sub e/sub w/sub && ln -s d1 link && ln -s d3 link2");
         let script = format!(
             "{py} -c \"
 import os, time
@@ -580,6 +581,10 @@ os.unlink('link'); os.symlink('d2', 'link')
 make('link/sub/f2')
 os.chdir('a'); make('sub/g0'); make('sub/g1')
 os.chdir('../b'); make('sub/g2')
+os.chdir('../c'); make('sub/h0'); make('sub/h1')
+import ctypes
+assert ctypes.CDLL(None).syscall(80, b'../e') == 0  # SYS_chdir, past libc's chdir
+make('sub/h2')
 os.chdir('../w'); make('sub/k0'); make('sub/k1')
 os.rename('../w', '../w2'); make('sub/k2')
 os.chdir('..')
@@ -600,7 +605,9 @@ print(int((time.monotonic() - t) * 1e6))
         let out = s.run_ok(&session, &["sh", "-c", &script]);
         let took_us: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
         let log = s.log_json(&session);
-        for (name, dir) in [("f2", "/d2/sub/"), ("g2", "/b/sub/"), ("k2", "/w2/sub/"), ("m2", "/d4/sub/")] {
+        for (name, dir) in
+            [("f2", "/d2/sub/"), ("g2", "/b/sub/"), ("h2", "/e/sub/"), ("k2", "/w2/sub/"), ("m2", "/d4/sub/")]
+        {
             let paths: Vec<_> = log["records"]
                 .as_array()
                 .unwrap()

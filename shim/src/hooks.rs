@@ -884,7 +884,7 @@ fn h_forget(_call: &'static str, real: impl FnOnce() -> c_int, fd: c_int) -> c_i
     real()
 }
 
-fn h_cwd_change(_call: &'static str, real: impl FnOnce() -> c_int) -> c_int {
+fn h_cwd_change<R>(_call: &'static str, real: impl FnOnce() -> R) -> R {
     // Before and after: a thread naming a directory meanwhile sees one or the other.
     crate::dircache::cwd_changed();
     let r = real();
@@ -1314,12 +1314,7 @@ fn h_syscall(
             libc::SYS_close => crate::fdmemo::forget(a1 as c_int),
             libc::SYS_dup3 => crate::fdmemo::forget(a2 as c_int),
             libc::SYS_close_range => crate::fdmemo::forget_range(a1 as c_uint, a2 as c_uint),
-            libc::SYS_chdir | libc::SYS_fchdir | libc::SYS_chroot => {
-                crate::dircache::cwd_changed();
-                let r = real();
-                crate::dircache::cwd_changed();
-                return r;
-            }
+            libc::SYS_chdir | libc::SYS_fchdir | libc::SYS_chroot => return h_cwd_change(call, real),
             _ => {}
         }
         #[cfg(target_arch = "x86_64")]

@@ -537,12 +537,16 @@ try:
 except FileExistsError:
     pass
 os.close(os.open('new', x))
+os.close(os.open('newer', x))
 \"",
         py = python()
     );
     journaled_then_undone_exactly(&s, &script, |log| {
         assert_eq!(states_of(log, "/first"), ["absent"], "{log}");
-        assert_eq!(states_of(log, "/new"), ["exclusive"], "{log}");
+        // After a failure the next exclusive create looks first; finding its name free, the
+        // one after goes back to not looking.
+        assert_eq!(states_of(log, "/new"), ["absent"], "{log}");
+        assert_eq!(states_of(log, "/newer"), ["exclusive"], "{log}");
         assert_eq!(states_of(log, "/existing"), ["exclusive"], "{log}");
         let records = log["records"].as_array().unwrap();
         let seq = records
@@ -661,4 +665,36 @@ for p in ['first', 'second', 'nobirth/a', 'nobirth/b', 'nobirth/c']:
             .collect();
         assert_eq!(states, ["absent", "exclusive", "exclusive", "absent", "absent"], "{log}");
     });
+}
+
+#[test]
+fn an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt() {
+    // A lock file someone else holds, tried 200 times: the first failure is journaled (with
+    // its call_failed); the retries look first and find the name taken, so they journal
+    // nothing. Once the lock is free, the next exclusive create takes it and is undone.
+    let s = Scratch::new("an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt");
+    s.sh("echo held > lock");
+    let script = format!(
+        "{py} -c \"
+import os
+x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+os.close(os.open('warm', x))
+for i in range(200):
+    try:
+        os.open('lock', x)
+        raise SystemExit('took a held lock')
+    except FileExistsError:
+        pass
+os.close(os.open('free', x))
+\"",
+        py = python()
+    );
+    journaled_then_undone_exactly(&s, &script, |log| {
+        let records = log["records"].as_array().unwrap();
+        let on_lock = records.iter().filter(|r| r["op"]["path"].as_str().is_some_and(|p| p.ends_with("/lock"))).count();
+        assert_eq!(on_lock, 1, "{log}");
+        assert_eq!(records.iter().filter(|r| r["kind"] == "call_failed").count(), 1, "{log}");
+        assert_eq!(states_of(log, "/free"), ["absent"], "the first create after a failure looks: {log}");
+    });
+    assert_eq!(std::fs::read_to_string(s.path("lock")).unwrap(), "held\n");
 }

@@ -11,7 +11,7 @@
 //! lexical path and the error, never skipped.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use journal::BPath;
 use journal::capture::{Capturer, Intent, ident_of, meta_before, xattr_value};
@@ -401,14 +401,19 @@ pub fn before_open(store: &Store, call: &str, dirfd: i32, path: &[u8], flags: i3
         Ok(t) => t,
         Err(p) => return p,
     };
-    if creat && excl && birth_times_kept() {
+    if creat && excl && birth_times_kept() && !EXCLUSIVE_FAILED.load(Ordering::Relaxed) {
         // The call creates the file or fails: its result says which, and undo can tell a
         // file this call made from one that was there by its birth time (Before::Exclusive).
         return created(store, call, t.abs, Before::Exclusive);
     }
     let st = match stat_target(store, call, &t) {
         Ok(Some(st)) => st,
-        Ok(None) if creat => return created(store, call, t.abs, Before::Absent),
+        Ok(None) if creat => {
+            if excl {
+                EXCLUSIVE_FAILED.store(false, Ordering::Relaxed);
+            }
+            return created(store, call, t.abs, Before::Absent);
+        }
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
     };
@@ -496,6 +501,11 @@ fn created(store: &Store, call: &str, path: BPath, before: Before) -> Pending {
 /// what lets an exclusive create skip the `lstat` that proves its name absent: 0 not known
 /// yet, 1 yes, 2 no. A property of the file system, so a `vfork` child may set it too.
 static BIRTH_TIMES: AtomicU8 = AtomicU8::new(0);
+
+/// Set when an exclusive create journaled without looking failed (a lock file someone holds,
+/// which a program may retry many times): the next ones look first, and journal nothing while
+/// the name is taken, until one finds it free.
+static EXCLUSIVE_FAILED: AtomicBool = AtomicBool::new(false);
 
 fn birth_times_kept() -> bool {
     BIRTH_TIMES.load(Ordering::Relaxed) == 1
@@ -974,6 +984,7 @@ pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno
             if succeeded {
                 learn_created(store, fd, Origin::Born(created));
             } else if !looked {
+                EXCLUSIVE_FAILED.store(true, Ordering::Relaxed);
                 store.record(call, Op::CallFailed { of_seq: created, errno });
             }
         }

@@ -518,6 +518,11 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     assert_complete(code, &r);
 }
 
+/// `python3 -c BODY`, with `os` imported and `x` the flags of an exclusive create.
+fn exclusive_python(body: &str) -> String {
+    format!("{py} -c \"\nimport os\nx = os.O_WRONLY | os.O_CREAT | os.O_EXCL\n{body}\"", py = python())
+}
+
 #[test]
 fn an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked_failed() {
     // The first exclusive create of a process looks (it learns there whether the file system
@@ -526,11 +531,8 @@ fn an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked
     // file alone.
     let s = Scratch::new("an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked_failed");
     s.sh("echo 'there before' > existing");
-    let script = format!(
-        "{py} -c \"
-import os
-x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-os.close(os.open('first', x))
+    let script = exclusive_python(
+        "os.close(os.open('first', x))
 try:
     os.open('existing', x)
     raise SystemExit('an exclusive open of an existing file succeeded')
@@ -538,8 +540,7 @@ except FileExistsError:
     pass
 os.close(os.open('new', x))
 os.close(os.open('newer', x))
-\"",
-        py = python()
+",
     );
     journaled_then_undone_exactly(&s, &script, |log| {
         assert_eq!(states_of(log, "/first"), ["absent"], "{log}");
@@ -649,14 +650,10 @@ fn on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again() 
     assert!(made.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&made.stderr));
     s.sh("mkdir nobirth");
     let _guard = mount(&["-o", "loop", img.to_str().unwrap()], &s.path("nobirth"));
-    let script = format!(
-        "{py} -c \"
-import os
-x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-for p in ['first', 'second', 'nobirth/a', 'nobirth/b', 'nobirth/c']:
+    let script = exclusive_python(
+        "for p in ['first', 'second', 'nobirth/a', 'nobirth/b', 'nobirth/c']:
     os.close(os.open(p, x))
-\"",
-        py = python()
+",
     );
     journaled_then_undone_exactly(&s, &script, |log| {
         let states: Vec<String> = ["/first", "/second", "/nobirth/a", "/nobirth/b", "/nobirth/c"]
@@ -674,11 +671,8 @@ fn an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt
     // nothing. Once the lock is free, the next exclusive create takes it and is undone.
     let s = Scratch::new("an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt");
     s.sh("echo held > lock");
-    let script = format!(
-        "{py} -c \"
-import os
-x = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-os.close(os.open('warm', x))
+    let script = exclusive_python(
+        "os.close(os.open('warm', x))
 for i in range(200):
     try:
         os.open('lock', x)
@@ -686,8 +680,7 @@ for i in range(200):
     except FileExistsError:
         pass
 os.close(os.open('free', x))
-\"",
-        py = python()
+",
     );
     journaled_then_undone_exactly(&s, &script, |log| {
         let records = log["records"].as_array().unwrap();

@@ -22,7 +22,9 @@ pub const RECORD_VERSION: u32 = 1;
 /// How much earlier than its [`Before::Exclusive`] record a node may have been born and still
 /// count as made by the call: file systems stamp birth times from a clock that lags the
 /// record's by up to a timer tick, so a second is far more than is needed and far less than
-/// separates a file made before a session from a call in it.
+/// separates a file made before a session from a call in it. A file system that stamps more
+/// coarsely (FAT: 2 s) can make undo report a conflict it need not, never remove a file it
+/// should have left.
 pub const EXCLUSIVE_BIRTH_SLACK_S: u64 = 1;
 
 /// One journaled step.

@@ -489,12 +489,9 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
         return;
     }
     let s = Scratch::new("a_file_made_outside_the_session_under_a_born_files_name_is_still_captured");
-    let img = s.root.join("fs.img");
-    let made = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).arg("8M").status().unwrap();
-    assert!(made.success(), "mkfs.ext4");
     s.sh("mkdir fs");
     let mnt = s.path("fs");
-    let _guard = mount(&["-o", "loop", img.to_str().unwrap()], &mnt);
+    let _guard = loop_ext4(&s.root.join("fs.img"), "8M", &[], "rw", &mnt);
     let session = s.session("session");
     let in_session = |script: &str| {
         let mut cmd = Command::new("sh");
@@ -645,11 +642,8 @@ fn on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again() 
         return;
     }
     let s = Scratch::new("on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again");
-    let img = s.root.join("fs.img");
-    let made = Command::new("mkfs.ext4").args(["-q", "-F", "-I", "128"]).arg(&img).arg("8M").output().unwrap();
-    assert!(made.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&made.stderr));
     s.sh("mkdir nobirth");
-    let _guard = mount(&["-o", "loop", img.to_str().unwrap()], &s.path("nobirth"));
+    let _guard = loop_ext4(&s.root.join("fs.img"), "8M", &["-I", "128"], "rw", &s.path("nobirth"));
     let script = exclusive_python(
         "for p in ['first', 'second', 'nobirth/a', 'nobirth/b', 'nobirth/c']:
     os.close(os.open(p, x))

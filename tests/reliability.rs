@@ -495,8 +495,7 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
     let img = s.root.join("store.img");
     let mnt = s.root.join("store");
     std::fs::create_dir(&mnt).unwrap();
-    s.sh(&format!("truncate -s 32M {0} && mkfs.ext4 -q {0}", img.display()));
-    let _u = mount(&["-o", "loop,errors=remount-ro", img.to_str().unwrap()], &mnt);
+    let _u = loop_ext4(&img, "32M", &[], "errors=remount-ro", &mnt);
     let dev =
         String::from_utf8(Command::new("findmnt").args(["-no", "SOURCE"]).arg(&mnt).output().unwrap().stdout).unwrap();
     let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", dev.trim().rsplit('/').next().unwrap());

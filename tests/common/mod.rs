@@ -381,6 +381,17 @@ impl Drop for Unmount {
     }
 }
 
+/// A fresh ext4 image at `img` (`size`, e.g. "8M"; `mkfs` extra `mkfs.ext4` arguments),
+/// loop-mounted at the existing directory `mnt` with the mount options `opts` (root only); the
+/// guard unmounts it.
+#[allow(dead_code)]
+pub fn loop_ext4(img: &Path, size: &str, mkfs: &[&str], opts: &str, mnt: &Path) -> Unmount {
+    let made = Command::new("mkfs.ext4").args(["-q", "-F"]).args(mkfs).arg(img).arg(size).output().expect("mkfs.ext4");
+    assert!(made.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&made.stderr));
+    let img = img.to_str().expect("a UTF-8 image path");
+    mount(&["-o", &format!("loop,{opts}"), img], mnt)
+}
+
 /// `mount ARGS... MNT` (root only), asserting it worked; the guard unmounts it again.
 pub fn mount(args: &[&str], mnt: &Path) -> Unmount {
     let ok = Command::new("mount").args(args).arg(mnt).status().expect("run mount");

@@ -20,10 +20,11 @@
 //! What this module cannot do: capture atomically with respect to other processes. A file
 //! changed by a process outside the session while it is being copied is kept as read.
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat, XattrFlags};
 use rustix::io::Errno;
 
 use crate::bpath::BPath;
@@ -41,6 +42,121 @@ pub trait Counters {
     fn bytes_kept(&self) -> u64;
     /// Adds to the bytes kept.
     fn add_bytes_kept(&self, n: u64);
+}
+
+/// The calls that change files, as a capture makes them: into the store (a blob linked, copied
+/// or removed, a shard made) and, for a file moved aside, in the file's own directory.
+///
+/// [`Direct`] makes them as plain system calls. The shim supplies its own: under a supervisor,
+/// every change the shim makes itself carries the session's marker, so that the supervisor
+/// does not journal the shim's own work as the program's.
+pub trait FsCalls: Sync {
+    /// `openat(2)`.
+    fn openat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno>;
+    /// `linkat(2)`.
+    fn linkat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: AtFlags,
+    ) -> Result<(), Errno>;
+    /// `unlinkat(2)`.
+    fn unlinkat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: AtFlags) -> Result<(), Errno>;
+    /// `mkdirat(2)`.
+    fn mkdirat(&self, dir: BorrowedFd<'_>, path: &CStr, mode: Mode) -> Result<(), Errno>;
+    /// `renameat2(2)`.
+    fn renameat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno>;
+    /// `fchmod(2)`.
+    fn fchmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> Result<(), Errno>;
+    /// `fchown(2)`.
+    fn fchown(&self, fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<(), Errno>;
+    /// `fsetxattr(2)`.
+    fn fsetxattr(&self, fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: XattrFlags) -> Result<(), Errno>;
+    /// `fallocate(2)` with no mode flags.
+    fn fallocate(&self, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno>;
+    /// `fremovexattr(2)`.
+    fn fremovexattr(&self, fd: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno>;
+}
+
+/// [`FsCalls`] as plain system calls (through `rustix`).
+pub struct Direct;
+
+impl FsCalls for Direct {
+    fn openat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(dir, path, flags, mode)
+    }
+    fn linkat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: AtFlags,
+    ) -> Result<(), Errno> {
+        rustix::fs::linkat(old_dir, old, new_dir, new, flags)
+    }
+    fn unlinkat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: AtFlags) -> Result<(), Errno> {
+        rustix::fs::unlinkat(dir, path, flags)
+    }
+    fn mkdirat(&self, dir: BorrowedFd<'_>, path: &CStr, mode: Mode) -> Result<(), Errno> {
+        rustix::fs::mkdirat(dir, path, mode)
+    }
+    fn renameat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        rustix::fs::renameat_with(old_dir, old, new_dir, new, flags)
+    }
+    fn fchmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> Result<(), Errno> {
+        rustix::fs::fchmod(fd, mode)
+    }
+    fn fchown(&self, fd: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<(), Errno> {
+        rustix::fs::fchown(fd, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))
+    }
+    fn fsetxattr(&self, fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: XattrFlags) -> Result<(), Errno> {
+        rustix::fs::fsetxattr(fd, name, value, flags)
+    }
+    fn fallocate(&self, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+        rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), offset, len)
+    }
+    fn fremovexattr(&self, fd: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+        rustix::fs::fremovexattr(fd, name)
+    }
+}
+
+/// [`FsCalls`] with byte paths, as the captures below use them.
+impl dyn FsCalls + '_ {
+    fn link(&self, old_dir: BorrowedFd<'_>, old: &[u8], new_dir: BorrowedFd<'_>, new: &[u8]) -> Result<(), Errno> {
+        with_c_path(old, |o| with_c_path(new, |n| self.linkat(old_dir, o, new_dir, n, AtFlags::empty())))
+    }
+    fn remove(&self, dir: BorrowedFd<'_>, path: &[u8]) -> Result<(), Errno> {
+        with_c_path(path, |p| self.unlinkat(dir, p, AtFlags::empty()))
+    }
+    fn open(&self, dir: BorrowedFd<'_>, path: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        with_c_path(path, |p| self.openat(dir, p, flags, mode))
+    }
+    fn exchange(&self, dir: BorrowedFd<'_>, a: &[u8], b: &[u8]) -> Result<(), Errno> {
+        with_c_path(a, |x| with_c_path(b, |y| self.renameat(dir, x, dir, y, RenameFlags::EXCHANGE)))
+    }
+}
+
+/// Runs `f` with `path` as a C string (on the stack when it is short), as rustix does.
+pub fn with_c_path<T>(path: &[u8], f: impl FnOnce(&CStr) -> Result<T, Errno>) -> Result<T, Errno> {
+    use rustix::path::Arg;
+    path.into_with_c_str(f)
 }
 
 /// What identifies one state of a file well enough to reuse a capture of it: device, inode,
@@ -114,6 +230,8 @@ pub struct Capturer<'a> {
     pub sync: bool,
     /// Earlier copies that a capture of an unchanged file may reuse.
     pub index: Option<&'a dyn CaptureIndex>,
+    /// How the capture makes its changes ([`Direct`] outside the shim).
+    pub calls: &'a dyn FsCalls,
 }
 
 /// Identity and metadata of a `stat` result, as journaled.
@@ -216,17 +334,15 @@ impl Capturer<'_> {
         let id = self.counters.next_id();
         let blob = blob_name(id);
         if intent == Intent::Destroy
-            && in_shard(self.blobs, &blob, || {
-                rustix::fs::linkat(parent, name, self.blobs, blob.as_str(), AtFlags::empty())
-            })
-            .is_ok()
+            && in_shard(self.calls, self.blobs, &blob, || self.calls.link(parent, name, self.blobs, blob.as_bytes()))
+                .is_ok()
         {
             // Describe the inode actually linked: another process may have swapped the name
             // between the stat and the link.
             let linked = match rustix::fs::statat(self.blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => l,
                 _ => {
-                    let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+                    let _ = self.calls.remove(self.blobs, blob.as_bytes());
                     return failed("link into the store", "the file was replaced while being captured");
                 }
             };
@@ -254,11 +370,11 @@ impl Capturer<'_> {
             // It vanished between the stat and the capture (another process removed it): it
             // is absent now, which is what the call will find too.
             Err((_, e)) if e.kind() == io::ErrorKind::NotFound && is_gone(parent, name) => {
-                let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+                let _ = self.calls.remove(self.blobs, blob.as_bytes());
                 Before::Absent
             }
             Err((step, e)) => {
-                let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+                let _ = self.calls.remove(self.blobs, blob.as_bytes());
                 failed(step, e)
             }
         }
@@ -270,10 +386,9 @@ impl Capturer<'_> {
     /// directory, gone): capture it the usual way ([`Capturer::capture`]).
     pub fn capture_doomed_file(&self, parent: BorrowedFd<'_>, name: &[u8]) -> Option<Before> {
         let blob = blob_name(self.counters.next_id());
-        in_shard(self.blobs, &blob, || rustix::fs::linkat(parent, name, self.blobs, blob.as_str(), AtFlags::empty()))
-            .ok()?;
+        in_shard(self.calls, self.blobs, &blob, || self.calls.link(parent, name, self.blobs, blob.as_bytes())).ok()?;
         let drop_blob = || {
-            let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+            let _ = self.calls.remove(self.blobs, blob.as_bytes());
         };
         let linked = match rustix::fs::statat(self.blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => l,
@@ -342,25 +457,24 @@ impl Capturer<'_> {
     /// directory is not writable, its owner or attributes cannot be reproduced, or the file
     /// changed while being moved.
     fn move_aside(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Option<Before> {
-        use rustix::fs::RenameFlags;
         // The call's own open must be able to succeed on the original: not only permission,
         // but also ETXTBSY (a running program), EROFS. Its twin would not be busy, and the
         // call must fail exactly as it would have.
         drop(
-            rustix::fs::openat(
-                parent,
-                name,
-                OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-                Mode::empty(),
-            )
-            .ok()?,
+            self.calls
+                .open(
+                    parent,
+                    name,
+                    OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+                    Mode::empty(),
+                )
+                .ok()?,
         );
         let id = self.counters.next_id();
         let blob = blob_name(id);
-        in_shard(self.blobs, &blob, || rustix::fs::linkat(parent, name, self.blobs, blob.as_str(), AtFlags::empty()))
-            .ok()?;
+        in_shard(self.calls, self.blobs, &blob, || self.calls.link(parent, name, self.blobs, blob.as_bytes())).ok()?;
         let drop_blob = || {
-            let _ = rustix::fs::unlinkat(self.blobs, blob.as_str(), AtFlags::empty());
+            let _ = self.calls.remove(self.blobs, blob.as_bytes());
         };
         let linked = match rustix::fs::statat(self.blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(l) if ident_of(&l) == ident_of(st) && l.st_nlink == 2 => l,
@@ -372,9 +486,9 @@ impl Capturer<'_> {
         let dir_len = name.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
         let mut tmp = name[..dir_len].to_vec();
         tmp.extend_from_slice(format!(".aether-journal-{id}.tmp").as_bytes());
-        let Ok(fresh) = rustix::fs::openat(
+        let Ok(fresh) = self.calls.open(
             parent,
-            tmp.as_slice(),
+            &tmp,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         ) else {
@@ -382,28 +496,28 @@ impl Capturer<'_> {
             return None;
         };
         let drop_both = || {
-            let _ = rustix::fs::unlinkat(parent, tmp.as_slice(), AtFlags::empty());
+            let _ = self.calls.remove(parent, &tmp);
             drop_blob();
         };
-        if same_identity_apart_from_bytes(&fresh, &linked, self.blobs, &blob).is_none() {
+        if same_identity_apart_from_bytes(self.calls, &fresh, &linked, self.blobs, &blob).is_none() {
             drop_both();
             return None;
         }
         // Exchange, not rename over: if another process replaced the name meanwhile, what now
         // stands at the temporary name is not ours, and the exchange is reversed.
-        if rustix::fs::renameat_with(parent, tmp.as_slice(), parent, name, RenameFlags::EXCHANGE).is_err() {
+        if self.calls.exchange(parent, &tmp, name).is_err() {
             drop_both();
             return None;
         }
         match rustix::fs::statat(parent, tmp.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(moved) if ident_of(&moved) == ident_of(st) => {}
             _ => {
-                let _ = rustix::fs::renameat_with(parent, tmp.as_slice(), parent, name, RenameFlags::EXCHANGE);
+                let _ = self.calls.exchange(parent, &tmp, name);
                 drop_both();
                 return None;
             }
         }
-        let _ = rustix::fs::unlinkat(parent, tmp.as_slice(), AtFlags::empty());
+        let _ = self.calls.remove(parent, &tmp);
         let twin = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).ok().map(|t| ident_of(&t));
         let size = linked.st_size.max(0) as u64;
         self.counters.add_bytes_kept(size);
@@ -435,10 +549,10 @@ impl Capturer<'_> {
             return Err(("open for reading", io::Error::other("the file was replaced while being captured")));
         }
         let xattrs = list_xattrs_fd(&src).map_err(|e| ("read extended attributes", e))?;
-        let dst = in_shard(self.blobs, blob, || {
-            rustix::fs::openat(
+        let dst = in_shard(self.calls, self.blobs, blob, || {
+            self.calls.open(
                 self.blobs,
-                blob,
+                blob.as_bytes(),
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o600),
             )
@@ -469,11 +583,16 @@ pub fn blob_name(id: u64) -> String {
 
 /// Runs `make` (which creates `blob`), creating the blob's shard directory first if `make`
 /// finds it missing.
-fn in_shard<T>(blobs: BorrowedFd<'_>, blob: &str, make: impl Fn() -> Result<T, Errno>) -> Result<T, Errno> {
+fn in_shard<T>(
+    calls: &dyn FsCalls,
+    blobs: BorrowedFd<'_>,
+    blob: &str,
+    make: impl Fn() -> Result<T, Errno>,
+) -> Result<T, Errno> {
     match make() {
         Err(Errno::NOENT) => {
             let Some((shard, _)) = blob.split_once('/') else { return Err(Errno::NOENT) };
-            match rustix::fs::mkdirat(blobs, shard, Mode::from_raw_mode(0o700)) {
+            match with_c_path(shard.as_bytes(), |p| calls.mkdirat(blobs, p, Mode::from_raw_mode(0o700))) {
                 Ok(()) | Err(Errno::EXIST) => make(),
                 Err(_) => Err(Errno::NOENT),
             }
@@ -498,26 +617,30 @@ fn sync_shard(blobs: BorrowedFd<'_>, blob: &str) {
 /// Gives the new, empty `fresh` the owner, extended attributes and mode of `old` (the file it
 /// is about to replace, linked at `blob`), and checks that they took. `None` when any of them
 /// cannot be reproduced.
-fn same_identity_apart_from_bytes(fresh: &OwnedFd, old: &Stat, blobs: BorrowedFd<'_>, blob: &str) -> Option<()> {
+fn same_identity_apart_from_bytes(
+    calls: &dyn FsCalls,
+    fresh: &OwnedFd,
+    old: &Stat,
+    blobs: BorrowedFd<'_>,
+    blob: &str,
+) -> Option<()> {
     let now = rustix::fs::fstat(fresh).ok()?;
     if (now.st_uid, now.st_gid) != (old.st_uid, old.st_gid) {
-        let uid = rustix::fs::Uid::from_raw(old.st_uid);
-        let gid = rustix::fs::Gid::from_raw(old.st_gid);
-        rustix::fs::fchown(fresh, Some(uid), Some(gid)).ok()?;
+        calls.fchown(fresh.as_fd(), old.st_uid, old.st_gid).ok()?;
     }
     let old_fd = open_for_capture(blobs, blob.as_bytes()).ok()?;
     let wanted = list_xattrs_fd(&old_fd).ok()?;
     // A default ACL of the directory may have given the new file attributes the old lacks.
     for x in list_xattrs_fd(fresh).ok()? {
         if !wanted.iter().any(|w| w.name == x.name) {
-            rustix::fs::fremovexattr(fresh, x.name.as_bytes()).ok()?;
+            with_c_path(x.name.as_bytes(), |n| calls.fremovexattr(fresh.as_fd(), n)).ok()?;
         }
     }
     for x in &wanted {
-        rustix::fs::fsetxattr(fresh, x.name.as_bytes(), &x.value.0, rustix::fs::XattrFlags::empty()).ok()?;
+        with_c_path(x.name.as_bytes(), |n| calls.fsetxattr(fresh.as_fd(), n, &x.value.0, XattrFlags::empty())).ok()?;
     }
     // Last: a chown clears set-id bits, and an ACL write may change the group bits.
-    rustix::fs::fchmod(fresh, Mode::from_raw_mode(old.st_mode & 0o7777)).ok()?;
+    calls.fchmod(fresh.as_fd(), Mode::from_raw_mode(old.st_mode & 0o7777)).ok()?;
     let done = rustix::fs::fstat(fresh).ok()?;
     let same = (done.st_mode & 0o7777, done.st_uid, done.st_gid) == (old.st_mode & 0o7777, old.st_uid, old.st_gid);
     same.then_some(())
@@ -706,7 +829,14 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/f"), b"hello").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"f", Intent::Overwrite) else { panic!() };
         let Node::File { blob, size, hash, how, .. } = snap.node else { panic!() };
         assert_eq!(size, 5);
@@ -767,7 +897,14 @@ pub(crate) mod tests {
         rustix::fs::setxattr(f.as_path(), "user.tag", b"v", rustix::fs::XattrFlags::empty()).unwrap();
         let ino = fs::metadata(&f).unwrap().ino();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"big", Intent::Truncate) else { panic!() };
         let Node::File { blob, how, twin, size, .. } = &snap.node else { panic!() };
         assert_eq!((*how, *size), (CaptureHow::Link, data.len() as u64));
@@ -789,7 +926,14 @@ pub(crate) mod tests {
         use std::os::unix::fs::MetadataExt;
         let (t, blobs, work) = setup();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         fs::write(t.path().join("work/small"), b"tiny").unwrap();
         fs::write(t.path().join("work/linked"), vec![1u8; MOVE_ASIDE_MIN as usize]).unwrap();
         fs::hard_link(t.path().join("work/linked"), t.path().join("work/other-name")).unwrap();
@@ -811,7 +955,7 @@ pub(crate) mod tests {
         fs::create_dir(t.path().join("work/d")).unwrap();
         let c = TestCounters::default();
         let budget = Budget { max_file: 50, max_total: 1000 };
-        let cap = Capturer { blobs: blobs.as_fd(), budget, counters: &c, sync: false, index: None };
+        let cap = Capturer { blobs: blobs.as_fd(), budget, counters: &c, sync: false, index: None, calls: &Direct };
         let Some(Before::Contents(snap)) = cap.capture_doomed_file(work.as_fd(), b"f") else { panic!() };
         assert!(matches!(snap.node, Node::File { how: CaptureHow::Link, size: 5, .. }));
         assert_eq!(
@@ -833,7 +977,14 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/f"), b"precious").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"f", Intent::Destroy) else { panic!() };
         let Node::File { blob, how, .. } = &snap.node else { panic!() };
         assert_eq!(*how, CaptureHow::Link);
@@ -852,6 +1003,7 @@ pub(crate) mod tests {
             counters: &c,
             sync: false,
             index: None,
+            calls: &Direct,
         };
         assert_eq!(
             cap.capture(work.as_fd(), b"f", Intent::Overwrite),
@@ -863,6 +1015,7 @@ pub(crate) mod tests {
             counters: &c,
             sync: false,
             index: None,
+            calls: &Direct,
         };
         c.add_bytes_kept(60);
         assert_eq!(
@@ -877,7 +1030,14 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/log"), b"0123456789").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"log", Intent::Append) else { panic!() };
         assert_eq!(snap.node, Node::Prefix { len: 10 });
         assert_eq!(cap.capture(work.as_fd(), b"nope", Intent::Overwrite), Before::Absent);
@@ -889,7 +1049,14 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         std::os::unix::fs::symlink("/etc/passwd", t.path().join("work/l")).unwrap();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"l", Intent::Destroy) else { panic!() };
         assert_eq!(snap.node, Node::Symlink { target: BPath::from("/etc/passwd") });
     }
@@ -899,7 +1066,14 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         rustix::fs::mknodat(work.as_fd(), "p", FileType::Fifo, Mode::from_raw_mode(0o640), 0).unwrap();
         let c = TestCounters::default();
-        let cap = Capturer { blobs: blobs.as_fd(), budget: Budget::default(), counters: &c, sync: false, index: None };
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
         assert_eq!(
             cap.capture(work.as_fd(), b"p", Intent::Overwrite),
             Before::Irreversible { reason: Reason::SpecialFile { kind: SpecialKind::Fifo } }

@@ -26,6 +26,10 @@ pub const ENV_NETWORK: &str = "AETHER_JOURNAL_NETWORK";
 pub const ENV_SHIM: &str = "AETHER_JOURNAL_SHIM";
 /// Test suite only: the shim panics inside its own work for a path ending with this value.
 pub const ENV_TEST_FAULT: &str = "AETHER_JOURNAL_TEST_FAULT";
+/// The supervisor's marker for the session (16 hex digits), set by `run` when a supervisor
+/// watches the session: the shim makes the system calls it has journaled carrying it, and the
+/// supervisor's filter lets those through without a round trip.
+pub const ENV_MARK: &str = "AETHER_JOURNAL_MARK";
 
 /// Default per-file budget: 1 GiB.
 pub const DEFAULT_MAX_FILE: u64 = 1 << 30;

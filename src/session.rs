@@ -79,6 +79,17 @@ pub const SLOT_LOST: usize = 3;
 /// after a call that can change where an existing directory path leads (a rename, an
 /// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
 pub const SLOT_NAMES_GEN: usize = 8;
+/// First slot of the passes (to the end of the page, two `u64`s each: a thread id and the
+/// address of that thread's cookie), with which a process tells its supervisor that the
+/// unmarked system calls of a libc function it is inside are already journaled (see the
+/// shim's `kernel.rs`). A quarter of the page in, on cache lines of their own.
+pub const SLOT_PASSES: usize = 128;
+
+/// The cookie a pass of thread `tid` holds in its own memory under the session's `mark`: what
+/// the supervisor expects to read at the address the pass names.
+pub fn pass_cookie(mark: u64, tid: u32) -> u64 {
+    (mark ^ u64::from(tid).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17) | 1
+}
 
 /// The versioned session header.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1986,6 +1986,7 @@ mod tests {
                 counters: &self.counters,
                 sync: false,
                 index: None,
+                calls: &crate::capture::Direct,
             };
             cap.capture(work.as_fd(), name, intent)
         }

@@ -375,6 +375,9 @@ fn the_hook_table_resolves_every_symbol_against_libc() {
         "rmdir",
         "mkdir",
         "mkdirat",
+        "execl",
+        "execlp",
+        "execle",
     ] {
         assert!(names.contains(&required), "{required} is hooked");
     }

@@ -23,6 +23,7 @@ use journal::exec_check::{self, Creds};
 use journal::record::{Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
+use crate::hooks::CPath;
 use crate::state::{Config, config, env_value, exec_store};
 
 unsafe extern "C" {
@@ -162,20 +163,27 @@ pub fn current_environ() -> *const *const c_char {
     unsafe { std::ptr::addr_of!(environ).read() }
 }
 
-/// The program an exec will run, as the record names it.
-pub enum Program<'a> {
+/// The program an exec will run, as the record names it (resolved under the guard, in
+/// [`prepare`]).
+pub enum Program {
     /// A path (absolute, or relative to the cwd).
-    Path(&'a [u8]),
+    Path(CPath),
     /// A name searched in `PATH` like `execvp`.
-    Search(&'a [u8]),
-    /// Already resolved (fexecve's descriptor, system's shell).
-    Resolved(Vec<u8>),
+    Search(CPath),
+    /// The file open as this descriptor (fexecve).
+    Fd(libc::c_int),
+    /// A path relative to a directory descriptor, with execveat's flags (`AT_EMPTY_PATH` and
+    /// an empty path: the descriptor itself).
+    At(libc::c_int, CPath, libc::c_int),
 }
 
-fn resolve_program(p: Program<'_>, cwd: &[u8]) -> Vec<u8> {
+fn resolve_program(p: Program, cwd: &[u8]) -> Vec<u8> {
+    let fd_path = |fd| journal::resolve::fd_path(fd).unwrap_or_else(|_| format!("/proc/self/fd/{fd}").into_bytes());
     match p {
-        Program::Path(path) if path.first() == Some(&b'/') => path.to_vec(),
-        Program::Path(path) => journal::bpath::join(cwd, path),
+        Program::Path(path) => {
+            let path = path.bytes().unwrap_or_default();
+            if path.first() == Some(&b'/') { path.to_vec() } else { journal::bpath::join(cwd, path) }
+        }
         Program::Search(file) => {
             // SAFETY: getenv reads the environment without taking any lock.
             let path_var = unsafe { libc::getenv(c"PATH".as_ptr()) };
@@ -183,10 +191,20 @@ fn resolve_program(p: Program<'_>, cwd: &[u8]) -> Vec<u8> {
                 // SAFETY: getenv returned a NUL-terminated string.
                 unsafe { CStr::from_ptr(path_var) }.to_bytes()
             });
-            let found = exec_check::search_path(file, path_var);
+            let found = exec_check::search_path(file.bytes().unwrap_or_default(), path_var);
             if found.first() == Some(&b'/') { found } else { journal::bpath::join(cwd, &found) }
         }
-        Program::Resolved(p) => p,
+        Program::Fd(fd) => fd_path(fd),
+        Program::At(dirfd, path, flags) => {
+            let p = path.bytes().unwrap_or_default();
+            if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+                fd_path(dirfd)
+            } else if p.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
+                journal::bpath::join(cwd, p)
+            } else {
+                journal::bpath::join(&fd_path(dirfd), p)
+            }
+        }
     }
 }
 
@@ -211,7 +229,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// its environment. Returns the resolved program path with the plan.
 pub fn prepare(
     call: &str,
-    program: Program<'_>,
+    program: Program,
     argv: *const *const c_char,
     env: EnvIn,
     record_exec: bool,
@@ -223,6 +241,13 @@ pub fn prepare(
         let program = resolve_program(program, &cwd);
         let mut plan = Plan::default();
         if !cfg.enabled {
+            return (program, plan);
+        }
+        if cfg.supervised {
+            // The supervisor journals every exec itself, and sees into every program: only
+            // the environment is fixed, so that the new program's own libc calls are journaled
+            // in-process.
+            plan.env = fixed_env(cfg, env).map(|new| crate::alloc::persistent(|| Box::new(env_block(new))));
             return (program, plan);
         }
         if !record_exec {
@@ -327,10 +352,25 @@ pub fn failed(call: &str, plan: &Plan, err: i32) {
     }
 }
 
+/// The replacement environment an exec needs under a supervisor, if any (`system` and
+/// `popen` take none).
+fn fixed_env(cfg: &Config, env: EnvIn) -> Option<Vec<Vec<u8>>> {
+    let envp = match env {
+        EnvIn::Given(e) => e,
+        EnvIn::Environ => current_environ(),
+        EnvIn::Fixed => return None,
+    };
+    // SAFETY: an envp (or environ) is a null-terminated array of C strings.
+    match fix_env(cfg, &unsafe { c_strings(envp) }) {
+        EnvFix::Changed(new) => Some(new),
+        EnvFix::Unchanged | EnvFix::Disabled => None,
+    }
+}
+
 /// After posix_spawn succeeded: the audit record, with the child's pid.
 pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_char, child: u32) {
     guarded(|| {
-        if !config().enabled {
+        if !config().enabled || config().supervised {
             return;
         }
         if let Some(store) = exec_store() {
@@ -356,6 +396,7 @@ mod tests {
             shim_path: b"/lib/libaether_journal.so".to_vec(),
             exec_env: vec![b"AETHER_JOURNAL_DIR=/s".to_vec(), b"AETHER_JOURNAL_MAX_FILE=1K".to_vec()],
             test_fault: None,
+            supervised: false,
         }
     }
 

@@ -23,11 +23,11 @@ mod covered;
 mod dircache;
 mod effects;
 mod exec;
-mod exec_l;
 mod fdmemo;
 mod guard;
 mod hooks;
 mod index;
+mod kernel;
 mod ops;
 mod real;
 mod segment;
@@ -59,6 +59,7 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         // would leave the child's panic machinery locked. A zero-sized closure: no allocation.
         std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
+        state::adopt_mark();
         state::adopt_store_after_fork();
         // SAFETY: registering a handler with no preparation or parent part; the child part
         // only stores into atomics, which is safe in a freshly forked child.
@@ -99,7 +100,7 @@ static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_c
 /// definition in the libraries loaded after this one (0 when every hook has its original).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn aether_journal_unresolved_hooks() -> c_int {
-    (0..hooks::HOOK_COUNT).filter_map(hooks::hook).filter(|(name, real)| real.addr(name).is_null()).count() as c_int
+    hooks::all_hooks().filter(|(name, real)| real.addr(name).is_null()).count() as c_int
 }
 
 /// Self-test: the number of entries in the hook table.

@@ -27,8 +27,11 @@ use crate::state::Store;
 
 /// What a hook must do once the real call has returned.
 pub enum Pending {
-    /// Nothing.
+    /// Nothing: the call needs no record (or its record is written).
     Nothing,
+    /// Nothing, because the shim could not journal the call (a name it cannot read): the call
+    /// is made as the program made it, so that a supervisor, if one watches, journals it.
+    NotJournaled,
     /// A blob was hard-linked to a file the call (record `seq`) was about to remove. If the call
     /// fails, the link is dropped again (so that the file's link count is what it would have
     /// been) and a `call_failed` record tells undo that the step changed nothing.
@@ -101,6 +104,7 @@ fn capturer<'a>(store: &'a Store, blobs: BorrowedFd<'a>, intent: Intent) -> Capt
             .then(|| store.index())
             .flatten()
             .map(|i| i as &dyn journal::capture::CaptureIndex),
+        calls: &crate::kernel::Marked,
     }
 }
 
@@ -883,6 +887,10 @@ pub fn before_fd_meta(store: &Store, call: &str, fd: i32, st: &Stat, what: MetaK
 /// session store (anyone but its owner and root) leaves this process and its children
 /// unobserved. Say so while the store can still be written.
 pub fn before_uid_change(store: &Store, call: &str, new_euid: u32) -> Pending {
+    if crate::state::config().supervised {
+        // The supervisor still sees every call the process makes, whoever it runs as.
+        return Pending::Nothing;
+    }
     let current = rustix::process::geteuid().as_raw();
     if new_euid == u32::MAX || new_euid == current || new_euid == store.owner_uid || new_euid == 0 {
         return Pending::Nothing;
@@ -896,6 +904,10 @@ pub fn before_uid_change(store: &Store, call: &str, new_euid: u32) -> Pending {
 
 /// Before io_uring_setup: file operations submitted through the ring bypass every hook.
 pub fn before_io_uring(store: &Store, call: &str) -> Pending {
+    if crate::state::config().supervised {
+        // The supervisor sees io_uring_setup too, and journals it (or refuses it) itself.
+        return Pending::NotJournaled;
+    }
     let reason = UnobservedReason::IoUring;
     if store.settings.policy == Policy::Strict {
         return refuse(store, call, format!("{call}: {reason}"), libc::EPERM);
@@ -970,7 +982,7 @@ pub fn after_quick(store: &Store, pending: Pending, succeeded: bool, fd: Option<
             learn_created(store, fd, Origin::Born(seq));
             None
         }
-        Pending::Nothing | Pending::Refuse(_) => None,
+        Pending::Nothing | Pending::NotJournaled | Pending::Refuse(_) => None,
         Pending::Recorded(_) | Pending::Linked { .. } if succeeded => None,
         other => Some(other),
     }
@@ -1000,14 +1012,14 @@ pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno
                 learn_created(store, fd, Origin::Born(seq));
             } else if store
                 .blobs
-                .with(|b| rustix::fs::renameat(b, blob.as_str(), CWD, path.as_bytes()))
+                .with(|b| crate::kernel::rename(b, blob.as_bytes(), CWD, path.as_bytes()))
                 .is_some_and(|r| r.is_ok())
             {
                 // The original is back where it was: the step changed nothing.
                 store.record(call, Op::CallFailed { of_seq: seq, errno });
             }
         }
-        Pending::Nothing | Pending::Refuse(_) => {}
+        Pending::Nothing | Pending::NotJournaled | Pending::Refuse(_) => {}
         Pending::Connect(peer) => crate::effects::after_connect(store, call, peer, succeeded, errno),
         Pending::Recorded(seq) => {
             if !succeeded {
@@ -1017,7 +1029,7 @@ pub fn after(store: &Store, call: &str, pending: Pending, succeeded: bool, errno
         Pending::Linked { blob, seq } => {
             if !succeeded {
                 store.record(call, Op::CallFailed { of_seq: seq, errno });
-                let _ = store.blobs.with(|fd| rustix::fs::unlinkat(fd, blob.as_str(), AtFlags::empty()));
+                let _ = store.blobs.with(|fd| crate::kernel::unlink(fd, blob.as_bytes(), AtFlags::empty()));
             }
         }
     }

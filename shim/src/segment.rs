@@ -33,7 +33,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
 
-use rustix::fs::{AtFlags, CWD, FallocateFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
 /// Size of a process's first segment file (and its mapping). Each next one is twice the size
@@ -242,17 +242,19 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
         let path = [&dir[..], format!("/{pid}-{seq}").as_bytes()].concat();
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(0o600);
-        let fd = match rustix::fs::openat(CWD, path.as_slice(), flags, mode) {
+        let fd = match crate::kernel::open(CWD, &path, flags, mode) {
             Err(Errno::NOENT) => {
-                let _ = rustix::fs::mkdirat(CWD, dir.as_slice(), Mode::from_raw_mode(0o700));
-                rustix::fs::openat(CWD, path.as_slice(), flags, mode)
+                let _ = crate::kernel::mkdir(CWD, &dir, Mode::from_raw_mode(0o700));
+                crate::kernel::open(CWD, &path, flags, mode)
             }
             other => other,
         }
         .ok()?;
         // Blocks allocated now: a copy into the mapping can never meet a full disk (SIGBUS).
-        if rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, len as u64).is_err() {
-            let _ = rustix::fs::unlinkat(CWD, path.as_slice(), AtFlags::empty());
+        if journal::capture::FsCalls::fallocate(&crate::kernel::Marked, rustix::fd::AsFd::as_fd(&fd), 0, len as u64)
+            .is_err()
+        {
+            let _ = crate::kernel::unlink(CWD, &path, AtFlags::empty());
             return None;
         }
         let base = crate::state::map_shared(rustix::fd::AsFd::as_fd(&fd), len)?;

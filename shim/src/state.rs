@@ -39,6 +39,9 @@ pub struct Config {
     /// `kill-after-call:NAME`, a process kills itself (SIGKILL) as soon as a real NAME call
     /// returns, before the shim's bookkeeping after it: the window a `kill -9` can hit.
     pub test_fault: Option<Vec<u8>>,
+    /// Whether a supervisor watches this process (run's seccomp filter: the session's marker
+    /// is set and the process is under a filter). It then journals every exec itself.
+    pub supervised: bool,
 }
 
 /// The path of the object this function lives in: the shim itself.
@@ -134,6 +137,26 @@ fn early_entries() -> Option<impl Iterator<Item = &'static [u8]>> {
     // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
     let bytes = unsafe { &*EARLY_ENV.bytes.get() };
     Some(bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0).filter(|e| !e.is_empty()))
+}
+
+/// Sets the supervisor's marker ([`crate::kernel::mark`]) from the starting environment,
+/// unless the shim is switched off (then nothing it does is journaled, so nothing is marked).
+/// Allocation-free: it runs in the constructor of every process.
+pub fn adopt_mark() {
+    capture_early_env();
+    let Some(entries) = early_entries() else { return };
+    let mut mark = None;
+    for e in entries {
+        if env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off") {
+            return;
+        }
+        if let Some(v) = env_value(e, journal::config::ENV_MARK.as_bytes()) {
+            mark = Some(v);
+        }
+    }
+    if let Some(v) = mark {
+        crate::kernel::set_mark_from(v);
+    }
 }
 
 /// The `AETHER_*` entries the image started with, as `NAME=value` byte strings.
@@ -240,6 +263,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         shim_path: shim_path.clone(),
         exec_env: Vec::new(),
         test_fault: None,
+        supervised: false,
     };
     if lookup(&vars, ENV_SWITCH) == Some(b"off") {
         return disabled;
@@ -256,6 +280,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
                 shim_path,
                 exec_env: vars,
                 test_fault,
+                supervised: supervised(),
             };
         }
         // A relative one names a directory under the cwd the process started in: the
@@ -289,7 +314,16 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         shim_path,
         exec_env,
         test_fault,
+        supervised: supervised(),
     }
+}
+
+/// Whether a supervisor watches this process: the session's marker came with the environment
+/// and the process runs under a seccomp filter (filters are inherited and cannot be removed,
+/// so a process that has the marker but no filter left the supervised tree some other way).
+fn supervised() -> bool {
+    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
+    crate::kernel::mark() != 0 && unsafe { libc::prctl(libc::PR_GET_SECCOMP) } == 2
 }
 
 /// The session's `counters` file, mapped shared by every process of the session.
@@ -347,6 +381,28 @@ impl SharedCounters {
     /// Tells every process of the session that a directory path may now lead elsewhere.
     pub fn names_changing(&self) {
         self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Takes a free pass slot for thread `tid` (see [`crate::kernel::with_pass`]); `None` when
+    /// all are taken (the call then reaches the supervisor, which journals it itself).
+    pub fn claim_pass(&self, tid: u32) -> Option<usize> {
+        let start = (tid as usize).wrapping_mul(7) % crate::kernel::PASSES;
+        (0..crate::kernel::PASSES).map(|i| (start + i) % crate::kernel::PASSES).find(|&i| {
+            self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * i)
+                .compare_exchange(0, u64::from(tid), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Names where the claimed pass's cookie lives.
+    pub fn publish_pass(&self, slot: usize, cookie_addr: u64) {
+        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot + 1).store(cookie_addr, Ordering::Release);
+    }
+
+    /// Gives a claimed pass back.
+    pub fn release_pass(&self, slot: usize) {
+        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot + 1).store(0, Ordering::Release);
+        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot).store(0, Ordering::Release);
     }
 }
 
@@ -409,7 +465,10 @@ pub struct StoreFd {
 
 impl StoreFd {
     fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
-        let fd = to_high_fd(rustix::fs::open(&path, flags | OFlags::CLOEXEC, Mode::empty()).ok()?);
+        let fd = to_high_fd(
+            crate::kernel::open(rustix::fs::CWD, path.as_os_str().as_bytes(), flags | OFlags::CLOEXEC, Mode::empty())
+                .ok()?,
+        );
         let st = rustix::fs::fstat(&fd).ok()?;
         Some(StoreFd {
             num: AtomicI32::new(fd.into_raw_fd()),
@@ -431,7 +490,13 @@ impl StoreFd {
         }
         // Closed or taken over by the program. Never close the number: it may be the
         // program's now.
-        let fresh = rustix::fs::open(&self.path, self.flags | OFlags::CLOEXEC, Mode::empty()).ok()?;
+        let fresh = crate::kernel::open(
+            rustix::fs::CWD,
+            self.path.as_os_str().as_bytes(),
+            self.flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
         let st = rustix::fs::fstat(&fresh).ok()?;
         if st.st_dev != self.dev || st.st_ino != self.ino {
             return None; // the store itself was replaced
@@ -593,6 +658,13 @@ pub fn names_changed() {
         // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
         unsafe { &*p }.counters.names_changing();
     }
+}
+
+/// The process's store if it is open already (never opens it).
+pub fn published_store() -> Option<&'static Store> {
+    let p = STORE.load(Ordering::Acquire);
+    // SAFETY: a non-null STORE points to a leaked Box<Store> that is never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// The process's store, opened on first use. `None` when the shim is disabled or the store

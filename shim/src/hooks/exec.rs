@@ -1,0 +1,270 @@
+//! Handlers of the calls that run programs (the exec family, posix_spawn, system, popen), the
+//! calls after which a process can no longer be seen into (a switch to a user who cannot
+//! write the store, an io_uring), and `syscall(2)` itself, which routes the numbers of the
+//! table's second part to their rows.
+//!
+//! The bookkeeping is [`crate::exec`]'s: the audit record and the check that the new program
+//! loads the shim (both left to the supervisor when one watches the process), and the
+//! environment fixed so that the new program stays in the session.
+//!
+//! What this module cannot do: run in the `vfork` child of a posix_spawn (glibc's child calls
+//! its internal execve): the spawn is journaled from the parent, with the child's pid.
+
+use std::ffi::{CStr, c_char, c_int, c_long};
+
+use libc::{FILE, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, uid_t};
+
+use super::table::{self, execve, execveat, execvpe, fexecve, posix_spawn, posix_spawnp};
+use super::{Account, CPath, Ret, journaled};
+use crate::exec::{EnvIn, Plan, Program};
+use crate::guard::{errno, set_errno};
+use crate::ops;
+use crate::real::Real;
+
+type Argv = *const *const c_char;
+type Spawn = *const *mut c_char;
+
+/// Runs an exec according to its plan: refused, with the caller's own environment (`real`),
+/// or with a fixed one (`with_env`, which calls the same real function, or its envp-taking
+/// sibling). Exactly one of the two runs. Only returns if the exec failed.
+fn run_exec<R: Ret>(
+    call: &'static str,
+    mut plan: Plan,
+    real: impl FnOnce(Account) -> R,
+    with_env: impl FnOnce(Argv) -> c_int,
+) -> R {
+    if let Some(errno) = plan.refuse {
+        return R::refused(errno);
+    }
+    let r = match plan.env.take() {
+        None => real(Account::AsIs),
+        Some(block) => R::from_sys(crate::exec::exec_with_env(block, with_env) as c_long),
+    };
+    let err = errno();
+    crate::exec::failed(call, &plan, err);
+    set_errno(err);
+    r
+}
+
+/// The real definition of another hooked symbol (execve behind execv, execvpe behind execvp).
+///
+/// # Safety
+/// `F` must match the C signature of the symbol `real` names.
+unsafe fn real_of<F: Copy>(name: &CStr, real: &Real) -> Option<F> {
+    // SAFETY: forwarded obligation.
+    unsafe { real.get::<F>(name) }
+}
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
+
+fn call_execve(path: CPath, argv: Argv, env: Argv) -> c_int {
+    // SAFETY: ExecveFn is execve's C signature.
+    match unsafe { real_of::<ExecveFn>(execve::NAME, &execve::REAL) } {
+        // SAFETY: the caller's path and argv, with a null-terminated environment we built.
+        Some(f) => unsafe { f(path.0, argv, env) },
+        None => <c_int as crate::real::Missing>::missing(),
+    }
+}
+
+fn call_execvpe(file: CPath, argv: Argv, env: Argv) -> c_int {
+    // SAFETY: ExecveFn is also execvpe's C signature.
+    match unsafe { real_of::<ExecveFn>(execvpe::NAME, &execvpe::REAL) } {
+        // SAFETY: as in call_execve.
+        Some(f) => unsafe { f(file.0, argv, env) },
+        None => <c_int as crate::real::Missing>::missing(),
+    }
+}
+
+pub fn execve_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, path: CPath, argv: Argv, envp: Argv) -> R {
+    if path.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Given(envp), true).1;
+    run_exec(call, plan, real, |env| call_execve(path, argv, env))
+}
+
+pub fn execv_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, path: CPath, argv: Argv) -> R {
+    if path.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Environ, true).1;
+    run_exec(call, plan, real, |env| call_execve(path, argv, env))
+}
+
+pub fn execvp_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, file: CPath, argv: Argv) -> R {
+    if file.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Environ, true).1;
+    run_exec(call, plan, real, |env| call_execvpe(file, argv, env))
+}
+
+pub fn execvpe_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, file: CPath, argv: Argv, envp: Argv) -> R {
+    if file.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Given(envp), true).1;
+    run_exec(call, plan, real, |env| call_execvpe(file, argv, env))
+}
+
+pub fn fexecve_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, fd: c_int, argv: Argv, envp: Argv) -> R {
+    let plan = crate::exec::prepare(call, Program::Fd(fd), argv, EnvIn::Given(envp), true).1;
+    run_exec(call, plan, real, |env| {
+        type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
+        // SAFETY: F is fexecve's C signature.
+        match unsafe { real_of::<F>(fexecve::NAME, &fexecve::REAL) } {
+            // SAFETY: the caller's fd and argv, with our null-terminated environment.
+            Some(f) => unsafe { f(fd, argv, env) },
+            None => <c_int as crate::real::Missing>::missing(),
+        }
+    })
+}
+
+pub fn execveat_<R: Ret>(
+    call: &'static str,
+    real: impl FnOnce(Account) -> R,
+    dirfd: c_int,
+    path: CPath,
+    argv: Argv,
+    envp: Argv,
+    flags: c_int,
+) -> R {
+    if path.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let plan = crate::exec::prepare(call, Program::At(dirfd, path, flags), argv, EnvIn::Given(envp), true).1;
+    run_exec(call, plan, real, |env| {
+        type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
+        // SAFETY: F is execveat's C signature.
+        match unsafe { real_of::<F>(execveat::NAME, &execveat::REAL) } {
+            // SAFETY: the caller's arguments, with our null-terminated environment.
+            Some(f) => unsafe { f(dirfd, path.0, argv, env, flags) },
+            None => <c_int as crate::real::Missing>::missing(),
+        }
+    })
+}
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut pid_t,
+    *const c_char,
+    *const posix_spawn_file_actions_t,
+    *const posix_spawnattr_t,
+    Spawn,
+    Spawn,
+) -> c_int;
+
+/// posix_spawn and posix_spawnp: checked and fixed before, journaled after (with the child's
+/// pid). They return an error number rather than setting errno.
+#[allow(clippy::too_many_arguments)]
+pub fn posix_spawn_(
+    call: &'static str,
+    real: impl FnOnce(Account) -> c_int,
+    pid: *mut pid_t,
+    path: CPath,
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: Spawn,
+    envp: Spawn,
+    search: bool,
+) -> c_int {
+    if path.0.is_null() {
+        return real(Account::AsIs);
+    }
+    let (program, sym) = if search {
+        (Program::Search(path), (posix_spawnp::NAME, &posix_spawnp::REAL))
+    } else {
+        (Program::Path(path), (posix_spawn::NAME, &posix_spawn::REAL))
+    };
+    let (resolved, plan) = crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false);
+    if let Some(errno) = plan.refuse {
+        return errno;
+    }
+    let r = match &plan.env {
+        None => real(Account::AsIs),
+        // SAFETY: SpawnFn is the C signature of both posix_spawn and posix_spawnp.
+        Some(env) => match unsafe { real_of::<SpawnFn>(sym.0, sym.1) } {
+            // SAFETY: the caller's arguments, with our null-terminated environment.
+            Some(f) => unsafe { f(pid, path.0, actions, attr, argv, env.as_ptr().cast()) },
+            None => libc::ENOSYS,
+        },
+    };
+    if r == 0 {
+        // SAFETY: on success posix_spawn stored the child's pid through the caller's pointer
+        // (when it passed one).
+        let child = if pid.is_null() { 0 } else { unsafe { *pid } };
+        crate::exec::spawned(call, &resolved, &plan, argv.cast(), child as u32);
+    } else {
+        crate::exec::failed(call, &plan, r);
+    }
+    r
+}
+
+/// The argv `/bin/sh -c command` that system and popen run.
+fn shell_argv(command: CPath) -> [*const c_char; 4] {
+    [c"sh".as_ptr(), c"-c".as_ptr(), command.0, std::ptr::null()]
+}
+
+/// system and popen: the shell's exec is glibc's own, so a scrubbed environment cannot be
+/// fixed; the plan only journals.
+fn shell<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, command: CPath) -> R {
+    if command.0.is_null() {
+        return real(Account::AsIs); // system(NULL) asks whether a shell exists
+    }
+    let argv = shell_argv(command);
+    let plan =
+        crate::exec::prepare(call, Program::Path(CPath(c"/bin/sh".as_ptr())), argv.as_ptr(), EnvIn::Fixed, true).1;
+    if let Some(errno) = plan.refuse {
+        return R::refused(errno);
+    }
+    let r = real(Account::AsIs);
+    if !r.succeeded() {
+        let err = errno();
+        crate::exec::failed(call, &plan, err);
+        set_errno(err);
+    }
+    r
+}
+
+pub fn system_(call: &'static str, real: impl FnOnce(Account) -> c_int, command: CPath) -> c_int {
+    // system's -1 is its own failure to run a shell; any other value is the shell's status.
+    shell(call, |a| SystemStatus(real(a)), command).0
+}
+
+pub fn popen_(call: &'static str, real: impl FnOnce(Account) -> *mut FILE, command: CPath) -> *mut FILE {
+    shell(call, real, command)
+}
+
+/// system's result: -1 when it could not run a shell, else the shell's wait status (which
+/// may look negative to [`Ret`] for ints).
+struct SystemStatus(c_int);
+
+impl Ret for SystemStatus {
+    fn succeeded(&self) -> bool {
+        self.0 != -1
+    }
+    fn refused(errno: c_int) -> Self {
+        SystemStatus(c_int::refused(errno))
+    }
+    fn from_sys(r: c_long) -> Self {
+        SystemStatus(r as c_int)
+    }
+}
+
+/// setuid, seteuid, setreuid, setresuid: a switch to a user who cannot write the store.
+pub fn set_euid<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, euid: uid_t) -> R {
+    journaled(call, CPath::NONE, |s| ops::before_uid_change(s, call, euid), real)
+}
+
+/// `syscall(SYS_io_uring_setup, ...)`: what is submitted to the ring bypasses every hook.
+pub fn io_uring_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R) -> R {
+    journaled(call, CPath::NONE, |s| ops::before_io_uring(s, call), real)
+}
+
+/// `syscall(2)`: a number of the table's second part goes to its row, any other straight on.
+pub fn syscall_(call: &'static str, real: impl FnOnce(Account) -> c_long, nr: c_long, a: [c_long; 6]) -> c_long {
+    let _ = call;
+    if !table::syscall_row(nr) {
+        return real(Account::AsIs);
+    }
+    table::dispatch(|| real(Account::AsIs), nr, a)
+}

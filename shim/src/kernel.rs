@@ -1,0 +1,290 @@
+//! The system calls the shim makes itself, marked so that a supervisor's filter lets them
+//! through, and the *passes* that tell the supervisor a libc function's own unmarked calls are
+//! already journaled.
+//!
+//! Under `aether-journal run` every process of the session runs under a seccomp filter whose
+//! supervisor journals file-changing system calls that nothing else journaled (Go, static
+//! binaries, raw `syscall` instructions). A call the shim has already journaled must not cost a
+//! second journal entry, nor a round trip to the supervisor. So:
+//!
+//! - **Marked calls.** The shim makes such a call itself, as a raw system call carrying the
+//!   session's marker ([`mark`], from `AETHER_JOURNAL_MARK`) in the sixth argument register,
+//!   which no call the filter watches uses (`sendto`, the one six-argument call among them, is
+//!   never marked). The filter allows any watched call that carries the marker. This is how a
+//!   hook's real call is made for the thin wrappers (`openat`, `unlinkat`, `renameat`, ...:
+//!   their `kernel` column in the hook table), and how the shim's own changes to the store and
+//!   the tree (blob links, copies, segments, a file moved aside) are made ([`Marked`]).
+//! - **Passes.** A libc function whose system calls the shim cannot make itself (`fopen`,
+//!   `mkstemp`, `posix_fallocate`, ...: the `pass` column) is called with a pass: the thread's
+//!   id and the address of a thread-local cookie in the session's `counters` page. The
+//!   supervisor lets a call through when the calling thread holds a pass and the cookie at that
+//!   address, read from the thread's own memory, is the one the marker gives this thread id. A
+//!   pass left behind by a killed process is never honoured for another: its memory is gone.
+//!
+//! Without a supervisor ([`mark`] is 0) nothing here is used: hooks call libc exactly as the
+//! program would have.
+//!
+//! What this module cannot do: make a marked call a pthread cancellation point. A thread
+//! cancelled while blocked in a marked `open` of a FIFO, `connect` or `sendmsg` is cancelled
+//! when the call returns, not during it (README, "What this cannot do"). Nor does it keep the
+//! marker from a program that reads its own environment and wants to hide its calls from the
+//! supervisor: the marker is a convention between cooperating parts, not a secret.
+
+use std::ffi::{CStr, c_long};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use journal::capture::FsCalls;
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, XattrFlags};
+use rustix::io::Errno;
+
+/// The session's marker, or 0 when no supervisor watches this process.
+static MARK: AtomicU64 = AtomicU64::new(0);
+
+/// The marker every journaled call carries (0: no supervisor, so nothing is marked).
+#[inline(always)]
+pub fn mark() -> u64 {
+    MARK.load(Ordering::Relaxed)
+}
+
+/// Sets the marker from the value of `AETHER_JOURNAL_MARK` (16 hex digits; anything else, or
+/// 0, means no supervisor).
+pub fn set_mark_from(value: &[u8]) {
+    let parsed = std::str::from_utf8(value).ok().and_then(|v| u64::from_str_radix(v, 16).ok()).unwrap_or(0);
+    MARK.store(parsed, Ordering::Relaxed);
+}
+
+/// The raw system call `nr` with arguments `a`, carrying `mark` in the sixth argument register.
+/// Returns what the kernel returned: a value, or minus an error number.
+///
+/// # Safety
+/// The arguments must be valid for system call `nr` (pointers to what it reads and writes).
+#[inline(always)]
+pub unsafe fn raw(nr: c_long, a: [usize; 5], mark: u64) -> isize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ret: isize;
+        // SAFETY: the x86-64 system call convention: number in rax, arguments in rdi, rsi, rdx,
+        // r10, r8, r9; the kernel clobbers rcx and r11 and returns in rax. The caller vouches
+        // for the arguments.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") nr as isize => ret,
+                in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4], in("r9") mark,
+                lateout("rcx") _, lateout("r11") _,
+                options(nostack, preserves_flags)
+            );
+        }
+        ret
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let ret: isize;
+        // SAFETY: the AArch64 system call convention: number in x8, arguments in x0-x5, result
+        // in x0. The caller vouches for the arguments.
+        unsafe {
+            core::arch::asm!(
+                "svc 0",
+                in("x8") nr,
+                inlateout("x0") a[0] as isize => ret,
+                in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") mark,
+                options(nostack, preserves_flags)
+            );
+        }
+        ret
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // glibc's syscall() passes all six arguments in registers on every architecture.
+        // SAFETY: as above.
+        let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], mark) } as isize;
+        if r == -1 { -(crate::guard::errno() as isize) } else { r }
+    }
+}
+
+/// [`raw`], with the libc convention for the result: -1 and errno on failure.
+///
+/// # Safety
+/// As for [`raw`].
+#[inline(always)]
+pub unsafe fn libc_style(nr: c_long, a: [usize; 5]) -> c_long {
+    // SAFETY: forwarded obligation.
+    let r = unsafe { raw(nr, a, mark()) };
+    if (-4095..0).contains(&r) {
+        crate::guard::set_errno(-r as i32);
+        -1
+    } else {
+        r as c_long
+    }
+}
+
+/// [`raw`] as rustix reports results.
+///
+/// # Safety
+/// As for [`raw`].
+unsafe fn checked(nr: c_long, a: [usize; 5]) -> Result<usize, Errno> {
+    // SAFETY: forwarded obligation.
+    let r = unsafe { raw(nr, a, mark()) };
+    if (-4095..0).contains(&r) { Err(Errno::from_raw_os_error(-r as i32)) } else { Ok(r as usize) }
+}
+
+fn fd(f: BorrowedFd<'_>) -> usize {
+    f.as_raw_fd() as usize
+}
+
+fn ptr(s: &CStr) -> usize {
+    s.as_ptr() as usize
+}
+
+/// The store and tree changes the shim makes itself, as marked system calls: what the core
+/// library's captures ([`journal::capture::Capturer`]) and the shim's own store use, so that a
+/// supervisor never journals the shim's own work as the program's.
+pub struct Marked;
+
+impl FsCalls for Marked {
+    fn openat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        // SAFETY: a NUL-terminated path, a descriptor the caller holds, plain flags.
+        let r =
+            unsafe { checked(libc::SYS_openat, [fd(dir), ptr(path), flags.bits() as usize, mode.bits() as usize, 0]) }?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    }
+
+    fn linkat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: AtFlags,
+    ) -> Result<(), Errno> {
+        // SAFETY: NUL-terminated paths and descriptors the caller holds.
+        unsafe { checked(libc::SYS_linkat, [fd(old_dir), ptr(old), fd(new_dir), ptr(new), flags.bits() as usize]) }
+            .map(drop)
+    }
+
+    fn unlinkat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: AtFlags) -> Result<(), Errno> {
+        // SAFETY: a NUL-terminated path and a descriptor the caller holds.
+        unsafe { checked(libc::SYS_unlinkat, [fd(dir), ptr(path), flags.bits() as usize, 0, 0]) }.map(drop)
+    }
+
+    fn mkdirat(&self, dir: BorrowedFd<'_>, path: &CStr, mode: Mode) -> Result<(), Errno> {
+        // SAFETY: as for unlinkat.
+        unsafe { checked(libc::SYS_mkdirat, [fd(dir), ptr(path), mode.bits() as usize, 0, 0]) }.map(drop)
+    }
+
+    fn renameat(
+        &self,
+        old_dir: BorrowedFd<'_>,
+        old: &CStr,
+        new_dir: BorrowedFd<'_>,
+        new: &CStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        // SAFETY: NUL-terminated paths and descriptors the caller holds.
+        unsafe { checked(libc::SYS_renameat2, [fd(old_dir), ptr(old), fd(new_dir), ptr(new), flags.bits() as usize]) }
+            .map(drop)
+    }
+
+    fn fchmod(&self, f: BorrowedFd<'_>, mode: Mode) -> Result<(), Errno> {
+        // SAFETY: a descriptor the caller holds.
+        unsafe { checked(libc::SYS_fchmod, [fd(f), mode.bits() as usize, 0, 0, 0]) }.map(drop)
+    }
+
+    fn fchown(&self, f: BorrowedFd<'_>, uid: u32, gid: u32) -> Result<(), Errno> {
+        // SAFETY: a descriptor the caller holds.
+        unsafe { checked(libc::SYS_fchown, [fd(f), uid as usize, gid as usize, 0, 0]) }.map(drop)
+    }
+
+    fn fsetxattr(&self, f: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: XattrFlags) -> Result<(), Errno> {
+        // SAFETY: a NUL-terminated name, `value.len()` readable bytes, a descriptor the caller
+        // holds.
+        unsafe {
+            checked(
+                libc::SYS_fsetxattr,
+                [fd(f), ptr(name), value.as_ptr() as usize, value.len(), flags.bits() as usize],
+            )
+        }
+        .map(drop)
+    }
+
+    fn fremovexattr(&self, f: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+        // SAFETY: a NUL-terminated name and a descriptor the caller holds.
+        unsafe { checked(libc::SYS_fremovexattr, [fd(f), ptr(name), 0, 0, 0]) }.map(drop)
+    }
+
+    fn fallocate(&self, f: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+        // SAFETY: a descriptor the caller holds.
+        unsafe { checked(libc::SYS_fallocate, [fd(f), 0, offset as usize, len as usize, 0]) }.map(drop)
+    }
+}
+
+// ----- passes -----
+
+/// First `u64` slot of the counters page that holds passes, and how many passes fit: two
+/// words each (thread id, cookie address), to the end of the page.
+pub const PASS_FIRST_SLOT: usize = journal::session::SLOT_PASSES;
+/// Number of passes the counters page holds.
+pub const PASSES: usize = (journal::session::COUNTERS_LEN / 8 - PASS_FIRST_SLOT) / 2;
+
+thread_local! {
+    /// The cookie of this thread's pass while it holds one, else 0. Its address is what the
+    /// pass publishes: a const-initialised thread-local without destructor, so it lives at one
+    /// address for the thread's whole life.
+    static COOKIE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The cookie a pass of thread `tid` holds under marker `mark` (the supervisor computes the
+/// same).
+pub fn cookie(mark: u64, tid: u32) -> u64 {
+    journal::session::pass_cookie(mark, tid)
+}
+
+/// Runs `f` (a libc call that makes unmarked system calls of its own) holding a pass, when a
+/// supervisor watches this process and the session's counters are mapped; otherwise just runs
+/// it. Never held across an exec: the functions called with a pass all return.
+pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() -> R) -> R {
+    let m = mark();
+    if m == 0 {
+        return f();
+    }
+    let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+    let slot = counters.claim_pass(tid);
+    if let Some(slot) = slot {
+        let _ = COOKIE.try_with(|c| {
+            c.set(cookie(m, tid));
+            counters.publish_pass(slot, c as *const std::cell::Cell<u64> as u64);
+        });
+    }
+    let out = f();
+    if let Some(slot) = slot {
+        counters.release_pass(slot);
+        let _ = COOKIE.try_with(|c| c.set(0));
+    }
+    out
+}
+
+// ----- the shim's own changes, with byte paths -----
+
+/// `openat` of a byte path, marked.
+pub fn open(dir: BorrowedFd<'_>, path: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+    journal::capture::with_c_path(path, |p| Marked.openat(dir, p, flags, mode))
+}
+
+/// `mkdirat` of a byte path, marked.
+pub fn mkdir(dir: BorrowedFd<'_>, path: &[u8], mode: Mode) -> Result<(), Errno> {
+    journal::capture::with_c_path(path, |p| Marked.mkdirat(dir, p, mode))
+}
+
+/// `unlinkat` of a byte path, marked.
+pub fn unlink(dir: BorrowedFd<'_>, path: &[u8], flags: AtFlags) -> Result<(), Errno> {
+    journal::capture::with_c_path(path, |p| Marked.unlinkat(dir, p, flags))
+}
+
+/// `renameat` of byte paths, marked.
+pub fn rename(old_dir: BorrowedFd<'_>, old: &[u8], new_dir: BorrowedFd<'_>, new: &[u8]) -> Result<(), Errno> {
+    journal::capture::with_c_path(old, |o| {
+        journal::capture::with_c_path(new, |n| Marked.renameat(old_dir, o, new_dir, n, RenameFlags::empty()))
+    })
+}

@@ -494,6 +494,9 @@ pub enum ConnectResult {
         /// Why.
         errno: i32,
     },
+    /// Attempted; whether it connected was not seen (journaled by the supervisor, which lets
+    /// the kernel make the call). Treated as made.
+    Unknown,
 }
 
 /// Why a process or program runs where the shim cannot see it.

@@ -100,10 +100,15 @@ pub fn resolve<'a>(
     if path.is_empty() {
         return Err(Unresolved::CallWillFail(Errno::NOENT));
     }
-    let mut target = resolve_once(base, base_path, path)?;
+    let target = resolve_once(base, base_path, path)?;
     if !follow {
         return Ok(target);
     }
+    follow_final(target)
+}
+
+/// Follows a final symlink at `target`, up to 40 links.
+fn follow_final(mut target: Target<'_>) -> Result<Target<'_>, Unresolved> {
     for _ in 0..MAX_SYMLINKS {
         let st = match rustix::fs::statat(target.parent.as_fd(), target.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
@@ -124,6 +129,30 @@ pub fn resolve<'a>(
         target = next;
     }
     Err(Unresolved::CallWillFail(Errno::LOOP))
+}
+
+/// [`resolve`] from a directory the caller either borrows or hands over: a base the resolver
+/// owns (a supervisor's descriptor for another process's directory) stays open as long as
+/// the target needs it (for a bare name, it is the target's parent).
+pub fn resolve_from<'a>(
+    base: DirFd<'a>,
+    base_path: &[u8],
+    path: &[u8],
+    follow: bool,
+) -> Result<Target<'a>, Unresolved> {
+    match base {
+        DirFd::Borrowed(b) => resolve(b, base_path, path, follow),
+        DirFd::Owned(fd) => {
+            if path.is_empty() {
+                return Err(Unresolved::CallWillFail(Errno::NOENT));
+            }
+            let target = resolve_once_owned(fd, base_path, path)?;
+            if !follow {
+                return Ok(target);
+            }
+            follow_final(target)
+        }
+    }
 }
 
 fn resolve_once_owned<'a>(dir: OwnedFd, dir_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {

@@ -515,6 +515,7 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
                         ConnectResult::Ok => "ok",
                         ConnectResult::InProgress => "in_progress",
                         ConnectResult::Failed { .. } => "failed",
+                        ConnectResult::Unknown => "unknown",
                     }
                     .into(),
                 ),

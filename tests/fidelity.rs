@@ -301,13 +301,39 @@ fn writing_into_a_fifo_is_reported_as_irreversible() {
 }
 
 #[test]
-fn nothing_under_proc_sys_or_dev_is_journaled() {
-    let s = Scratch::new("nothing_under_proc_sys_or_dev_is_journaled");
+fn nothing_under_proc_sys_or_a_device_node_is_journaled() {
+    let s = Scratch::new("nothing_under_proc_sys_or_a_device_node_is_journaled");
     let session = s.session("session");
-    s.run_ok(&session, &["sh", "-c", "echo x > /dev/null; : > /dev/shm/aether-test-$$; rm /dev/shm/aether-test-$$; echo 0 > /proc/self/oom_score_adj"]);
+    s.run_ok(
+        &session,
+        &["sh", "-c", "echo x > /dev/null; echo 0 > /proc/self/oom_score_adj; : > /dev/full 2>/dev/null || true"],
+    );
     let log = s.log_json(&session);
     let changes: Vec<_> = log["records"].as_array().unwrap().iter().filter(|r| r["kind"] != "exec").collect();
     assert!(changes.is_empty(), "{changes:?}");
+}
+
+#[test]
+fn files_under_dev_shm_are_journaled_and_undone_like_any_other() {
+    let s = Scratch::new("files_under_dev_shm_are_journaled_and_undone_like_any_other");
+    let dir = std::path::PathBuf::from(format!("/dev/shm/aether-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("kept"), b"before\n").unwrap();
+    std::fs::write(dir.join("doomed"), b"doomed\n").unwrap();
+    let before = manifest(&dir);
+    let session = s.session("session");
+    let script = format!(
+        "cd {d} && echo after > kept && rm doomed && echo new > made && mkdir sub && python3 -c 'import os; os.rename(\"made\", \"sub/moved\")'",
+        d = dir.display()
+    );
+    s.run_ok(&session, &["sh", "-c", &script]);
+    assert_ne!(manifest(&dir), before, "the session changed /dev/shm");
+    let (code, r) = s.undo_json(&session);
+    let after = manifest(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &after);
 }
 
 #[test]

@@ -222,12 +222,6 @@ impl FsCalls for Marked {
 
 // ----- passes -----
 
-/// First `u64` slot of the counters page that holds passes, and how many passes fit: two
-/// words each (thread id, cookie address), to the end of the page.
-pub const PASS_FIRST_SLOT: usize = journal::session::SLOT_PASSES;
-/// Number of passes the counters page holds.
-pub const PASSES: usize = (journal::session::COUNTERS_LEN / 8 - PASS_FIRST_SLOT) / 2;
-
 thread_local! {
     /// The cookie of this thread's pass while it holds one, else 0. Its address is what the
     /// pass publishes: a const-initialised thread-local without destructor, so it lives at one

@@ -21,12 +21,10 @@
 mod alloc;
 mod covered;
 mod dircache;
-mod effects;
 mod exec;
 mod fdmemo;
 mod guard;
 mod hooks;
-mod index;
 mod kernel;
 mod ops;
 mod real;
@@ -88,7 +86,7 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
 extern "C" fn after_fork_in_child() {
     state::adopt_store_after_fork();
     segment::forget_after_fork();
-    effects::forget_destinations();
+    ops::forget_destinations();
 }
 
 #[cfg(not(test))]

@@ -10,14 +10,16 @@ use std::ffi::{OsStr, c_char};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
+use aether_journal_recorder::index::SharedIndex;
+pub use aether_journal_recorder::tables::{SharedCounters, map_shared};
 use journal::BPath;
 use journal::capture::Counters;
 use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
 use journal::journal::Envelope;
 use journal::record::Op;
-use journal::session::{self, COUNTERS_FILE, COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN};
+use journal::session::{self, COUNTERS_FILE};
 use rustix::fs::{Mode, OFlags};
 
 /// Settings read once per process image.
@@ -326,106 +328,6 @@ fn supervised() -> bool {
     crate::kernel::mark() != 0 && unsafe { libc::prctl(libc::PR_GET_SECCOMP) } == 2
 }
 
-/// The session's `counters` file, mapped shared by every process of the session.
-pub struct SharedCounters {
-    slots: *const AtomicU64,
-}
-
-// SAFETY: the mapping is never unmapped and is only accessed through atomics.
-unsafe impl Send for SharedCounters {}
-// SAFETY: as above.
-unsafe impl Sync for SharedCounters {}
-
-/// Maps the first `len` bytes of a session file shared and read-write, for the life of the
-/// process (never unmapped: pointers into it stay valid). Touching the memory is only sound if
-/// the file is at least `len` bytes long: the callers make sure of that first.
-pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> Option<*mut std::ffi::c_void> {
-    // SAFETY: a new mapping at an address of the kernel's choosing (no MAP_FIXED), so nothing
-    // existing is replaced; the file stays referenced by the mapping after `fd` is closed.
-    unsafe {
-        rustix::mm::mmap(
-            std::ptr::null_mut(),
-            len,
-            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-            rustix::mm::MapFlags::SHARED,
-            fd,
-            0,
-        )
-    }
-    .ok()
-}
-
-impl SharedCounters {
-    fn map(fd: &OwnedFd) -> Option<SharedCounters> {
-        // The file is at least COUNTERS_LEN bytes long (session::ensure_counters).
-        let p = map_shared(fd.as_fd(), COUNTERS_LEN)?;
-        Some(SharedCounters { slots: p.cast::<AtomicU64>() })
-    }
-
-    fn slot(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: i < COUNTERS_LEN / 8 for every slot we use, the mapping is page-aligned (so
-        // 8-byte aligned) and lives for the process's lifetime.
-        unsafe { &*self.slots.add(i) }
-    }
-
-    /// Counts one record that could not be written.
-    pub fn add_lost(&self) {
-        self.slot(SLOT_LOST).fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The session's names generation (see [`crate::dircache`]).
-    pub fn names_gen(&self) -> u64 {
-        self.slot(SLOT_NAMES_GEN).load(Ordering::SeqCst)
-    }
-
-    /// Tells every process of the session that a directory path may now lead elsewhere.
-    pub fn names_changing(&self) {
-        self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Takes a free pass slot for thread `tid` (see [`crate::kernel::with_pass`]); `None` when
-    /// all are taken (the call then reaches the supervisor, which journals it itself).
-    pub fn claim_pass(&self, tid: u32) -> Option<usize> {
-        let start = (tid as usize).wrapping_mul(7) % crate::kernel::PASSES;
-        (0..crate::kernel::PASSES).map(|i| (start + i) % crate::kernel::PASSES).find(|&i| {
-            self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * i)
-                .compare_exchange(0, u64::from(tid), Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
-    }
-
-    /// Names where the claimed pass's cookie lives.
-    pub fn publish_pass(&self, slot: usize, cookie_addr: u64) {
-        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot + 1).store(cookie_addr, Ordering::Release);
-    }
-
-    /// Gives a claimed pass back.
-    pub fn release_pass(&self, slot: usize) {
-        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot + 1).store(0, Ordering::Release);
-        self.slot(crate::kernel::PASS_FIRST_SLOT + 2 * slot).store(0, Ordering::Release);
-    }
-}
-
-impl Drop for SharedCounters {
-    fn drop(&mut self) {
-        // SAFETY: `slots` is the start of our own COUNTERS_LEN-byte mapping, and nothing
-        // refers to it once its store is dropped (published stores are never dropped).
-        let _ = unsafe { rustix::mm::munmap(self.slots as *mut libc::c_void, COUNTERS_LEN) };
-    }
-}
-
-impl Counters for SharedCounters {
-    fn next_id(&self) -> u64 {
-        self.slot(SLOT_LAST_ID).fetch_add(1, Ordering::SeqCst) + 1
-    }
-    fn bytes_kept(&self) -> u64 {
-        self.slot(SLOT_BYTES_KEPT).load(Ordering::Relaxed)
-    }
-    fn add_bytes_kept(&self, n: u64) {
-        self.slot(SLOT_BYTES_KEPT).fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// The pid that owns the store's descriptors: set when the store is opened and in every forked
 /// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
 /// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
@@ -541,26 +443,26 @@ pub struct Store {
 /// A shared table of the session, mapped on first use, lock-free (the loser of a race leaks
 /// its mapping, never unmapped).
 pub struct LazyIndex {
-    ptr: AtomicPtr<crate::index::SharedIndex>,
+    ptr: AtomicPtr<SharedIndex>,
     path: std::path::PathBuf,
-    map: fn(&std::path::Path) -> Option<crate::index::SharedIndex>,
+    map: fn(&std::path::Path) -> Option<SharedIndex>,
 }
 
 impl LazyIndex {
-    fn new(path: std::path::PathBuf, map: fn(&std::path::Path) -> Option<crate::index::SharedIndex>) -> LazyIndex {
+    fn new(path: std::path::PathBuf, map: fn(&std::path::Path) -> Option<SharedIndex>) -> LazyIndex {
         LazyIndex { ptr: AtomicPtr::new(std::ptr::null_mut()), path, map }
     }
 
     /// The table if this process has already mapped it: lock-free and without a system call,
     /// for work done outside the guard.
-    pub fn mapped(&self) -> Option<&crate::index::SharedIndex> {
+    pub fn mapped(&self) -> Option<&SharedIndex> {
         let p = self.ptr.load(Ordering::Acquire);
         // SAFETY: a non-null pointer here is a leaked Box that is never freed.
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
     /// The table, mapped now if it was not; `None` if it cannot be.
-    pub fn get(&self) -> Option<&crate::index::SharedIndex> {
+    pub fn get(&self) -> Option<&SharedIndex> {
         if let Some(mapped) = self.mapped() {
             return Some(mapped);
         }
@@ -575,18 +477,13 @@ impl LazyIndex {
 }
 
 impl Store {
-    /// The session's capture index, mapped on first use; `None` if it cannot be.
-    pub fn index(&self) -> Option<&crate::index::SharedIndex> {
-        self.index.get()
-    }
-
     /// The session's table of born and kept files, mapped on first use; `None` if it cannot be.
-    pub fn born(&self) -> Option<&crate::index::SharedIndex> {
+    pub fn born(&self) -> Option<&SharedIndex> {
         self.born.get()
     }
 
     /// The born table if this process has already mapped it (lock-free, no system call).
-    pub fn born_mapped(&self) -> Option<&crate::index::SharedIndex> {
+    pub fn born_mapped(&self) -> Option<&SharedIndex> {
         self.born.mapped()
     }
 }
@@ -621,10 +518,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
         let header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
         session::ensure_layout(dir, &header).ok()?;
     }
-    let counters_file = session::ensure_counters(&dir.join(COUNTERS_FILE)).ok()?;
-    let counters_fd: OwnedFd = counters_file.into();
-    let counters = SharedCounters::map(&counters_fd)?;
-    drop(counters_fd);
+    let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;
     let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
     let blobs = StoreFd::open(dir.join(session::BLOBS_DIR), OFlags::PATH | OFlags::DIRECTORY)?;
     let session_canon = blobs
@@ -644,8 +538,8 @@ fn open_store(cfg: &Config) -> Option<Store> {
         prog,
         settings: cfg.settings.clone(),
         owner_uid,
-        index: LazyIndex::new(dir.join(session::CAPTURES_FILE), crate::index::SharedIndex::map),
-        born: LazyIndex::new(dir.join(session::BORN_FILE), crate::index::SharedIndex::map_born),
+        index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
+        born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
     })
 }
 
@@ -839,22 +733,59 @@ impl Store {
         }
         seq
     }
+}
 
-    /// Whether a path is never journaled: the pseudo-file systems under /proc, /sys and /dev.
-    pub fn excluded(&self, abs: &[u8]) -> bool {
-        [&b"/proc"[..], b"/sys", b"/dev"].iter().any(|dir| journal::bpath::starts_with_dir(abs, dir))
+impl aether_journal_recorder::ops::Journal for Store {
+    fn record(&self, call: &str, op: Op) -> u64 {
+        Store::record(self, call, op)
     }
+    fn with_blobs<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        self.blobs.with(f)
+    }
+    fn counters(&self) -> &SharedCounters {
+        &self.counters
+    }
+    fn index(&self) -> Option<&SharedIndex> {
+        self.index.get()
+    }
+    fn born(&self) -> Option<&SharedIndex> {
+        self.born.get()
+    }
+    fn born_mapped(&self) -> Option<&SharedIndex> {
+        self.born.mapped()
+    }
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+    fn session_canon(&self) -> &[u8] {
+        &self.session_canon
+    }
+    fn calls(&self) -> &dyn journal::capture::FsCalls {
+        &crate::kernel::Marked
+    }
+    fn session_dir(&self) -> &[u8] {
+        &config().session_dir
+    }
+    fn root_pid(&self) -> Option<u32> {
+        root_pid()
+    }
+}
 
-    /// Whether a path is the session's own store (or inside it): processes of the session may
-    /// not change it, so that `rm -rf ~` cannot take the means of recovery with it.
-    pub fn protected(&self, abs: &[u8]) -> bool {
-        journal::bpath::starts_with_dir(abs, &self.session_canon)
+/// The session's root process (from its header), read once.
+fn root_pid() -> Option<u32> {
+    static ROOT: AtomicU32 = AtomicU32::new(0);
+    match ROOT.load(Ordering::Relaxed) {
+        0 => {}
+        u32::MAX => return None,
+        pid => return Some(pid),
     }
-
-    /// Whether moving `abs` away would move the store with it.
-    pub fn holds_store(&self, abs: &[u8]) -> bool {
-        BPath::new(self.session_canon.clone()).starts_with_dir(abs)
-    }
+    let dir = std::path::Path::new(OsStr::from_bytes(&config().session_dir));
+    let pid = std::fs::read(dir.join(session::HEADER_FILE))
+        .ok()
+        .and_then(|t| aether_journal_recorder::effects::serde_json_root_pid(&t))
+        .unwrap_or(u32::MAX);
+    ROOT.store(pid, Ordering::Relaxed);
+    (pid != u32::MAX).then_some(pid)
 }
 
 /// Collects a C `argv` into paths (used by the constructor).

@@ -16,7 +16,9 @@ use journal::record::MetaKind;
 use libc::FILE;
 
 use super::{Account, CPath, Ret, after_call, injected_kill_after, journaled, journaled_with};
-use crate::ops::{self, Pending, Removes};
+use aether_journal_recorder::ops::{self as rec, Pending, Removes};
+
+use crate::ops::{self, ME};
 use crate::state::store;
 
 /// Whether open flags need a `mode` (glibc's `__OPEN_NEEDS_MODE`).
@@ -34,7 +36,7 @@ pub fn open_at<R: Ret>(
     path: CPath,
     flags: c_int,
 ) -> R {
-    if !ops::open_mutates(flags) {
+    if !rec::open_mutates(flags) {
         return real(Account::AsIs);
     }
     open_mutating(call, real, dirfd, path, flags)
@@ -51,7 +53,7 @@ fn open_mutating<R: Ret>(
     journaled(
         call,
         path,
-        |s| path.bytes().map_or(Pending::Nothing, |p| ops::before_open(s, call, dirfd, p, flags)),
+        |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_open(s, ME, call, dirfd, p, flags)),
         real,
     )
 }
@@ -82,12 +84,12 @@ fn file_outcome(f: &*mut FILE) -> (bool, Option<c_int>) {
 /// The open flags of a stdio mode that writes, creates or truncates (`None` for a read-only
 /// or invalid mode).
 fn writing_mode(mode: CPath) -> Option<c_int> {
-    mode.bytes().and_then(ops::fopen_flags).filter(|&f| ops::open_mutates(f))
+    mode.bytes().and_then(rec::fopen_flags).filter(|&f| rec::open_mutates(f))
 }
 
 pub fn fopen_(call: &'static str, real: impl FnOnce(Account) -> *mut FILE, path: CPath, mode: CPath) -> *mut FILE {
     let Some(flags) = writing_mode(mode) else { return real(Account::AsIs) };
-    let pre = |s| path.bytes().map_or(Pending::Nothing, |p| ops::before_open(s, call, libc::AT_FDCWD, p, flags));
+    let pre = |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_open(s, ME, call, libc::AT_FDCWD, p, flags));
     journaled_with(call, path, pre, real, file_outcome, <*mut FILE>::refused)
 }
 
@@ -112,7 +114,7 @@ pub fn freopen_(
                 Err(_) => return Pending::NotJournaled,
             },
         };
-        ops::before_open(s, call, libc::AT_FDCWD, &target, flags)
+        rec::before_open(s, ME, call, libc::AT_FDCWD, &target, flags)
     };
     journaled_with(call, path, pre, real, file_outcome, <*mut FILE>::refused)
 }
@@ -125,7 +127,7 @@ pub fn mktemp<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, templ
     let resolved = Cell::new(None);
     let pre = |s| {
         let Some(t) = name.bytes() else { return Pending::Nothing };
-        let (pending, abs) = ops::before_mktemp(s, call, t);
+        let (pending, abs) = rec::before_mktemp(s, ME, call, t);
         resolved.set(abs);
         pending
     };
@@ -145,20 +147,20 @@ pub fn mktemp<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, templ
 }
 
 pub fn truncate_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, path: CPath) -> R {
-    journaled(call, path, |s| path.bytes().map_or(Pending::Nothing, |p| ops::before_truncate(s, call, p)), real)
+    journaled(call, path, |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_truncate(s, ME, call, p)), real)
 }
 
 /// A change to a file's bytes through a descriptor (ftruncate, fallocate): nothing to journal
 /// when the file is already journaled whole, else its contents through its path.
 pub fn fd_change<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, fd: c_int) -> R {
     let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
-    journaled(call, CPath::NONE, |s| ops::before_fd_change(s, call, fd, &st), real)
+    journaled(call, CPath::NONE, |s| rec::before_fd_change(s, ME, call, fd, &st), real)
 }
 
 /// posix_fallocate returns an error number instead of setting errno.
 pub fn posix_fallocate_(call: &'static str, real: impl FnOnce(Account) -> c_int, fd: c_int) -> c_int {
     let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
-    let pre = |s| ops::before_fd_change(s, call, fd, &st);
+    let pre = |s| rec::before_fd_change(s, ME, call, fd, &st);
     journaled_with(call, CPath::NONE, pre, real, |r| (*r == 0, None), |errno| errno)
 }
 
@@ -172,7 +174,7 @@ pub fn rename_at<R: Ret>(
     flags: c_uint,
 ) -> R {
     let pre = |s| match (old.bytes(), new.bytes()) {
-        (Some(o), Some(n)) => ops::before_rename(s, call, olddirfd, o, newdirfd, n, flags),
+        (Some(o), Some(n)) => rec::before_rename(s, ME, call, olddirfd, o, newdirfd, n, flags),
         _ => Pending::Nothing,
     };
     let r = journaled(call, old, pre, real);
@@ -187,7 +189,7 @@ fn remove_as<R: Ret>(
     path: CPath,
     removes: Removes,
 ) -> R {
-    let pre = |s| path.bytes().map_or(Pending::Nothing, |p| ops::before_remove(s, call, dirfd, p, removes));
+    let pre = |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_remove(s, ME, call, dirfd, p, removes));
     let r = journaled(call, path, pre, real);
     ops::names_changed_after_call();
     r
@@ -213,7 +215,12 @@ pub fn remove_either<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R
 /// A call that creates a name and fails if it exists (mkdir, link, symlink, mknod, mkfifo and
 /// their *at forms).
 pub fn create_at<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, dirfd: c_int, path: CPath) -> R {
-    journaled(call, path, |s| path.bytes().map_or(Pending::Nothing, |p| ops::before_create(s, call, dirfd, p)), real)
+    journaled(
+        call,
+        path,
+        |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_create(s, ME, call, dirfd, p)),
+        real,
+    )
 }
 
 /// Whether a path argument is empty (its first byte is the NUL), without measuring it.
@@ -284,7 +291,7 @@ fn meta_of<R: Ret>(
     }
     let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
     let pre = |s| match path.bytes() {
-        Some(p) => ops::before_meta(s, call, dirfd, p, follow, what, xattr.bytes()),
+        Some(p) => rec::before_meta(s, ME, call, dirfd, p, follow, what, xattr.bytes()),
         None => Pending::Nothing,
     };
     journaled(call, path, pre, real)
@@ -313,5 +320,5 @@ fn fd_meta_of<R: Ret>(
     xattr: CPath,
 ) -> R {
     let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
-    journaled(call, CPath::NONE, |s| ops::before_fd_meta(s, call, fd, &st, what, xattr.bytes()), real)
+    journaled(call, CPath::NONE, |s| rec::before_fd_meta(s, ME, call, fd, &st, what, xattr.bytes()), real)
 }

@@ -10,7 +10,7 @@ use std::ffi::c_uint;
 use libc::{mmsghdr, msghdr, sockaddr, socklen_t};
 
 use super::{Account, CPath, Ret, journaled};
-use crate::ops::Pending;
+use crate::ops::{ME, Pending};
 use crate::state::Store;
 
 /// The bytes of a caller's socket address (at most `sockaddr_storage`'s size).
@@ -26,7 +26,7 @@ unsafe fn sockaddr_bytes<'a>(addr: *const sockaddr, len: socklen_t) -> Option<&'
 /// The endpoint a socket address names, if it is one that is journaled.
 fn endpoint(addr: *const sockaddr, len: socklen_t) -> Option<journal::record::Endpoint> {
     // SAFETY: the socket calls' contract: `addr` is null or points to `len` bytes.
-    unsafe { sockaddr_bytes(addr, len) }.and_then(crate::effects::parse_endpoint)
+    unsafe { sockaddr_bytes(addr, len) }.and_then(aether_journal_recorder::effects::parse_endpoint)
 }
 
 /// The destination of a message header, if it names one.
@@ -48,7 +48,10 @@ pub fn connect_<R: Ret>(
     addr: *const sockaddr,
     len: socklen_t,
 ) -> R {
-    let pre = |s| endpoint(addr, len).map_or(Pending::Nothing, |ep| crate::effects::before_connect(s, call, ep));
+    let pre = |s| {
+        endpoint(addr, len)
+            .map_or(Pending::Nothing, |ep| aether_journal_recorder::effects::before_connect(s, ME, call, ep))
+    };
     journaled(call, CPath::NONE, pre, real)
 }
 
@@ -61,7 +64,10 @@ pub fn sendto_<R: Ret>(
     if addr.is_null() {
         return real(Account::AsIs);
     }
-    let pre = |s| endpoint(addr, len).map_or(Pending::Nothing, |ep| crate::effects::before_send(s, call, ep));
+    let pre = |s| {
+        endpoint(addr, len)
+            .map_or(Pending::Nothing, |ep| aether_journal_recorder::effects::before_send(s, ME, call, ep))
+    };
     journaled(call, CPath::NONE, pre, real)
 }
 
@@ -71,9 +77,11 @@ pub fn sendmsg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, msg
         // No destination: nothing to journal (a supervisor would find none either).
         return real(Account::Journaled);
     }
-    // SAFETY: sendmsg's contract: `msg` points to a valid msghdr.
-    let pre =
-        |s| unsafe { msg_destination(msg) }.map_or(Pending::Nothing, |ep| crate::effects::before_send(s, call, ep));
+    let pre = |s| {
+        // SAFETY: sendmsg's contract: `msg` points to a valid msghdr.
+        unsafe { msg_destination(msg) }
+            .map_or(Pending::Nothing, |ep| aether_journal_recorder::effects::before_send(s, ME, call, ep))
+    };
     journaled(call, CPath::NONE, pre, real)
 }
 
@@ -91,7 +99,7 @@ pub fn sendmmsg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, ms
             }
         }
         for ep in dests {
-            if let Pending::Refuse(e) = crate::effects::before_send(s, call, ep) {
+            if let Pending::Refuse(e) = aether_journal_recorder::effects::before_send(s, ME, call, ep) {
                 return Pending::Refuse(e);
             }
         }

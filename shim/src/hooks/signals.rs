@@ -10,6 +10,7 @@ use std::ffi::c_int;
 use libc::{pid_t, sighandler_t};
 
 use super::{Account, CPath, Ret, journaled};
+use crate::ops::ME;
 
 /// `struct sigaction` (its libc name is also the hooked function's).
 type SigAction = libc::sigaction;
@@ -18,7 +19,12 @@ pub fn kill_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, pid: p
     if sig == 0 {
         return real(Account::AsIs); // a liveness probe changes nothing
     }
-    journaled(call, CPath::NONE, |s| crate::effects::before_signal(s, call, pid as i64, sig), real)
+    journaled(
+        call,
+        CPath::NONE,
+        |s| aether_journal_recorder::effects::before_signal(s, ME, call, pid as i64, sig),
+        real,
+    )
 }
 
 pub fn killpg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, pgrp: pid_t, sig: c_int) -> R {
@@ -26,7 +32,7 @@ pub fn killpg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, pgrp
         return real(Account::AsIs);
     }
     let target = if pgrp == 0 { 0 } else { -(pgrp as i64) };
-    journaled(call, CPath::NONE, |s| crate::effects::before_signal(s, call, target, sig), real)
+    journaled(call, CPath::NONE, |s| aether_journal_recorder::effects::before_signal(s, ME, call, target, sig), real)
 }
 
 /// sigaction: notes the handler being installed (before it can run), then installs it.

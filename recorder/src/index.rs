@@ -1,9 +1,9 @@
 //! The session's capture index, shared by all its processes: which blob holds which state of a
-//! file (see [`journal::capture::CaptureIndex`]), so that a file opened for writing again and
+//! file (see [`aether_journal::capture::CaptureIndex`]), so that a file opened for writing again and
 //! again by many short processes (a database every run of a tool opens read-write) is copied
 //! once per state, not once per process.
 //!
-//! The index is the session file `captures` ([`journal::session::CAPTURES_FILE`]), mapped
+//! The index is the session file `captures` ([`aether_journal::session::CAPTURES_FILE`]), mapped
 //! shared: 16384 direct-mapped slots of eight 64-bit words (sequence, device, inode, size,
 //! mtime, ctime, blob id). A writer makes a slot's sequence odd while it fills it (taking the
 //! slot with a compare-and-swap, skipping it if another writer has it); a reader that sees the
@@ -34,9 +34,9 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use journal::capture::{CaptureIndex, CaptureKey};
-use journal::record::Ident;
-use journal::session::{BORN_LEN, CAPTURES_LEN};
+use aether_journal::capture::{CaptureIndex, CaptureKey};
+use aether_journal::record::Ident;
+use aether_journal::session::{BORN_LEN, CAPTURES_LEN};
 
 const WORDS: usize = 8;
 
@@ -65,8 +65,8 @@ impl SharedIndex {
     fn map_len(path: &Path, len: usize) -> Option<SharedIndex> {
         // At least `len` bytes long (ensure_table); only ever accessed through AtomicU64,
         // whose alignment (8) the page-aligned mapping satisfies.
-        let f = journal::session::ensure_table(path, len).ok()?;
-        let p = crate::state::map_shared(f.as_fd(), len)?;
+        let f = aether_journal::session::ensure_table(path, len).ok()?;
+        let p = crate::tables::map_shared(f.as_fd(), len)?;
         Some(SharedIndex { slots: p.cast(), count: len / (WORDS * 8) })
     }
 

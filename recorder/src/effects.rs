@@ -3,18 +3,14 @@
 //! policy can refuse it.
 //!
 //! What this module cannot do: see connects and sends that glibc makes internally (DNS, nscd,
-//! syslog; INTERPOSITION.md §4), or traffic over a socket the process inherited already
+//! syslog) when only the shim watches, or traffic over a socket the process inherited already
 //! connected. Netlink and packet sockets are not journaled.
 
-use std::hash::Hasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use aether_journal::BPath;
+use aether_journal::config::Policy;
+use aether_journal::record::{ConnectResult, Endpoint, Op};
 
-use journal::BPath;
-use journal::config::Policy;
-use journal::record::{ConnectResult, Endpoint, Op};
-
-use crate::ops::{Pending, refuse};
-use crate::state::{Store, config};
+use crate::ops::{Caller, Journal, Pending, refuse};
 
 /// Parses a `sockaddr` (as raw bytes of the length the caller passed) into an endpoint, for
 /// the families journaled: `AF_INET`, `AF_INET6` and `AF_UNIX`.
@@ -65,22 +61,26 @@ pub fn is_loopback(ep: &Endpoint) -> bool {
 }
 
 /// Whether the strict policy refuses a connection to (or datagram for) `ep`.
-fn strict_refuses(store: &Store, ep: &Endpoint) -> bool {
-    store.settings.policy == Policy::Strict
-        && (store.settings.network_deny || (ep.family != "unix" && !is_loopback(ep)))
+fn strict_refuses<J: Journal>(journal: &J, ep: &Endpoint) -> bool {
+    let settings = journal.settings();
+    settings.policy == Policy::Strict && (settings.network_deny || (ep.family != "unix" && !is_loopback(ep)))
 }
 
 /// Before connect: refuse under the strict policy, or remember the endpoint so that the
-/// outcome can be journaled with it.
-pub fn before_connect(store: &Store, call: &str, ep: Endpoint) -> Pending {
-    if strict_refuses(store, &ep) {
-        return refuse(store, call, format!("network connection to {ep}"), libc::EACCES);
+/// outcome can be journaled with it (or, where the result is never seen, journal it now).
+pub fn before_connect<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, ep: Endpoint) -> Pending {
+    if strict_refuses(journal, &ep) {
+        return refuse(journal, call, format!("network connection to {ep}"), libc::EACCES);
+    }
+    if !caller.sees_results() {
+        journal.record(call, Op::Connect { peer: ep, result: ConnectResult::Unknown });
+        return Pending::Nothing;
     }
     Pending::Connect(ep)
 }
 
 /// After connect: journal the endpoint and whether the connection was made.
-pub fn after_connect(store: &Store, call: &str, peer: Endpoint, succeeded: bool, errno: i32) {
+pub fn after_connect<J: Journal>(journal: &J, call: &str, peer: Endpoint, succeeded: bool, errno: i32) {
     let result = if succeeded {
         ConnectResult::Ok
     } else if errno == libc::EINPROGRESS || errno == libc::EINTR || errno == libc::EALREADY {
@@ -88,75 +88,22 @@ pub fn after_connect(store: &Store, call: &str, peer: Endpoint, succeeded: bool,
     } else {
         ConnectResult::Failed { errno }
     };
-    store.record(call, Op::Connect { peer, result });
-}
-
-const SENT_SLOTS: usize = 1024;
-static SENT: [AtomicU64; SENT_SLOTS] = [const { AtomicU64::new(0) }; SENT_SLOTS];
-
-fn endpoint_hash(ep: &Endpoint) -> u64 {
-    // SipHash with fixed keys: stable for the life of the process, and no allocation.
-    let mut h = std::hash::DefaultHasher::new();
-    h.write(ep.family.as_bytes());
-    h.write(ep.address.as_bytes());
-    h.write_u16(ep.port.unwrap_or(0));
-    h.finish().max(1)
-}
-
-/// Remembers a destination; true the first time this process sends to it. When the table is
-/// full every send is journaled (never fewer records than destinations).
-fn first_send_to(ep: &Endpoint) -> bool {
-    let h = endpoint_hash(ep);
-    let start = (h as usize) % SENT_SLOTS;
-    for i in 0..SENT_SLOTS {
-        let slot = &SENT[(start + i) % SENT_SLOTS];
-        match slot.compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return true,
-            Err(existing) if existing == h => return false,
-            Err(_) => continue,
-        }
-    }
-    true
-}
-
-/// Forgets every destination (in a forked child: "per process").
-pub fn forget_destinations() {
-    for slot in &SENT {
-        slot.store(0, Ordering::Relaxed);
-    }
+    journal.record(call, Op::Connect { peer, result });
 }
 
 /// Before sendto/sendmsg/sendmmsg with an explicit destination.
-pub fn before_send(store: &Store, call: &str, peer: Endpoint) -> Pending {
-    if strict_refuses(store, &peer) {
-        return refuse(store, call, format!("datagram to {peer}"), libc::EACCES);
+pub fn before_send<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, peer: Endpoint) -> Pending {
+    if strict_refuses(journal, &peer) {
+        return refuse(journal, call, format!("datagram to {peer}"), libc::EACCES);
     }
-    if first_send_to(&peer) {
-        store.record(call, Op::Send { peer });
+    if caller.first_send_to(&peer) {
+        journal.record(call, Op::Send { peer });
     }
     Pending::Nothing
 }
 
-/// The session's root process (from its header), read once.
-fn root_pid() -> Option<u32> {
-    static ROOT: AtomicU32 = AtomicU32::new(0);
-    match ROOT.load(Ordering::Relaxed) {
-        0 => {}
-        u32::MAX => return None,
-        pid => return Some(pid),
-    }
-    use std::os::unix::ffi::OsStrExt;
-    let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(&config().session_dir));
-    let pid = std::fs::read(dir.join(journal::session::HEADER_FILE))
-        .ok()
-        .and_then(|t| serde_json_root_pid(&t))
-        .unwrap_or(u32::MAX);
-    ROOT.store(pid, Ordering::Relaxed);
-    (pid != u32::MAX).then_some(pid)
-}
-
 /// Reads `root_pid` from a header without a full parse.
-fn serde_json_root_pid(text: &[u8]) -> Option<u32> {
+pub fn serde_json_root_pid(text: &[u8]) -> Option<u32> {
     let key = b"\"root_pid\":";
     let at = text.windows(key.len()).position(|w| w == key)? + key.len();
     let digits: String = text[at..]
@@ -176,14 +123,13 @@ fn parent_of(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Whether `pid` belongs to this session: it descends from the session's root process, or its
-/// environment names this session's directory.
-fn is_member(pid: u32) -> bool {
-    let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
+/// Whether `pid` belongs to this session: it descends from the session's root process (or the
+/// caller, `me`), or its environment names this session's directory.
+fn is_member<J: Journal>(journal: &J, me: u32, pid: u32) -> bool {
     if pid == me {
         return true;
     }
-    if let Some(root) = root_pid() {
+    if let Some(root) = journal.root_pid() {
         let mut p = pid;
         for _ in 0..128 {
             if p == root || p == me {
@@ -196,7 +142,7 @@ fn is_member(pid: u32) -> bool {
         }
     }
     let mut needle = b"AETHER_JOURNAL_DIR=".to_vec();
-    needle.extend_from_slice(&config().session_dir);
+    needle.extend_from_slice(journal.session_dir());
     needle.push(0);
     std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
 }
@@ -211,26 +157,26 @@ fn program_of(pid: u32) -> Option<BPath> {
 
 /// Before kill/killpg/tgkill/sigqueue with a real signal. `target` is a pid, 0 (own process
 /// group), -1 (every process) or -pgid.
-pub fn before_signal(store: &Store, call: &str, target: i64, signal: i32) -> Pending {
-    let own_group = rustix::process::getpgrp().as_raw_nonzero().get() as i64;
+pub fn before_signal<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, target: i64, signal: i32) -> Pending {
+    let (me, own_group) = caller.pid_and_group();
     let (outside, who) = match target {
         0 => (false, None),
         -1 => (true, None),
         t if t < -1 && -t == own_group => (false, None),
-        t if t < -1 => (!is_member((-t) as u32), Some((-t) as u32)),
-        t => (!is_member(t as u32), Some(t as u32)),
+        t if t < -1 => (!is_member(journal, me, (-t) as u32), Some((-t) as u32)),
+        t => (!is_member(journal, me, t as u32), Some(t as u32)),
     };
     let target_prog = who.and_then(program_of);
-    if outside && store.settings.policy == Policy::Strict {
+    if outside && journal.settings().policy == Policy::Strict {
         let prog = target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default();
         return refuse(
-            store,
+            journal,
             call,
             format!("signal {signal} to process {target}{prog} outside the session"),
             libc::EPERM,
         );
     }
-    store.record(call, Op::Signal { target, target_prog, signal, outside });
+    journal.record(call, Op::Signal { target, target_prog, signal, outside });
     Pending::Nothing
 }
 
@@ -264,15 +210,6 @@ mod tests {
         assert_eq!(parse_endpoint(&a).unwrap().address, BPath::from("@my-abstract"));
         assert_eq!(parse_endpoint(&(libc::AF_UNIX as u16).to_ne_bytes()), None, "unnamed");
         assert_eq!(parse_endpoint(&(libc::AF_NETLINK as u16).to_ne_bytes()), None);
-    }
-
-    #[test]
-    fn a_destination_is_journaled_once_per_process() {
-        let ep = Endpoint { family: "inet".into(), address: BPath::from("192.0.2.77"), port: Some(9) };
-        assert!(first_send_to(&ep));
-        assert!(!first_send_to(&ep));
-        let other = Endpoint { port: Some(10), ..ep.clone() };
-        assert!(first_send_to(&other));
     }
 
     #[test]

@@ -1,0 +1,84 @@
+//! Metadata changed by name or through a descriptor: mode, owner, times, extended attributes.
+
+use aether_journal::BPath;
+use aether_journal::capture::{ident_of, meta_before, xattr_value};
+use aether_journal::record::{Bytes, MetaKind, Op, XattrBefore};
+use rustix::fs::Stat;
+use rustix::io::Errno;
+
+use super::{Caller, Journal, Pending, existing_target, irreversible, protect};
+
+/// Before a call that changes a node's metadata by name (chmod, chown, utime, setxattr and
+/// their variants): the part it changes, so undo can set it back.
+#[allow(clippy::too_many_arguments)]
+pub fn before_meta<J: Journal, C: Caller>(
+    journal: &J,
+    caller: &C,
+    call: &str,
+    dirfd: i32,
+    path: &[u8],
+    follow: bool,
+    what: MetaKind,
+    xattr: Option<&[u8]>,
+) -> Pending {
+    let (t, st) = match existing_target(journal, caller, call, dirfd, path, follow) {
+        Ok(x) => x,
+        Err(p) => return p,
+    };
+    if caller.covered(ident_of(&st)) {
+        return Pending::Nothing;
+    }
+    let xattr = match xattr {
+        None => None,
+        Some(name) => match xattr_value(t.abs.as_bytes(), name) {
+            Ok(value) => Some(XattrBefore { name: BPath::new(name.to_vec()), value: value.map(Bytes) }),
+            Err(e) => return irreversible(journal, call, t.abs, "read the extended attribute", e.to_string()),
+        },
+    };
+    journal.record(call, Op::Meta { path: t.abs, before: meta_before(&st, what, xattr) });
+    Pending::Nothing
+}
+
+/// Before a call that changes metadata through a descriptor (fchmod, fchown, futimens,
+/// fsetxattr, ...): the descriptor is named through its caller (`st`: its `stat`).
+#[allow(clippy::too_many_arguments)]
+pub fn before_fd_meta<J: Journal, C: Caller>(
+    journal: &J,
+    caller: &C,
+    call: &str,
+    fd: i32,
+    st: &Stat,
+    what: MetaKind,
+    xattr: Option<&[u8]>,
+) -> Pending {
+    let Ok(path) = caller.fd_path(fd) else { return Pending::Nothing };
+    if journal.protected(&path) {
+        return protect(journal, call, &BPath::new(path));
+    }
+    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") || journal.excluded(&path) {
+        // Not a named file in the tree (a pipe, a socket, an unlinked file).
+        return Pending::Nothing;
+    }
+    let xattr = match xattr {
+        None => None,
+        Some(name) => {
+            let value = match caller.fd_xattr(fd, name) {
+                Ok(v) => v.map(Bytes),
+                Err(Errno::NODATA) | Err(Errno::NOTSUP) => None,
+                Err(e) => {
+                    irreversible(
+                        journal,
+                        call,
+                        BPath::new(path),
+                        "read the extended attribute",
+                        std::io::Error::from(e).to_string(),
+                    );
+                    return Pending::Nothing;
+                }
+            };
+            Some(XattrBefore { name: BPath::new(name.to_vec()), value })
+        }
+    };
+    journal.record(call, Op::Meta { path: BPath::new(path), before: meta_before(st, what, xattr) });
+    Pending::Nothing
+}

@@ -1,0 +1,197 @@
+//! The session's `counters` page, mapped shared by every process that journals (see
+//! `docs/FORMAT.md` for its words): the id every record and blob takes, the bytes kept, the
+//! records that could not be written, the names generation, and the passes.
+//!
+//! What this module cannot do: survive the file being replaced under a running session (each
+//! process keeps the page it mapped), or keep a process of the session from writing the page
+//! (it is the session's own shared memory).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aether_journal::capture::Counters;
+use aether_journal::session::{
+    COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_PASSES, ensure_counters,
+};
+
+/// Maps the first `len` bytes of a session file shared and read-write, for the life of the
+/// process (never unmapped: pointers into it stay valid). Touching the memory is only sound if
+/// the file is at least `len` bytes long: the callers make sure of that first.
+pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> Option<*mut std::ffi::c_void> {
+    // SAFETY: a new mapping at an address of the kernel's choosing (no MAP_FIXED), so nothing
+    // existing is replaced; the file stays referenced by the mapping after `fd` is closed.
+    unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }
+    .ok()
+}
+
+/// How many passes the counters page holds (two words each, from [`SLOT_PASSES`] to the end).
+pub const PASSES: usize = (COUNTERS_LEN / 8 - SLOT_PASSES) / 2;
+
+/// The session's `counters` file, mapped shared by every process of the session.
+pub struct SharedCounters {
+    slots: *const AtomicU64,
+}
+
+// SAFETY: the mapping is only accessed through atomics, and unmapped only when dropped.
+unsafe impl Send for SharedCounters {}
+// SAFETY: as above.
+unsafe impl Sync for SharedCounters {}
+
+impl SharedCounters {
+    /// Maps an open `counters` file (at least [`COUNTERS_LEN`] bytes long).
+    pub fn map(fd: &OwnedFd) -> Option<SharedCounters> {
+        let p = map_shared(fd.as_fd(), COUNTERS_LEN)?;
+        Some(SharedCounters { slots: p.cast::<AtomicU64>() })
+    }
+
+    /// Opens (creating it if needed) and maps the `counters` file at `path`.
+    pub fn open(path: &Path) -> Option<SharedCounters> {
+        let fd: OwnedFd = ensure_counters(path).ok()?.into();
+        SharedCounters::map(&fd)
+    }
+
+    fn slot(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < COUNTERS_LEN / 8);
+        // SAFETY: i < COUNTERS_LEN / 8 for every slot we use, the mapping is page-aligned (so
+        // 8-byte aligned) and lives as long as `self`.
+        unsafe { &*self.slots.add(i) }
+    }
+
+    /// Counts one record that could not be written.
+    pub fn add_lost(&self) {
+        self.slot(SLOT_LOST).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The records that could not be written so far.
+    pub fn lost(&self) -> u64 {
+        self.slot(SLOT_LOST).load(Ordering::SeqCst)
+    }
+
+    /// The session's names generation (bumped before and after every call that may change
+    /// where an existing directory path leads).
+    pub fn names_gen(&self) -> u64 {
+        self.slot(SLOT_NAMES_GEN).load(Ordering::SeqCst)
+    }
+
+    /// Tells every process of the session that a directory path may now lead elsewhere.
+    pub fn names_changing(&self) {
+        self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn pass_slot(&self, i: usize) -> (&AtomicU64, &AtomicU64) {
+        (self.slot(SLOT_PASSES + 2 * i), self.slot(SLOT_PASSES + 2 * i + 1))
+    }
+
+    /// Takes a free pass for thread `tid`; `None` when all are taken (the call then reaches
+    /// the supervisor, which journals it itself).
+    pub fn claim_pass(&self, tid: u32) -> Option<usize> {
+        let start = (tid as usize).wrapping_mul(7) % PASSES;
+        (0..PASSES).map(|i| (start + i) % PASSES).find(|&i| {
+            self.pass_slot(i).0.compare_exchange(0, u64::from(tid), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        })
+    }
+
+    /// Names where a claimed pass's cookie lives.
+    pub fn publish_pass(&self, pass: usize, cookie_addr: u64) {
+        self.pass_slot(pass).1.store(cookie_addr, Ordering::Release);
+    }
+
+    /// Gives a claimed pass back.
+    pub fn release_pass(&self, pass: usize) {
+        let (tid, addr) = self.pass_slot(pass);
+        addr.store(0, Ordering::Release);
+        tid.store(0, Ordering::Release);
+    }
+
+    /// The cookie addresses of the passes thread `tid` holds now (for the supervisor, which
+    /// then reads the cookie from the thread's own memory).
+    pub fn passes_of(&self, tid: u32) -> impl Iterator<Item = (usize, u64)> + '_ {
+        (0..PASSES).filter_map(move |i| {
+            let (t, a) = self.pass_slot(i);
+            if t.load(Ordering::Acquire) != u64::from(tid) {
+                return None;
+            }
+            let addr = a.load(Ordering::Acquire);
+            (addr != 0).then_some((i, addr))
+        })
+    }
+
+    /// Drops pass `pass` if it is still thread `tid`'s (the supervisor, for a thread that is
+    /// gone: a pass left behind by a killed process).
+    pub fn drop_stale_pass(&self, pass: usize, tid: u32) {
+        let (t, a) = self.pass_slot(pass);
+        if t.load(Ordering::Acquire) == u64::from(tid) {
+            a.store(0, Ordering::Release);
+            let _ = t.compare_exchange(u64::from(tid), 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for SharedCounters {
+    fn drop(&mut self) {
+        // SAFETY: `slots` is the start of our own COUNTERS_LEN-byte mapping, and nothing
+        // refers to it once `self` is dropped (the shim never drops a published one).
+        let _ = unsafe { rustix::mm::munmap(self.slots as *mut std::ffi::c_void, COUNTERS_LEN) };
+    }
+}
+
+impl Counters for SharedCounters {
+    fn next_id(&self) -> u64 {
+        self.slot(SLOT_LAST_ID).fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn bytes_kept(&self) -> u64 {
+        self.slot(SLOT_BYTES_KEPT).load(Ordering::Relaxed)
+    }
+    fn add_bytes_kept(&self, n: u64) {
+        self.slot(SLOT_BYTES_KEPT).fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_is_found_by_its_thread_only_and_gone_once_released() {
+        let t = tempfile::tempdir().unwrap();
+        let a = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let b = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let p = a.claim_pass(4242).unwrap();
+        assert_eq!(b.passes_of(4242).count(), 0, "no cookie address yet: not a pass");
+        a.publish_pass(p, 0x1000);
+        assert_eq!(b.passes_of(4242).collect::<Vec<_>>(), vec![(p, 0x1000)], "seen through another mapping");
+        assert_eq!(b.passes_of(4243).count(), 0);
+        a.release_pass(p);
+        assert_eq!(b.passes_of(4242).count(), 0);
+    }
+
+    #[test]
+    fn every_pass_can_be_taken_and_one_more_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let c = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let taken: Vec<usize> = (0..PASSES as u32).map(|i| c.claim_pass(100 + i).unwrap()).collect();
+        assert_eq!(taken.iter().collect::<std::collections::HashSet<_>>().len(), PASSES);
+        assert_eq!(c.claim_pass(99_999), None);
+        c.drop_stale_pass(taken[0], 100 + taken.iter().position(|&x| x == taken[0]).unwrap() as u32);
+        assert!(c.claim_pass(99_999).is_some(), "a stale pass, dropped, is free again");
+    }
+
+    #[test]
+    fn ids_are_shared_by_every_mapping() {
+        let t = tempfile::tempdir().unwrap();
+        let a = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let b = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let x = a.next_id();
+        assert_eq!(b.next_id(), x + 1);
+    }
+}

@@ -725,7 +725,13 @@ pub fn meta_before(st: &Stat, what: MetaKind, xattr: Option<XattrBefore>) -> Met
         ident: ident_of(st),
         symlink: FileType::from_raw_mode(st.st_mode) == FileType::Symlink,
         xattr,
+        flags: None,
     }
+}
+
+/// The inode flags (`FS_IOC_GETFLAGS`, what `lsattr` shows) of the file open as `fd`.
+pub fn inode_flags(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    Ok(rustix::fs::ioctl_getflags(fd)?.bits())
 }
 
 /// Opens a file for reading without following a final symlink and, where permitted, without

@@ -588,6 +588,7 @@ mod tests {
                 ident: crate::record::Ident { dev: 5, ino: 6 },
                 symlink: false,
                 xattr: None,
+                flags: None,
             },
         };
         let ops = [

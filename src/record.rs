@@ -308,6 +308,9 @@ pub enum MetaKind {
     Times,
     /// setxattr/removexattr family: the attribute named in `xattr`.
     Xattr,
+    /// The inode flags `chattr` sets (`FS_IOC_SETFLAGS`: append-only, immutable, ...), kept in
+    /// `flags`.
+    Flags,
 }
 
 /// A node's metadata before a chmod, chown, utime or xattr call.
@@ -332,6 +335,9 @@ pub struct MetaBefore {
     /// For `what = xattr`: the attribute's name and prior value (`None`: it was not set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xattr: Option<XattrBefore>,
+    /// For `what = flags`: the inode flags before the call (`FS_IOC_GETFLAGS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<u32>,
 }
 
 /// One extended attribute's prior state.

@@ -466,6 +466,9 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
                     }
                 }
             }
+            (MetaKind::Flags, _) => {
+                changes.push(format!("attributes (chattr) changed from {:#x}", m.flags.unwrap_or(0)))
+            }
             (MetaKind::Xattr, _) => {
                 if let Some(x) = &m.xattr {
                     let now = crate::capture::xattr_value(path.as_bytes(), x.name.as_bytes()).ok().flatten();

@@ -79,6 +79,12 @@ pub const SLOT_LOST: usize = 3;
 /// after a call that can change where an existing directory path leads (a rename, an
 /// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
 pub const SLOT_NAMES_GEN: usize = 8;
+/// Slot index of the number of notifications the supervisor received (a call the kernel sent
+/// it), and, the next one, of those that were calls the shim had already journaled (passes).
+/// On a cache line of their own.
+pub const SLOT_NOTIFIED: usize = 16;
+/// See [`SLOT_NOTIFIED`].
+pub const SLOT_PASSED: usize = 17;
 /// First slot of the passes (to the end of the page, two `u64`s each: a thread id and the
 /// address of that thread's cookie), with which a process tells its supervisor that the
 /// unmarked system calls of a libc function it is inside are already journaled (see the
@@ -114,6 +120,103 @@ pub struct Header {
     /// a process descending from it is a member of the session.
     #[serde(default)]
     pub root_pid: Option<u32>,
+    /// What the session's journaling could see (absent in sessions recorded before it was
+    /// kept: read as [`Coverage::unknown`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
+}
+
+/// What a session's journaling could see: every system call of every process (`syscalls`:
+/// the seccomp supervisor watched the whole tree), or only calls made through libc (`libc`:
+/// the LD_PRELOAD shim alone), with the reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// `syscalls` or `libc`.
+    pub mode: CoverageMode,
+    /// Why the coverage is `libc` (absent for `syscalls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<CoverageReason>,
+    /// Whether set-id programs run without their privileges (`PR_SET_NO_NEW_PRIVS`: the
+    /// supervisor's filter needs it unless `run` has `CAP_SYS_ADMIN`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_new_privs: bool,
+}
+
+/// See [`Coverage::mode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CoverageMode {
+    /// Every system call of every process of the session was watched.
+    Syscalls,
+    /// Only calls made through libc's exported names were seen: a program that bypasses libc
+    /// (Go, static binaries, raw system calls) is journaled as unobserved when it starts.
+    Libc,
+}
+
+/// Why a session has `libc` coverage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum CoverageReason {
+    /// `run --no-supervise`.
+    NoSupervise,
+    /// A session started by a bare `LD_PRELOAD` (no `aether-journal run`).
+    PreloadOnly,
+    /// Another supervisor already watches this process tree (a nested session, a sandbox):
+    /// the kernel allows one listener per tree (`EBUSY`).
+    ListenerBusy,
+    /// The kernel refused a seccomp filter with a listener (too old, or forbidden here).
+    SeccompUnavailable {
+        /// The errno of the refusal.
+        errno: i32,
+    },
+    /// Recorded before sessions kept their coverage.
+    Unknown,
+}
+
+impl Coverage {
+    /// The supervisor watched the whole tree.
+    pub fn syscalls(no_new_privs: bool) -> Coverage {
+        Coverage { mode: CoverageMode::Syscalls, reason: None, no_new_privs }
+    }
+
+    /// Only libc calls were seen, for `reason`.
+    pub fn libc(reason: CoverageReason) -> Coverage {
+        Coverage { mode: CoverageMode::Libc, reason: Some(reason), no_new_privs: false }
+    }
+
+    /// The coverage of a session recorded before coverage was kept.
+    pub fn unknown() -> Coverage {
+        Coverage::libc(CoverageReason::Unknown)
+    }
+
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        match (&self.mode, &self.reason) {
+            (CoverageMode::Syscalls, _) => {
+                "system calls (every process of the session was watched by the supervisor)".into()
+            }
+            (CoverageMode::Libc, Some(r)) => format!("libc calls only ({})", r.describe()),
+            (CoverageMode::Libc, None) => "libc calls only".into(),
+        }
+    }
+}
+
+impl CoverageReason {
+    /// Why, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            CoverageReason::NoSupervise => "run --no-supervise".into(),
+            CoverageReason::PreloadOnly => "a bare LD_PRELOAD session, without aether-journal run".into(),
+            CoverageReason::ListenerBusy => {
+                "another supervisor already watches this process tree (a nested session or a sandbox)".into()
+            }
+            CoverageReason::SeccompUnavailable { errno } => format!(
+                "the kernel refused a seccomp filter with a listener: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+            CoverageReason::Unknown => "recorded before sessions kept their coverage".into(),
+        }
+    }
 }
 
 impl Header {
@@ -129,6 +232,7 @@ impl Header {
             shim_version: env!("CARGO_PKG_VERSION").into(),
             created_by: created_by.into(),
             root_pid: Some(std::process::id()),
+            coverage: None,
         }
     }
 }

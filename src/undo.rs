@@ -634,6 +634,8 @@ struct MetaTarget<'a> {
     mode: Option<u32>,
     times: Option<Timestamps>,
     xattrs: XattrTarget<'a>,
+    /// Inode flags (chattr), set last: an immutable or append-only flag would refuse the rest.
+    flags: Option<u32>,
 }
 
 #[derive(Default)]
@@ -653,6 +655,7 @@ impl<'a> MetaTarget<'a> {
             mode: Some(snap.mode),
             times: Some(timestamps(snap.atime, snap.mtime)),
             xattrs: snap.xattrs.as_deref().map_or(XattrTarget::Leave, XattrTarget::All),
+            flags: None,
         }
     }
 
@@ -662,6 +665,7 @@ impl<'a> MetaTarget<'a> {
             // chown may have cleared set-id bits: the mode goes back too.
             MetaKind::Owner => MetaTarget { owner: Some((m.uid, m.gid)), mode: Some(m.mode), ..Default::default() },
             MetaKind::Times => MetaTarget { times: Some(timestamps(m.atime, m.mtime)), ..Default::default() },
+            MetaKind::Flags => MetaTarget { flags: m.flags, ..Default::default() },
             MetaKind::Xattr => MetaTarget {
                 xattrs: match &m.xattr {
                     Some(x) => XattrTarget::One(x.name.as_bytes(), x.value.as_ref().map(|v| v.0.as_slice())),
@@ -729,6 +733,17 @@ impl<'a> MetaHandle<'a> {
             MetaHandle::Node { fd, .. } => {
                 rustix::fs::utimensat(CWD, Self::proc_path(fd).as_str(), ts, AtFlags::empty())
             }
+        }
+    }
+
+    /// Sets the inode flags (`FS_IOC_SETFLAGS`), through a descriptor opened for reading (the
+    /// ioctl needs one; a node is reopened through its verified `O_PATH` descriptor).
+    fn set_flags(&self, flags: u32) -> Result<(), Errno> {
+        let set = |fd: BorrowedFd<'_>| rustix::fs::ioctl_setflags(fd, rustix::fs::IFlags::from_bits_retain(flags));
+        match self {
+            MetaHandle::Fd(fd) => set(*fd),
+            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { fd, .. } => set(reopen_for_flags(fd)?.as_fd()),
         }
     }
 
@@ -813,8 +828,26 @@ impl<'a> MetaHandle<'a> {
                 problems.push(format!("times could not be set back ({})", describe_errno(e)));
             }
         }
+        if let Some(flags) = t.flags {
+            if let Err(e) = self.set_flags(flags) {
+                problems.push(format!("attributes {flags:#x} could not be set back ({})", describe_errno(e)));
+            }
+        }
         (!problems.is_empty()).then(|| problems.join("; "))
     }
+}
+
+/// A node reopened for reading through its `O_PATH` descriptor, for the flags ioctls.
+fn reopen_for_flags(fd: &OwnedFd) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    rustix::fs::openat(CWD, MetaHandle::proc_path(fd).as_str(), flags, Mode::empty())
+}
+
+/// The inode flags of the file at `path`, not following a final symlink.
+fn inode_flags_at(path: &BPath) -> Result<u32, Errno> {
+    let node =
+        rustix::fs::openat(CWD, path.as_bytes(), OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(rustix::fs::ioctl_getflags(reopen_for_flags(&node)?)?.bits())
 }
 
 /// Whether a node's extended attributes are exactly `want`.
@@ -870,6 +903,7 @@ fn meta_already(st: &Stat, m: &MetaBefore, path: &BPath) -> bool {
                 && st.st_atime == m.atime[0]
                 && st.st_atime_nsec as i64 == m.atime[1]
         }
+        MetaKind::Flags => m.flags.is_some_and(|want| inode_flags_at(path).is_ok_and(|now| now == want)),
         MetaKind::Xattr => m.xattr.as_ref().is_some_and(|x| {
             // A minimal access ACL is not stored as an attribute at all: it lives in the mode.
             let acl_mode_ok = x.name.as_bytes() != b"system.posix_acl_access" || st.st_mode & 0o7777 == m.mode;
@@ -1010,7 +1044,7 @@ impl Executor<'_> {
                 Op::Meta { before, .. } => match before.what {
                     MetaKind::Mode => vec![Aspect::Mode],
                     MetaKind::Owner => vec![Aspect::Mode, Aspect::Owner],
-                    MetaKind::Times | MetaKind::Xattr => continue,
+                    MetaKind::Times | MetaKind::Xattr | MetaKind::Flags => continue,
                 },
                 Op::Change { .. } | Op::Rename { .. } => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
                 _ => continue,
@@ -1045,7 +1079,7 @@ impl Executor<'_> {
                             f.mode.get_or_insert(before.mode);
                             f.owner.get_or_insert((before.uid, before.gid));
                         }
-                        MetaKind::Times | MetaKind::Xattr => {}
+                        MetaKind::Times | MetaKind::Xattr | MetaKind::Flags => {}
                     }
                     continue;
                 }
@@ -1693,6 +1727,7 @@ impl Executor<'_> {
             MetaKind::Xattr => {
                 format!("extended attribute {}", m.xattr.as_ref().map(|x| x.name.display_lossy()).unwrap_or_default())
             }
+            MetaKind::Flags => format!("attributes ({:#x})", m.flags.unwrap_or(0)),
         };
         if self.dry_run {
             return (Outcome::Restored, format!("would set back its {what}"));

@@ -491,16 +491,19 @@ fn rustix_euid() -> u32 {
 }
 
 #[test]
-fn a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete() {
+fn under_libc_coverage_a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete() {
     if rustix_euid() != 0 {
         return; // only root can switch users
     }
-    let s = Scratch::new("a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete");
+    let s = Scratch::new(
+        "under_libc_coverage_a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete",
+    );
     s.sh("echo before > f; chown 65534 f; chmod 777 .");
     let session = s.session("session");
-    let out = s.run_ok(
+    let out = s.run_ok_as(
         &session,
         &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", "echo after > f"],
+        Watch::ShimOnly,
     );
     assert!(out.status.success());
     assert_eq!(std::fs::read(s.path("f")).unwrap(), b"after\n");
@@ -509,4 +512,22 @@ fn a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_inco
     let why = r["outcomes"][0]["why"].as_str().unwrap();
     assert_eq!(r["outcomes"][0]["outcome"], "skipped");
     assert!(why.contains("uid 65534") && why.contains("setpriv"), "{why}");
+}
+
+#[test]
+fn under_the_supervisor_a_process_that_drops_to_a_user_who_cannot_write_the_store_is_still_journaled() {
+    if rustix_euid() != 0 {
+        return; // only root can switch users
+    }
+    let s = Scratch::new(
+        "under_the_supervisor_a_process_that_drops_to_a_user_who_cannot_write_the_store_is_still_journaled",
+    );
+    // The shim in the process running as 65534 cannot open the store (its own marked calls,
+    // trying, come just before the program's open, which must still reach the supervisor).
+    s.sh("echo before > f; chown 65534 f; chmod 777 .");
+    roundtrip_changing(
+        &s,
+        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", "echo after > f; mkdir d"],
+        |during| assert!(during.contains_key(&b"d"[..])),
+    );
 }

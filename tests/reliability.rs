@@ -525,18 +525,20 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
 }
 
 #[test]
-fn aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it() {
-    let s = Scratch::new("aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it");
+fn under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it() {
+    let s = Scratch::new(
+        "under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it",
+    );
     s.sh("echo inner > inner-file && echo outer > outer-file");
     let outer = s.session("outer");
     let inner = s.session("inner");
     let cli = artifacts().cli.to_str().unwrap().to_string();
     let script = format!(
-        "rm outer-file && {cli} run --journal {} -- rm inner-file && {cli} log --journal {} > /dev/null && echo ok",
+        "rm outer-file && {cli} run --no-supervise --journal {} -- rm inner-file && {cli} log --journal {} > /dev/null && echo ok",
         inner.display(),
         inner.display()
     );
-    let out = s.run_ok(&outer, &["sh", "-c", &script]);
+    let out = s.run_ok_as(&outer, &["sh", "-c", &script], Watch::ShimOnly);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     // The inner session journaled its own command and undoes it.
     let (code, r) = s.undo_json(&inner);
@@ -551,11 +553,44 @@ fn aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could
 }
 
 #[test]
-fn a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible() {
-    let s = Scratch::new("a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible");
+fn under_the_supervisor_a_nested_run_is_journaled_by_the_outer_session_too() {
+    let s = Scratch::new("under_the_supervisor_a_nested_run_is_journaled_by_the_outer_session_too");
+    s.sh("echo inner > inner-file && echo outer > outer-file && mkdir sessions");
+    let before = manifest(&s.tree());
+    let outer = s.session("outer");
+    let inner = s.path("sessions/inner");
+    let cli = artifacts().cli.to_str().unwrap().to_string();
+    let script = format!("rm outer-file && {cli} run --journal {} -- rm inner-file && echo ok", inner.display());
+    let out = s.run_ok(&outer, &["sh", "-c", &script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    // The inner session could not have a supervisor of its own (one listener per tree), and
+    // says so; it journaled its command all the same.
+    let header: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(inner.join("session.json")).unwrap()).unwrap();
+    assert_eq!(header["coverage"]["mode"], "libc", "{header}");
+    assert_eq!(header["coverage"]["reason"]["code"], "listener_busy", "{header}");
+    assert!(
+        s.log_json(&inner)["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["op"]["path"].as_str().is_some_and(|p| p.ends_with("/inner-file")))
+    );
+    // The outer supervisor saw everything the inner session's processes did, its store
+    // included: undoing the outer session alone puts the whole tree back.
+    let (code, r) = s.undo_json(&outer);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn under_libc_coverage_a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible() {
+    let s = Scratch::new(
+        "under_libc_coverage_a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible",
+    );
     let session = s.session("session");
     let script = "echo one > ./faulty; echo two > fine; cat faulty fine";
-    let mut cmd = run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    let mut cmd = run_cmd_libc(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
     // The shim panics in its own bookkeeping for this one path (a test-only switch).
     cmd.env("AETHER_JOURNAL_TEST_FAULT", "/faulty");
     let out = bounded(cmd, 60);
@@ -571,6 +606,31 @@ fn a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irre
     assert!(skipped[0]["why"].as_str().unwrap().contains("fault injected"), "the reason is named: {r}");
     assert!(!s.path("fine").exists(), "the other step was undone");
     assert!(s.path("faulty").exists(), "the step that could not be captured is left as it is");
+}
+
+#[test]
+fn under_the_supervisor_a_call_the_shim_panicked_on_is_journaled_by_the_supervisor() {
+    let s = Scratch::new("under_the_supervisor_a_call_the_shim_panicked_on_is_journaled_by_the_supervisor");
+    s.sh("echo kept > faulty");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let script = "echo one > ./faulty; echo two > fine; cat faulty fine";
+    let mut cmd = run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    cmd.env("AETHER_JOURNAL_TEST_FAULT", "/faulty");
+    let out = bounded(cmd, 60);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\n", "both writes happened");
+    // The shim made the call as the program did, unmarked: the supervisor journaled it.
+    let log = s.log_json(&session);
+    let faulty: Vec<_> = records_of_kind(&log, "change")
+        .into_iter()
+        .filter(|r| r["op"]["path"].as_str().unwrap().ends_with("/faulty"))
+        .collect();
+    assert_eq!(faulty.len(), 1, "{log}");
+    assert_eq!(faulty[0]["call"], "openat", "the supervisor's record: {log}");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
 }
 
 #[test]
@@ -610,12 +670,15 @@ fn sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo
 }
 
 /// The segment files of a session, as (pid that made it, size).
+/// The shim's segments (pid, length); the supervisor's own (`supervisor-PID-SEQ`) are not
+/// the shim's mapped segments these tests are about.
 fn segments(session: &std::path::Path) -> Vec<(u32, u64)> {
     let Ok(dir) = std::fs::read_dir(session.join("segments")) else { return Vec::new() };
-    dir.map(|e| {
+    dir.filter_map(|e| {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().into_owned();
-        (name.split('-').next().unwrap().parse().unwrap(), e.metadata().unwrap().len())
+        let pid = name.split('-').next().unwrap().parse().ok()?;
+        Some((pid, e.metadata().unwrap().len()))
     })
     .collect()
 }

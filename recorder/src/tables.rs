@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::session::{
-    COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_PASSES, ensure_counters,
+    COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
+    ensure_counters,
 };
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
@@ -86,6 +87,19 @@ impl SharedCounters {
     /// Tells every process of the session that a directory path may now lead elsewhere.
     pub fn names_changing(&self) {
         self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts a notification the supervisor received (`passed`: one the shim had journaled).
+    pub fn note_notified(&self, passed: bool) {
+        self.slot(SLOT_NOTIFIED).fetch_add(1, Ordering::Relaxed);
+        if passed {
+            self.slot(SLOT_PASSED).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The notifications the supervisor received, and how many of them were passes.
+    pub fn notified(&self) -> (u64, u64) {
+        (self.slot(SLOT_NOTIFIED).load(Ordering::Relaxed), self.slot(SLOT_PASSED).load(Ordering::Relaxed))
     }
 
     fn pass_slot(&self, i: usize) -> (&AtomicU64, &AtomicU64) {

@@ -59,6 +59,10 @@ enum Command {
         /// Refuse calls whose effect cannot be journaled instead of recording them.
         #[arg(long)]
         strict: bool,
+        /// Journal through the LD_PRELOAD shim only, without the seccomp supervisor: programs
+        /// that bypass libc (Go, static binaries) then run unobserved, and undo says so.
+        #[arg(long)]
+        no_supervise: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
@@ -192,7 +196,9 @@ fn main() -> ExitCode {
     leave_the_shim();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { journal, strict, command } => run::run(journal, strict, command),
+        Command::Run { journal, strict, no_supervise, command } => {
+            run::run(run::RunOptions { journal, strict, no_supervise }, command)
+        }
         Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
         Command::Review { journal, json, stat, color, no_pager, paths } => {

@@ -87,6 +87,7 @@ fn describe_meta(m: &MetaBefore) -> String {
             Some(XattrBefore { name, value: None }) => format!("xattr {} was not set", escape(name)),
             None => "xattr".into(),
         },
+        MetaKind::Flags => format!("attributes (lsattr) were {:#x}", m.flags.unwrap_or(0)),
     }
 }
 

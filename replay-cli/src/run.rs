@@ -1,7 +1,13 @@
-//! `aether-journal run`: create a session and run a command under the shim.
+//! `aether-journal run`: create a session and run a command in it.
 //!
-//! What this cannot do: journal a command whose environment drops `LD_PRELOAD` before the
-//! shim is loaded, or a statically linked one; the shim records those it can detect.
+//! By default the command runs under the seccomp supervisor as well as the shim (coverage
+//! `syscalls`): every process of the tree is watched, whether or not it goes through libc.
+//! With `--no-supervise`, or where the kernel refuses a filter with a listener, only the shim
+//! journals (coverage `libc`), and the session's header says why.
+//!
+//! What this cannot do: journal a process of the session that escaped the tree (one started
+//! through a service manager), or, under `libc` coverage, see into programs that bypass libc:
+//! those are journaled as unobserved.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -11,10 +17,12 @@ use std::path::{Path, PathBuf};
 
 use aether_journal::BPath;
 use aether_journal::bpath;
-use aether_journal::config::{ENV_DIR, ENV_POLICY, ENV_SHIM, ENV_SWITCH};
+use aether_journal::config::{ENV_DIR, ENV_MARK, ENV_POLICY, ENV_SHIM, ENV_SWITCH, Settings};
 use aether_journal::exec_check::{self, Creds};
 use aether_journal::record::{Op, RECORD_VERSION, Record};
-use aether_journal::session::{self, Header, Session};
+use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Header, Session};
+use aether_journal_supervisor::install::{Installer, Unavailable, probe};
+use aether_journal_supervisor::launch::{Ended, launch};
 
 fn libc_eperm() -> i32 {
     rustix::io::Errno::PERM.raw_os_error()
@@ -64,22 +72,60 @@ fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_else(|_| "/".into()).join(p) }
 }
 
+/// How `run` starts its command.
+pub struct RunOptions {
+    /// `--journal DIR`.
+    pub journal: Option<PathBuf>,
+    /// `--strict`.
+    pub strict: bool,
+    /// `--no-supervise`.
+    pub no_supervise: bool,
+}
+
+/// The session's coverage on this machine, and, for `syscalls`, whether the kernel waits
+/// killably.
+fn coverage(no_supervise: bool) -> (Coverage, Option<bool>) {
+    if no_supervise {
+        return (Coverage::libc(CoverageReason::NoSupervise), None);
+    }
+    match probe() {
+        Ok(killable) => (Coverage::syscalls(false), Some(killable)),
+        Err(Unavailable::Busy) => (Coverage::libc(CoverageReason::ListenerBusy), None),
+        Err(Unavailable::Refused(errno)) => (Coverage::libc(CoverageReason::SeccompUnavailable { errno }), None),
+    }
+}
+
+/// A marker no watched call carries by chance (never 0, which means "none").
+fn new_mark() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
+    u64::from_ne_bytes(b) | 1
+}
+
 /// Runs the command; returns its exit status (128 + signal number when it was killed).
-pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Result<u8, String> {
+pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
     let shim = find_shim()?;
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let id = session::new_session_id();
     let root = session::sessions_root();
-    let dir = match journal {
-        Some(d) => absolute(&d),
+    let dir = match &opts.journal {
+        Some(d) => absolute(d),
         None => root.clone().ok_or("neither XDG_STATE_HOME nor HOME is set: pass --journal DIR")?.join(&id),
     };
-    let header = Header::new(
+    let (mut coverage, killable) = coverage(opts.no_supervise);
+    let mark = killable.map(|_| new_mark());
+    let installer = killable.zip(mark).map(|(k, m)| {
+        let i = Installer::new(aether_journal_supervisor::filter::program(m), m, k);
+        coverage.no_new_privs = i.no_new_privs();
+        i
+    });
+    let mut header = Header::new(
         id,
         command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect(),
         BPath::from(cwd.as_path()),
         "cli",
     );
+    header.coverage = Some(coverage.clone());
     let s = Session::create(&dir, &header).map_err(|e| e.to_string())?;
     if let Some(root) = &root {
         // So that `log`/`undo` without --journal find sessions kept elsewhere.
@@ -98,14 +144,97 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
         );
     }
     let _ = writeln!(err, "aether-journal: session {}", s.dir().display());
+    if coverage.mode == CoverageMode::Libc && !opts.no_supervise {
+        let _ = writeln!(err, "aether-journal: note: coverage is {}", coverage.describe());
+    }
     drop(err);
-    // The command itself is started by this (unhooked) process: check it here, as the shim's
-    // exec hooks check every program started after it.
-    let first = s.reserve_ids_before_start(2).map_err(|e| e.to_string())?;
     let path_var = std::env::var_os("PATH");
     let found = exec_check::search_path(command[0].as_bytes(), path_var.as_ref().map(|p| p.as_bytes()));
     let program =
         BPath::new(if found.first() == Some(&b'/') { found } else { bpath::join(cwd.as_os_str().as_bytes(), &found) });
+    let mut cmd = std::process::Command::new(&command[0]);
+    // The marker of an outer session's supervisor must not reach this one's processes: they
+    // would mark their calls with it, hiding them from the supervisor that watches them.
+    cmd.args(&command[1..])
+        .env("LD_PRELOAD", preload)
+        .env(ENV_DIR, s.dir())
+        .env_remove(ENV_SWITCH)
+        .env_remove(ENV_MARK);
+    if opts.strict {
+        cmd.env(ENV_POLICY, "strict");
+    }
+    let status = match installer {
+        Some(installer) => {
+            cmd.env(ENV_MARK, format!("{:016x}", mark.unwrap_or(0)));
+            run_supervised(&s, cmd, installer, mark.unwrap_or(0), opts.strict, &command[0])?
+        }
+        None => match run_plain(&s, cmd, opts.strict, &program, &cwd, &command)? {
+            Ok(status) => status,
+            Err(code) => return Ok(code),
+        },
+    };
+    seal(&s)?;
+    Ok(status)
+}
+
+/// Runs the command under the supervisor (which journals its exec and sees into every
+/// program). Returns its exit status.
+fn run_supervised(
+    s: &Session,
+    cmd: std::process::Command,
+    installer: Installer,
+    mark: u64,
+    strict: bool,
+    name: &OsString,
+) -> Result<u8, String> {
+    // The settings the command's processes get: this environment's, and the policy.
+    let (settings, _) =
+        Settings::from_lookup(
+            |k| {
+                if k == ENV_POLICY && strict { Some("strict".into()) } else { std::env::var(k).ok() }
+            },
+        );
+    let store = aether_journal_supervisor::store::Store::open(s.dir(), settings, mark)
+        .map_err(|e| format!("cannot open the session for the supervisor: {e}"))?;
+    let mut launched = launch(cmd, store, installer, 3).map_err(|e| format!("cannot start the supervisor: {e}"))?;
+    let status = match launched.wait() {
+        Ended::Status(st) => exit_code(std::process::ExitStatus::from_raw(st)),
+        Ended::NotStarted(errno) => {
+            let e = std::io::Error::from_raw_os_error(errno);
+            let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", name.to_string_lossy());
+            if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+        }
+        Ended::SupervisorLost(st) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: warning: the supervisor ended before the command did; its processes' watched calls fail with ENOSYS from then on"
+            );
+            st.map_or(1, |st| exit_code(std::process::ExitStatus::from_raw(st)))
+        }
+    };
+    // Reap the supervisor if it has finished; if not, it goes on for the session's processes
+    // that are still running.
+    let _ = rustix::process::waitpid(
+        Some(rustix::process::Pid::from_raw(launched.supervisor as i32).ok_or("bad supervisor pid")?),
+        rustix::process::WaitOptions::NOHANG,
+    );
+    Ok(status)
+}
+
+/// Runs the command with the shim alone, as without a supervisor: `run` checks the program
+/// itself (as the shim's exec hooks check every program started after it) and journals its
+/// exec. `Err(code)`: refused under the strict policy.
+fn run_plain(
+    s: &Session,
+    mut cmd: std::process::Command,
+    strict: bool,
+    program: &BPath,
+    cwd: &Path,
+    command: &[OsString],
+) -> Result<Result<u8, u8>, String> {
+    // The command itself is started by this (unhooked) process: check it here, as the shim's
+    // exec hooks check every program started after it.
+    let first = s.reserve_ids_before_start(2).map_err(|e| e.to_string())?;
     if let Err(reason) = exec_check::check(program.as_bytes(), Creds::current()) {
         if strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
@@ -115,7 +244,7 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
                 "aether-journal: refusing to run {} under --strict: {reason}",
                 program.display_lossy()
             );
-            return Ok(126);
+            return Ok(Err(126));
         }
         let _ = writeln!(
             std::io::stderr(),
@@ -124,23 +253,32 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
         );
         s.append(&own_record(first, Op::Unobserved { program: program.clone(), reason })).map_err(|e| e.to_string())?;
     }
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]).env("LD_PRELOAD", preload).env(ENV_DIR, s.dir()).env_remove(ENV_SWITCH);
-    if strict {
-        cmd.env(ENV_POLICY, "strict");
-    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", command[0].to_string_lossy());
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+            return Ok(Err(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
         }
     };
     let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
-    let exec = Op::Exec { program, argv, cwd: BPath::from(cwd.as_path()), child: Some(child.id()) };
+    let exec = Op::Exec { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) };
     let _ = s.append(&own_record(first + 1, exec));
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
-    // Seal: the after-state of every touched path, so that undo can tell later edits apart.
+    Ok(Ok(exit_code(status)))
+}
+
+/// An exit status as `run` passes it on: the code, or 128 + N when killed by signal N.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (None, None) => 1,
+    }
+}
+
+/// Seals the session: the after-state of every touched path, so that undo can tell later
+/// edits apart.
+fn seal(s: &Session) -> Result<(), String> {
     let journal = s.read_journal().map_err(|e| e.to_string())?;
     let pb = crate::progress_bar(journal.records.len() as u64, "sealing");
     let seal = aether_journal::seal::take_seal(&journal, &s.blobs_dir(), || pb.inc(1));
@@ -158,9 +296,5 @@ pub fn run(journal: Option<PathBuf>, strict: bool, command: Vec<OsString>) -> Re
         "aether-journal: {records} step(s) journaled in {}; review with `aether-journal log --journal {0}`, rewind with `aether-journal undo --journal {0}`",
         s.dir().display()
     );
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        (None, None) => 1,
-    })
+    Ok(())
 }

@@ -66,14 +66,18 @@ pub unsafe fn raw(nr: c_long, a: [usize; 5], mark: u64) -> isize {
         let ret: isize;
         // SAFETY: the x86-64 system call convention: number in rax, arguments in rdi, rsi, rdx,
         // r10, r8, r9; the kernel clobbers rcx and r11 and returns in rax. The caller vouches
-        // for the arguments.
+        // for the arguments. r9 is cleared right after: the kernel leaves it as it was, and a
+        // libc wrapper the program calls next (four arguments: it never sets r9) would
+        // otherwise carry the marker into a call the shim did not journal.
         unsafe {
             core::arch::asm!(
                 "syscall",
+                "xor r9d, r9d",
                 inlateout("rax") nr as isize => ret,
-                in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4], in("r9") mark,
+                in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4],
+                inlateout("r9") mark => _,
                 lateout("rcx") _, lateout("r11") _,
-                options(nostack, preserves_flags)
+                options(nostack)
             );
         }
         ret
@@ -82,14 +86,17 @@ pub unsafe fn raw(nr: c_long, a: [usize; 5], mark: u64) -> isize {
     {
         let ret: isize;
         // SAFETY: the AArch64 system call convention: number in x8, arguments in x0-x5, result
-        // in x0. The caller vouches for the arguments.
+        // in x0. The caller vouches for the arguments. x5 is cleared right after, for the
+        // reason given for r9 above.
         unsafe {
             core::arch::asm!(
                 "svc 0",
+                "mov x5, xzr",
                 in("x8") nr,
                 inlateout("x0") a[0] as isize => ret,
-                in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") mark,
-                options(nostack, preserves_flags)
+                in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4],
+                inlateout("x5") mark => _,
+                options(nostack)
             );
         }
         ret

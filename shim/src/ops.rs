@@ -71,6 +71,11 @@ impl Caller for Myself {
         }
     }
 
+    fn fd_flags(&self, fd: i32) -> Result<u32, rustix::io::Errno> {
+        // SAFETY: `fd` is the caller's descriptor, open for the duration of its call.
+        rustix::fs::ioctl_getflags(unsafe { BorrowedFd::borrow_raw(fd) }).map(|f| f.bits())
+    }
+
     fn cached_target<J: Journal>(&self, journal: &J, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'_>> {
         locate_cached(journal, dirfd, path, follow)
     }

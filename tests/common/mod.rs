@@ -97,6 +97,26 @@ impl Scratch {
         cmd.output().expect("run aether-journal run")
     }
 
+    /// `aether-journal run --no-supervise --journal <session> -- argv...` in the tree: the
+    /// shim alone journals.
+    pub fn run_libc(&self, session: &Path, argv: &[&str]) -> Output {
+        let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_ref()).collect();
+        run_cmd_libc(self, session, &argv).output().expect("run aether-journal run")
+    }
+
+    /// `run` as `watch` says, asserting the command succeeded.
+    pub fn run_ok_as(&self, session: &Path, argv: &[&str], watch: Watch) -> Output {
+        let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_ref()).collect();
+        let out = run_cmd_as(self, session, &argv, watch).output().expect("run aether-journal run");
+        assert!(
+            out.status.success(),
+            "command under the shim ({watch:?}) failed: {argv:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
     /// Like [`Scratch::run`], asserting the command succeeded.
     pub fn run_ok(&self, session: &Path, argv: &[&str]) -> Output {
         let out = self.run(session, argv);
@@ -149,7 +169,10 @@ impl Drop for Scratch {
 
 /// Keeps test sessions out of the user's real state directory.
 pub fn isolate(cmd: &mut Command, root: &Path) {
-    cmd.env("XDG_STATE_HOME", root.join("state")).env_remove("AETHER_JOURNAL_DIR").env_remove("AETHER_JOURNAL");
+    cmd.env("XDG_STATE_HOME", root.join("state"))
+        .env_remove("AETHER_JOURNAL_DIR")
+        .env_remove("AETHER_JOURNAL")
+        .env_remove("AETHER_JOURNAL_MARK");
 }
 
 fn make_writable(p: &Path) {
@@ -198,6 +221,36 @@ pub fn bounded(mut cmd: Command, secs: u64) -> Output {
 pub fn run_cmd(s: &Scratch, session: &Path, argv: &[&OsStr]) -> Command {
     let mut cmd = Command::new(&artifacts().cli);
     cmd.arg("run").arg("--journal").arg(session).arg("--").args(argv).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd
+}
+
+/// How a test's session journals: with the supervisor (what `run` does by default) or the
+/// shim alone (`run --no-supervise`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// `run`: the shim and the supervisor (coverage `syscalls`).
+    Supervised,
+    /// `run --no-supervise`: the shim alone (coverage `libc`).
+    ShimOnly,
+}
+
+/// Both ways, for tests whose requirement holds in each.
+pub const BOTH: [Watch; 2] = [Watch::Supervised, Watch::ShimOnly];
+
+/// `run` as `watch` says.
+pub fn run_cmd_as(s: &Scratch, session: &Path, argv: &[&OsStr], watch: Watch) -> Command {
+    match watch {
+        Watch::Supervised => run_cmd(s, session, argv),
+        Watch::ShimOnly => run_cmd_libc(s, session, argv),
+    }
+}
+
+/// [`run_cmd`] with `--no-supervise`: the shim alone journals (coverage `libc`), for the tests
+/// of what the shim does by itself.
+pub fn run_cmd_libc(s: &Scratch, session: &Path, argv: &[&OsStr]) -> Command {
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.arg("run").arg("--no-supervise").arg("--journal").arg(session).arg("--").args(argv).current_dir(s.tree());
     isolate(&mut cmd, &s.root);
     cmd
 }

@@ -82,3 +82,32 @@ pub fn before_fd_meta<J: Journal, C: Caller>(
     journal.record(call, Op::Meta { path: BPath::new(path), before: meta_before(st, what, xattr) });
     Pending::Nothing
 }
+
+/// Before `ioctl(fd, FS_IOC_SETFLAGS)` (chattr): the inode flags the call replaces.
+pub fn before_fd_flags<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, fd: i32, st: &Stat) -> Pending {
+    let Ok(path) = caller.fd_path(fd) else { return Pending::Nothing };
+    if journal.protected(&path) {
+        return protect(journal, call, &BPath::new(path));
+    }
+    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") || journal.excluded(&path) {
+        return Pending::Nothing;
+    }
+    let flags = match caller.fd_flags(fd) {
+        Ok(f) => f,
+        // No inode flags here (ENOTTY, EOPNOTSUPP): the call fails the same way.
+        Err(Errno::NOTTY | Errno::NOTSUP | Errno::BADF | Errno::INVAL) => return Pending::Nothing,
+        Err(e) => {
+            return irreversible(
+                journal,
+                call,
+                BPath::new(path),
+                "read the attributes",
+                std::io::Error::from(e).to_string(),
+            );
+        }
+    };
+    let mut before = meta_before(st, MetaKind::Flags, None);
+    before.flags = Some(flags);
+    journal.record(call, Op::Meta { path: BPath::new(path), before });
+    Pending::Nothing
+}

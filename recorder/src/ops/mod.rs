@@ -30,7 +30,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
 pub use files::{before_create, before_fd_change, before_open, before_truncate, birth_of, fopen_flags, open_mutates};
-pub use meta::{before_fd_meta, before_meta};
+pub use meta::{before_fd_flags, before_fd_meta, before_meta};
 pub use names::{Removes, before_mktemp, before_remove, before_rename, temp_name_target};
 
 use crate::index::{Origin, SharedIndex};
@@ -126,6 +126,8 @@ pub trait Caller {
     /// The value of extended attribute `name` of the file open as the caller's descriptor `fd`
     /// (`Ok(None)` when it is not set).
     fn fd_xattr(&self, fd: i32, name: &[u8]) -> Result<Option<Vec<u8>>, Errno>;
+    /// The inode flags (`FS_IOC_GETFLAGS`) of the file open as the caller's descriptor `fd`.
+    fn fd_flags(&self, fd: i32) -> Result<u32, Errno>;
 
     /// A fast way to name a target without a full resolution (the shim's remembered directory
     /// paths); `None`: resolve it.

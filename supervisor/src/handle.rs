@@ -1,0 +1,611 @@
+//! What the supervisor does with one notification: recognise a call the shim already
+//! journaled (a pass), read the call's arguments from the thread's memory, journal it through
+//! the same logic the shim uses ([`aether_journal_recorder::ops`]), and answer: let the kernel
+//! run it, or fail it (the strict policy, the session's own store).
+//!
+//! What this module cannot do: see the call's result. The kernel runs the call after the
+//! answer, so strategies that need the result (an exclusive create journaled without looking,
+//! a big file moved aside before a truncation, a `call_failed` record) are not used here, and a
+//! connect is journaled as attempted.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+
+use aether_journal::BPath;
+use aether_journal::config::Policy;
+use aether_journal::exec_check::{self, Creds};
+use aether_journal::record::{Before, MetaKind, Op, Reason, UnobservedReason};
+use aether_journal_recorder::effects;
+use aether_journal_recorder::ops::{self, Journal, Pending, Removes};
+
+use crate::filter::{
+    FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, NATIVE_ARCH, SYS_REMOVEXATTRAT, SYS_SETXATTRAT,
+};
+use crate::listener::{Listener, Notification};
+use crate::store::{Recording, Store, Writer};
+use crate::target::{Process, ReadError, Target, Thread};
+
+/// How a notification is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Let the kernel run the call.
+    Proceed,
+    /// Fail it with this errno without running it.
+    Fail(i32),
+}
+
+/// Longest path the kernel accepts (`PATH_MAX`, its NUL included).
+const PATH_MAX: usize = 4096;
+
+/// One worker's state: its segment, and what it knows of the processes it has seen.
+pub struct Worker<'s> {
+    store: &'s Store,
+    writer: Writer,
+    processes: HashMap<u32, Process>,
+    /// The last call this worker answered per thread, to journal a call restarted after a
+    /// signal once (kernels without `WAIT_KILLABLE_RECV` notify it again).
+    last: HashMap<u32, (i64, [u64; 6])>,
+    /// Notifications answered, and those that were the shim's passes (for the test suite).
+    pub counts: Counts,
+}
+
+/// What a worker has done.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    /// Notifications received.
+    pub notified: u64,
+    /// Of those, calls the shim had already journaled (passes).
+    pub passed: u64,
+}
+
+/// A call's arguments could not be read: what to do instead.
+enum Unread {
+    /// The call will fail (a bad pointer, a name too long) or never run: nothing to journal.
+    Nothing,
+    /// Say why in an irreversible record.
+    Denied(i32),
+}
+
+impl From<ReadError> for Unread {
+    fn from(e: ReadError) -> Unread {
+        match e {
+            ReadError::Fault | ReadError::TooLong | ReadError::Gone => Unread::Nothing,
+            ReadError::Denied(e) => Unread::Denied(e),
+        }
+    }
+}
+
+impl<'s> Worker<'s> {
+    /// A worker for `store`.
+    pub fn new(store: &'s Store) -> Worker<'s> {
+        Worker {
+            store,
+            writer: Writer::default(),
+            processes: HashMap::new(),
+            last: HashMap::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// Handles one notification and answers it.
+    pub fn serve(&mut self, listener: &Listener, n: &Notification) {
+        self.counts.notified += 1;
+        let passed = self.counts.passed;
+        let answer = self.handle(listener, n);
+        self.store.counters().note_notified(self.counts.passed != passed);
+        match answer {
+            Answer::Proceed => listener.proceed(n.id),
+            Answer::Fail(e) => listener.fail(n.id, e),
+        }
+    }
+
+    fn handle(&mut self, listener: &Listener, n: &Notification) -> Answer {
+        if n.arch != NATIVE_ARCH || self.passed(n.tid) {
+            return Answer::Proceed;
+        }
+        // The same call again (restarted after a signal, on a kernel that notifies it twice):
+        // journaled the first time.
+        if self.last.insert(n.tid, (n.nr, n.args)) == Some((n.nr, n.args)) && !is_exec(n.nr) {
+            return Answer::Proceed;
+        }
+        if self.processes.len() > 4096 {
+            self.processes.clear();
+        }
+        let process = match self.processes.get(&n.tid) {
+            Some(p) => p.clone(),
+            None => match Process::of(n.tid) {
+                Some(p) => {
+                    self.processes.insert(n.tid, p.clone());
+                    p
+                }
+                // Gone already: the call will never run.
+                None => return Answer::Proceed,
+            },
+        };
+        let thread = Thread { tid: n.tid };
+        let call = Call::read(&thread, n, process.pid);
+        // Whatever was read is only acted on if the thread still waits in this very call
+        // (its memory could otherwise be another process's by now).
+        if !listener.valid(n.id) {
+            return Answer::Proceed;
+        }
+        if is_exec(n.nr) {
+            // A new image: the process's program changes, and its other threads are gone.
+            self.processes.retain(|_, p| p.pid != process.pid);
+        }
+        let journal =
+            Recording { store: self.store, writer: std::cell::RefCell::new(&mut self.writer), process: &process };
+        let target = Target { thread, process: &process };
+        let name = crate::names::name(n.nr);
+        let pending = match call {
+            Ok(call) if process.chrooted && call.names_paths() => chrooted(&journal, n.nr),
+            Ok(call) => call.journal(&journal, &target, name),
+            Err(Unread::Nothing) => Pending::Nothing,
+            Err(Unread::Denied(e)) => unreadable(&journal, n.nr, e),
+        };
+        match pending {
+            Pending::Refuse(e) => Answer::Fail(e),
+            _ => Answer::Proceed,
+        }
+    }
+
+    /// Whether thread `tid` holds a pass: the shim is inside a libc function whose own system
+    /// calls it journaled, and the cookie at the pass's address in the thread's memory says so.
+    fn passed(&mut self, tid: u32) -> bool {
+        let counters = self.store.counters();
+        let want = aether_journal::session::pass_cookie(self.store.mark, tid);
+        let thread = Thread { tid };
+        for (slot, addr) in counters.passes_of(tid).collect::<Vec<_>>() {
+            match thread.read_u64(addr) {
+                Ok(c) if c == want => {
+                    self.counts.passed += 1;
+                    return true;
+                }
+                Err(ReadError::Gone) => counters.drop_stale_pass(slot, tid),
+                _ => {}
+            }
+        }
+        false
+    }
+}
+
+fn is_exec(nr: i64) -> bool {
+    nr == libc::SYS_execve || nr == libc::SYS_execveat
+}
+
+/// A watched call's arguments, read from the thread's memory.
+enum Call {
+    Open {
+        dirfd: i32,
+        path: Vec<u8>,
+        flags: i32,
+    },
+    Truncate {
+        path: Vec<u8>,
+    },
+    FdChange {
+        fd: i32,
+        st: Option<rustix::fs::Stat>,
+    },
+    Rename {
+        olddir: i32,
+        old: Vec<u8>,
+        newdir: i32,
+        new: Vec<u8>,
+        flags: u32,
+    },
+    Remove {
+        dirfd: i32,
+        path: Vec<u8>,
+        removes: Removes,
+    },
+    Create {
+        dirfd: i32,
+        path: Vec<u8>,
+    },
+    Meta {
+        dirfd: i32,
+        path: Vec<u8>,
+        follow: bool,
+        what: MetaKind,
+        xattr: Option<Vec<u8>>,
+    },
+    FdMeta {
+        fd: i32,
+        st: Option<rustix::fs::Stat>,
+        what: MetaKind,
+        xattr: Option<Vec<u8>>,
+    },
+    SetFlags {
+        fd: i32,
+        st: Option<rustix::fs::Stat>,
+    },
+    FsSetXattr {
+        fd: i32,
+    },
+    OpenByHandle,
+    Connect(Option<aether_journal::record::Endpoint>),
+    Send(Vec<aether_journal::record::Endpoint>),
+    Signal {
+        target: i64,
+        sig: i32,
+    },
+    /// A signal to the caller's own process: nothing outside it is touched.
+    OwnSignal,
+    Exec {
+        dirfd: i32,
+        path: Vec<u8>,
+        argv: Vec<Vec<u8>>,
+        cut: bool,
+        empty_path: bool,
+    },
+    IoUring,
+    /// Nothing to journal.
+    Nothing,
+}
+
+impl Call {
+    /// Reads the arguments of notification `n` from `thread`.
+    fn read(thread: &Thread, n: &Notification, own_pid: u32) -> Result<Call, Unread> {
+        let a = n.args;
+        let int = |i: usize| a[i] as i32;
+        let path = |i: usize| thread.read_cstr(a[i], PATH_MAX - 1);
+        let fd_stat = |fd: i32| thread.fd_stat(fd);
+        let at = libc::AT_FDCWD;
+        let removes = |flags: i32| if flags & libc::AT_REMOVEDIR != 0 { Removes::Dir } else { Removes::NonDir };
+        // Metadata by name relative to `dirfd` (`flags`: AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH),
+        // or of `dirfd` itself for a null path (`null_is_dirfd`) or an empty one with
+        // AT_EMPTY_PATH.
+        let meta_at = |dirfd: i32,
+                       p: u64,
+                       flags: i32,
+                       what: MetaKind,
+                       xattr: Option<Vec<u8>>,
+                       null_is_dirfd: bool|
+         -> Result<Call, ReadError> {
+            if p == 0 && null_is_dirfd {
+                return Ok(Call::FdMeta { fd: dirfd, st: fd_stat(dirfd), what, xattr });
+            }
+            let p = thread.read_cstr(p, PATH_MAX - 1)?;
+            if p.is_empty() {
+                if flags & libc::AT_EMPTY_PATH != 0 {
+                    return Ok(Call::FdMeta { fd: dirfd, st: fd_stat(dirfd), what, xattr });
+                }
+                return Ok(Call::Nothing); // ENOENT
+            }
+            Ok(Call::Meta { dirfd, path: p, follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0, what, xattr })
+        };
+        let name = |i: usize| thread.read_cstr(a[i], 255).map(Some);
+        Ok(match n.nr {
+            libc::SYS_openat => Call::Open { dirfd: int(0), path: path(1)?, flags: int(2) },
+            libc::SYS_openat2 => {
+                // struct open_how starts with the u64 flags.
+                let flags = if a[3] >= 8 { thread.read_u64(a[2])? as i32 } else { return Ok(Call::Nothing) };
+                Call::Open { dirfd: int(0), path: path(1)?, flags }
+            }
+            libc::SYS_open_by_handle_at => Call::OpenByHandle,
+            libc::SYS_truncate => Call::Truncate { path: path(0)? },
+            libc::SYS_ftruncate | libc::SYS_fallocate => Call::FdChange { fd: int(0), st: fd_stat(int(0)) },
+            libc::SYS_renameat2 => {
+                Call::Rename { olddir: int(0), old: path(1)?, newdir: int(2), new: path(3)?, flags: a[4] as u32 }
+            }
+            libc::SYS_unlinkat => Call::Remove { dirfd: int(0), path: path(1)?, removes: removes(int(2)) },
+            libc::SYS_mkdirat | libc::SYS_mknodat => Call::Create { dirfd: int(0), path: path(1)? },
+            libc::SYS_linkat => Call::Create { dirfd: int(2), path: path(3)? },
+            libc::SYS_symlinkat => Call::Create { dirfd: int(1), path: path(2)? },
+            libc::SYS_fchmod => Call::FdMeta { fd: int(0), st: fd_stat(int(0)), what: MetaKind::Mode, xattr: None },
+            libc::SYS_fchmodat => meta_at(int(0), a[1], 0, MetaKind::Mode, None, false)?,
+            libc::SYS_fchmodat2 => meta_at(int(0), a[1], int(3), MetaKind::Mode, None, false)?,
+            libc::SYS_fchown => Call::FdMeta { fd: int(0), st: fd_stat(int(0)), what: MetaKind::Owner, xattr: None },
+            libc::SYS_fchownat => meta_at(int(0), a[1], int(4), MetaKind::Owner, None, false)?,
+            libc::SYS_utimensat => meta_at(int(0), a[1], int(3), MetaKind::Times, None, true)?,
+            libc::SYS_setxattr | libc::SYS_removexattr => meta_at(at, a[0], 0, MetaKind::Xattr, name(1)?, false)?,
+            libc::SYS_lsetxattr | libc::SYS_lremovexattr => {
+                meta_at(at, a[0], libc::AT_SYMLINK_NOFOLLOW, MetaKind::Xattr, name(1)?, false)?
+            }
+            libc::SYS_fsetxattr | libc::SYS_fremovexattr => {
+                Call::FdMeta { fd: int(0), st: fd_stat(int(0)), what: MetaKind::Xattr, xattr: name(1)? }
+            }
+            SYS_SETXATTRAT | SYS_REMOVEXATTRAT => meta_at(int(0), a[1], int(2), MetaKind::Xattr, name(3)?, false)?,
+            libc::SYS_bind => match sockaddr(thread, a[1], a[2])? {
+                // A Unix socket's name is a file the call creates.
+                Some(sa) if unix_path(&sa).is_some() => {
+                    Call::Create { dirfd: at, path: unix_path(&sa).unwrap_or_default().to_vec() }
+                }
+                _ => Call::Nothing,
+            },
+            libc::SYS_ioctl => match a[1] as u32 {
+                FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => Call::SetFlags { fd: int(0), st: fd_stat(int(0)) },
+                FS_IOC_FSSETXATTR => Call::FsSetXattr { fd: int(0) },
+                _ => Call::Nothing,
+            },
+            libc::SYS_connect => {
+                Call::Connect(sockaddr(thread, a[1], a[2])?.as_deref().and_then(effects::parse_endpoint))
+            }
+            libc::SYS_sendto => Call::Send(
+                sockaddr(thread, a[4], a[5])?.as_deref().and_then(effects::parse_endpoint).into_iter().collect(),
+            ),
+            libc::SYS_sendmsg => Call::Send(msg_destination(thread, a[1])?.into_iter().collect()),
+            libc::SYS_sendmmsg => {
+                let mut dests = Vec::new();
+                // struct mmsghdr is a msghdr (56 bytes) and an unsigned int, padded to 64.
+                for i in 0..(a[2] as u32).min(1024) as u64 {
+                    if let Some(ep) = msg_destination(thread, a[1] + 64 * i)? {
+                        if !dests.contains(&ep) {
+                            dests.push(ep);
+                        }
+                    }
+                }
+                Call::Send(dests)
+            }
+            libc::SYS_kill | libc::SYS_rt_sigqueueinfo => signal(own_pid, a[0] as i32 as i64, int(1)),
+            // A thread id: its process is the target.
+            libc::SYS_tkill => match Process::of(a[0] as u32) {
+                Some(p) => signal(own_pid, i64::from(p.pid), int(1)),
+                None => Call::Nothing,
+            },
+            libc::SYS_tgkill | libc::SYS_rt_tgsigqueueinfo => signal(own_pid, a[0] as i32 as i64, int(2)),
+            libc::SYS_pidfd_send_signal => match pidfd_pid(thread, int(0)) {
+                Some(pid) => signal(own_pid, i64::from(pid), int(1)),
+                None => Call::Nothing,
+            },
+            libc::SYS_execve => {
+                let (argv, cut) = thread.read_argv(a[1], 4096, 256 * 1024)?;
+                Call::Exec { dirfd: at, path: path(0)?, argv, cut, empty_path: false }
+            }
+            libc::SYS_execveat => {
+                let (argv, cut) = thread.read_argv(a[2], 4096, 256 * 1024)?;
+                let empty_path = int(4) & libc::AT_EMPTY_PATH != 0;
+                Call::Exec { dirfd: int(0), path: path(1)?, argv, cut, empty_path }
+            }
+            libc::SYS_io_uring_setup => Call::IoUring,
+            #[cfg(target_arch = "x86_64")]
+            nr => match nr {
+                libc::SYS_open => Call::Open { dirfd: at, path: path(0)?, flags: int(1) },
+                libc::SYS_creat => {
+                    Call::Open { dirfd: at, path: path(0)?, flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC }
+                }
+                libc::SYS_rename => Call::Rename { olddir: at, old: path(0)?, newdir: at, new: path(1)?, flags: 0 },
+                libc::SYS_renameat => {
+                    Call::Rename { olddir: int(0), old: path(1)?, newdir: int(2), new: path(3)?, flags: 0 }
+                }
+                libc::SYS_unlink => Call::Remove { dirfd: at, path: path(0)?, removes: Removes::NonDir },
+                libc::SYS_rmdir => Call::Remove { dirfd: at, path: path(0)?, removes: Removes::Dir },
+                libc::SYS_mkdir | libc::SYS_mknod => Call::Create { dirfd: at, path: path(0)? },
+                libc::SYS_link | libc::SYS_symlink => Call::Create { dirfd: at, path: path(1)? },
+                libc::SYS_chmod => meta_at(at, a[0], 0, MetaKind::Mode, None, false)?,
+                libc::SYS_chown => meta_at(at, a[0], 0, MetaKind::Owner, None, false)?,
+                libc::SYS_lchown => meta_at(at, a[0], libc::AT_SYMLINK_NOFOLLOW, MetaKind::Owner, None, false)?,
+                libc::SYS_utime | libc::SYS_utimes => meta_at(at, a[0], 0, MetaKind::Times, None, false)?,
+                libc::SYS_futimesat => meta_at(int(0), a[1], 0, MetaKind::Times, None, true)?,
+                _ => Call::Nothing,
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => Call::Nothing,
+        })
+    }
+
+    /// Whether journaling the call needs to name paths (which a chrooted process's cannot be).
+    fn names_paths(&self) -> bool {
+        !matches!(
+            self,
+            Call::Connect(_) | Call::Send(_) | Call::Signal { .. } | Call::OwnSignal | Call::IoUring | Call::Nothing
+        )
+    }
+
+    /// Journals the call (`call`: its name in the records); the pending outcome says whether
+    /// the strict policy refuses it.
+    fn journal(self, j: &Recording<'_>, t: &Target<'_>, call: &str) -> Pending {
+        match self {
+            Call::Open { dirfd, path, flags } => ops::before_open(j, t, call, dirfd, &path, flags),
+            Call::Truncate { path } => ops::before_truncate(j, t, call, &path),
+            Call::FdChange { fd, st: Some(st) } => ops::before_fd_change(j, t, call, fd, &st),
+            Call::Rename { olddir, old, newdir, new, flags } => {
+                ops::before_rename(j, t, call, olddir, &old, newdir, &new, flags)
+            }
+            Call::Remove { dirfd, path, removes } => ops::before_remove(j, t, call, dirfd, &path, removes),
+            Call::Create { dirfd, path } => ops::before_create(j, t, call, dirfd, &path),
+            Call::Meta { dirfd, path, follow, what, xattr } => {
+                ops::before_meta(j, t, call, dirfd, &path, follow, what, xattr.as_deref())
+            }
+            Call::FdMeta { fd, st: Some(st), what, xattr } => {
+                ops::before_fd_meta(j, t, call, fd, &st, what, xattr.as_deref())
+            }
+            Call::SetFlags { fd, st: Some(st) } => ops::before_fd_flags(j, t, call, fd, &st),
+            Call::FsSetXattr { fd } => not_kept(j, t, call, fd, "the attributes FS_IOC_FSSETXATTR sets are not kept"),
+            Call::OpenByHandle => irreversible_call(j, call, "a file opened by handle cannot be named"),
+            // A Unix socket that is not there cannot be connected to (glibc's lookups try
+            // nscd's on every name resolution): the call fails and changes nothing.
+            Call::Connect(Some(ep)) if !unix_socket_exists(t, &ep) => Pending::Nothing,
+            Call::Connect(Some(ep)) => effects::before_connect(j, t, call, ep),
+            Call::Send(dests) => {
+                for ep in dests {
+                    if let Pending::Refuse(e) = effects::before_send(j, t, call, ep) {
+                        return Pending::Refuse(e);
+                    }
+                }
+                Pending::Nothing
+            }
+            Call::Signal { target, sig } => effects::before_signal(j, t, call, target, sig),
+            Call::Exec { dirfd, path, argv, cut, empty_path } => exec(j, t, call, dirfd, &path, argv, cut, empty_path),
+            Call::IoUring => {
+                let reason = UnobservedReason::IoUring;
+                if j.settings().policy == Policy::Strict {
+                    return ops::refuse(j, call, format!("{call}: {reason}"), libc::EPERM);
+                }
+                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason });
+                Pending::Nothing
+            }
+            Call::FdChange { st: None, .. }
+            | Call::FdMeta { st: None, .. }
+            | Call::SetFlags { st: None, .. }
+            | Call::Connect(None)
+            | Call::OwnSignal
+            | Call::Nothing => Pending::Nothing,
+        }
+    }
+}
+
+/// A signal: to the caller's own process (nothing outside it is touched: not journaled, which
+/// also spares the journal the Go runtime's preemption signals), or to another.
+fn signal(own_pid: u32, target: i64, sig: i32) -> Call {
+    if sig == 0 {
+        return Call::Nothing;
+    }
+    if target == i64::from(own_pid) {
+        return Call::OwnSignal;
+    }
+    Call::Signal { target, sig }
+}
+
+/// The process a pidfd of the thread's refers to (`Pid:` in its fdinfo).
+fn pidfd_pid(thread: &Thread, fd: i32) -> Option<u32> {
+    let info = std::fs::read(format!("/proc/{}/fdinfo/{fd}", thread.tid)).ok()?;
+    info.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Pid:"))
+        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<i64>().ok().filter(|&p| p > 0).map(|p| p as u32))
+}
+
+/// Whether a Unix socket endpoint (not an abstract one) names a socket that exists, as the
+/// caller sees its path; any other endpoint counts as existing.
+fn unix_socket_exists(t: &Target<'_>, ep: &aether_journal::record::Endpoint) -> bool {
+    let addr = ep.address.as_bytes();
+    if ep.family != "unix" || addr.first() == Some(&b'@') {
+        return true;
+    }
+    let path = if addr.first() == Some(&b'/') {
+        addr.to_vec()
+    } else {
+        aether_journal::bpath::join(&t.thread.link("cwd").unwrap_or_default(), addr)
+    };
+    !matches!(
+        rustix::fs::statat(rustix::fs::CWD, path.as_slice(), rustix::fs::AtFlags::empty()),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
+    )
+}
+
+/// A socket address of `len` bytes at `addr` (at most `sockaddr_storage`'s size).
+fn sockaddr(thread: &Thread, addr: u64, len: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    if addr == 0 || len < 2 {
+        return Ok(None);
+    }
+    let mut buf = vec![0u8; len];
+    thread.read(addr, &mut buf)?;
+    Ok(Some(buf))
+}
+
+/// The path a Unix socket address names (not an abstract or unnamed one).
+fn unix_path(sa: &[u8]) -> Option<&[u8]> {
+    if sa.len() < 3 || i32::from(u16::from_ne_bytes([sa[0], sa[1]])) != libc::AF_UNIX || sa[2] == 0 {
+        return None;
+    }
+    let path = &sa[2..];
+    Some(&path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())])
+}
+
+/// The destination a `struct msghdr` at `addr` names, if any.
+fn msg_destination(thread: &Thread, addr: u64) -> Result<Option<aether_journal::record::Endpoint>, ReadError> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    // msg_name (a pointer) then msg_namelen (a u32).
+    let mut hdr = [0u8; 16];
+    thread.read(addr, &mut hdr)?;
+    let name = u64::from_ne_bytes(hdr[..8].try_into().unwrap_or([0; 8]));
+    let len = u32::from_ne_bytes(hdr[8..12].try_into().unwrap_or([0; 4]));
+    Ok(sockaddr(thread, name, u64::from(len))?.as_deref().and_then(effects::parse_endpoint))
+}
+
+/// An exec: journaled (its program, argv and working directory) when the program exists; a
+/// program of another architecture is also journaled as unobserved (the filter cannot watch
+/// it), or refused under the strict policy.
+#[allow(clippy::too_many_arguments)]
+fn exec(
+    j: &Recording<'_>,
+    t: &Target<'_>,
+    call: &str,
+    dirfd: i32,
+    path: &[u8],
+    mut argv: Vec<Vec<u8>>,
+    cut: bool,
+    empty_path: bool,
+) -> Pending {
+    use aether_journal_recorder::ops::Caller;
+    let cwd = t.thread.link("cwd").unwrap_or_default();
+    let program = if empty_path && path.is_empty() {
+        t.fd_path(dirfd).unwrap_or_default()
+    } else if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
+        aether_journal::bpath::join(&cwd, path)
+    } else {
+        aether_journal::bpath::join(&t.fd_path(dirfd).unwrap_or_default(), path)
+    };
+    // A program that is not there will not run (execvp tries every directory of PATH).
+    if std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(&program)).is_err() {
+        return Pending::Nothing;
+    }
+    if cut {
+        argv.push(b"[... further arguments not journaled]".to_vec());
+    }
+    let program = BPath::new(program);
+    let argv = argv.into_iter().map(BPath::new).collect();
+    j.record(call, Op::Exec { program: program.clone(), argv, cwd: BPath::new(cwd), child: None });
+    if let Err(reason @ UnobservedReason::ForeignArchitecture { .. }) =
+        exec_check::check(program.as_bytes(), Creds::current())
+    {
+        if j.settings().policy == Policy::Strict {
+            let what = format!("exec of {}: {reason}", program.display_lossy());
+            return ops::refuse(j, call, what, libc::EPERM);
+        }
+        j.record(call, Op::Unobserved { program, reason });
+    }
+    Pending::Nothing
+}
+
+/// A call whose prior state the supervisor cannot keep: an irreversible record naming the
+/// file behind `fd`.
+fn not_kept(j: &Recording<'_>, t: &Target<'_>, call: &str, fd: i32, why: &str) -> Pending {
+    use aether_journal_recorder::ops::Caller;
+    let path = t.fd_path(fd).unwrap_or_default();
+    let reason = Reason::CaptureFailed { step: "capture".into(), error: why.into() };
+    change_irreversible(j, call, BPath::new(path), reason)
+}
+
+fn irreversible_call(j: &Recording<'_>, call: &str, why: &str) -> Pending {
+    change_irreversible(
+        j,
+        call,
+        BPath::new(Vec::new()),
+        Reason::CaptureFailed { step: "name the file".into(), error: why.into() },
+    )
+}
+
+fn change_irreversible(j: &Recording<'_>, call: &str, path: BPath, reason: Reason) -> Pending {
+    if j.settings().policy == Policy::Strict {
+        return ops::refuse(j, call, format!("{call} {}: {reason}", path.display_lossy()), libc::EACCES);
+    }
+    j.record(call, Op::Change { path, before: Before::Irreversible { reason } });
+    Pending::Nothing
+}
+
+/// A call of a process whose root is not the supervisor's: its paths cannot be named from
+/// outside, so the step is journaled as irreversible (and refused under the strict policy).
+fn chrooted(j: &Recording<'_>, nr: i64) -> Pending {
+    let call = crate::names::name(nr);
+    let reason =
+        Reason::CaptureFailed { step: "resolve the path".into(), error: "the process runs under chroot".into() };
+    change_irreversible(j, call, BPath::new(Vec::new()), reason)
+}
+
+/// The thread's memory could not be read: journaled as irreversible with the reason.
+fn unreadable(j: &Recording<'_>, nr: i64, errno: i32) -> Pending {
+    let call = crate::names::name(nr);
+    let error =
+        format!("the supervisor could not read the call's arguments ({})", std::io::Error::from_raw_os_error(errno));
+    change_irreversible(
+        j,
+        call,
+        BPath::new(Vec::new()),
+        Reason::CaptureFailed { step: "read the arguments".into(), error },
+    )
+}

@@ -1,0 +1,310 @@
+//! A watched thread seen from the supervisor: its memory (read with `process_vm_readv`, page by
+//! page, as bytes), its working directory and descriptors (through `/proc/TID/`), and the
+//! process it belongs to.
+//!
+//! What this module cannot do: read a thread the supervisor may not trace (a program that made
+//! itself non-dumpable, Yama's restrictions, a container that blocks `process_vm_readv`): the
+//! call is then journaled as irreversible with the reason. Nor can it keep the thread, or
+//! another thread of its process, from changing the memory it read before the kernel reads it
+//! again (README, "What this cannot do").
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use aether_journal::BPath;
+use aether_journal::record::Endpoint;
+use aether_journal::resolve::DirFd;
+use aether_journal_recorder::ops::{Base, BaseError, Caller};
+use rustix::fs::{CWD, Mode, OFlags};
+use rustix::io::Errno;
+
+/// Why memory of a watched thread could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// The address is not mapped: the call will fail with EFAULT and change nothing.
+    Fault,
+    /// The string is longer than the kernel accepts for this argument: the call will fail.
+    TooLong,
+    /// The thread has gone: the call will never run.
+    Gone,
+    /// The supervisor may not read it (`EPERM`: not traceable).
+    Denied(i32),
+}
+
+const PAGE: usize = 4096;
+
+/// A thread waiting in a watched call.
+pub struct Thread {
+    /// Its id.
+    pub tid: u32,
+}
+
+impl Thread {
+    /// Reads `buf.len()` bytes at `addr` of the thread's memory.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: one local iovec over `buf`, which we own and which is `buf.len()` bytes; the
+        // remote one names memory of the other process, which the kernel checks.
+        let n = unsafe { libc::process_vm_readv(self.tid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n == buf.len() as isize {
+            return Ok(());
+        }
+        if n >= 0 {
+            return Err(ReadError::Fault);
+        }
+        Err(match io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+            libc::EFAULT => ReadError::Fault,
+            libc::ESRCH => ReadError::Gone,
+            e => ReadError::Denied(e),
+        })
+    }
+
+    /// A `u64` at `addr`.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// The NUL-terminated string at `addr`, at most `max` bytes before its NUL, read a page at
+    /// a time so that no read crosses into an unmapped page.
+    pub fn read_cstr(&self, addr: u64, max: usize) -> Result<Vec<u8>, ReadError> {
+        if addr == 0 {
+            return Err(ReadError::Fault);
+        }
+        let mut out = Vec::new();
+        let mut at = addr;
+        let mut page = [0u8; PAGE];
+        while out.len() <= max {
+            let room = PAGE - (at as usize % PAGE);
+            let chunk = &mut page[..room];
+            self.read(at, chunk)?;
+            if let Some(nul) = chunk.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..nul]);
+                return if out.len() > max { Err(ReadError::TooLong) } else { Ok(out) };
+            }
+            out.extend_from_slice(chunk);
+            at += room as u64;
+        }
+        Err(ReadError::TooLong)
+    }
+
+    /// A null-terminated array of string pointers at `addr` (argv), at most `max` entries and
+    /// `budget` bytes in all: (the strings, whether any were left out).
+    pub fn read_argv(&self, addr: u64, max: usize, budget: usize) -> Result<(Vec<Vec<u8>>, bool), ReadError> {
+        let mut out = Vec::new();
+        let mut used = 0usize;
+        if addr == 0 {
+            return Ok((out, false));
+        }
+        for i in 0..max {
+            let p = self.read_u64(addr + 8 * i as u64)?;
+            if p == 0 {
+                return Ok((out, false));
+            }
+            let s = self.read_cstr(p, 128 * 1024)?;
+            used += s.len();
+            if used > budget {
+                return Ok((out, true));
+            }
+            out.push(s);
+        }
+        Ok((out, true))
+    }
+
+    fn proc_path(&self, rest: &str) -> String {
+        format!("/proc/{}/{rest}", self.tid)
+    }
+
+    /// The target of one of the thread's `/proc` links (`cwd`, `root`, `exe`, `fd/N`).
+    pub fn link(&self, rest: &str) -> io::Result<Vec<u8>> {
+        Ok(rustix::fs::readlinkat(CWD, self.proc_path(rest).as_str(), Vec::new())?.into_bytes())
+    }
+
+    /// Opens the directory one of the thread's `/proc` links leads to (`O_PATH`).
+    pub fn open_dir(&self, rest: &str) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(
+            CWD,
+            self.proc_path(rest).as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
+    /// `stat` of the file open as the thread's descriptor `fd`.
+    pub fn fd_stat(&self, fd: i32) -> Option<rustix::fs::Stat> {
+        rustix::fs::statat(CWD, self.proc_path(&format!("fd/{fd}")).as_str(), rustix::fs::AtFlags::empty()).ok()
+    }
+
+    /// Opens the file behind the thread's descriptor `fd` for reading (to ask it its
+    /// attributes).
+    pub fn open_fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(
+            CWD,
+            self.proc_path(&format!("fd/{fd}")).as_str(),
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+}
+
+/// What the supervisor knows of the process a watched thread belongs to.
+#[derive(Clone, Debug)]
+pub struct Process {
+    /// Its process id (the thread group).
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// Its process group.
+    pub pgid: i64,
+    /// `/proc/PID/exe`.
+    pub prog: BPath,
+    /// The same, encoded once for every record.
+    pub prog_json: Vec<u8>,
+    /// Whether its root is not the supervisor's (a `chroot`): its paths cannot be named.
+    pub chrooted: bool,
+}
+
+impl Process {
+    /// Reads what `/proc` says of the process of thread `tid`.
+    pub fn of(tid: u32) -> Option<Process> {
+        let status = std::fs::read(format!("/proc/{tid}/status")).ok()?;
+        let field = |name: &[u8]| -> Option<u32> {
+            status
+                .split(|&b| b == b'\n')
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| std::str::from_utf8(v).ok().map(str::trim).and_then(|v| v.parse().ok()))
+        };
+        let pid = field(b"Tgid:")?;
+        let ppid = field(b"PPid:").unwrap_or(0);
+        let stat = std::fs::read(format!("/proc/{tid}/stat")).ok()?;
+        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+        let close = stat.iter().rposition(|&b| b == b')')?;
+        let pgid = std::str::from_utf8(&stat[close + 1..]).ok()?.split_whitespace().nth(2)?.parse().ok()?;
+        let thread = Thread { tid };
+        let prog = BPath::new(thread.link("exe").unwrap_or_default());
+        let chrooted = thread.link("root").is_ok_and(|r| r != b"/");
+        Some(Process { pid, ppid, pgid, prog_json: aether_journal::journal::prog_json(&prog), prog, chrooted })
+    }
+}
+
+/// A watched thread as the journaling logic sees its caller: paths relative to its working
+/// directory and descriptors, named through `/proc`. It never sees a call's result (the kernel
+/// runs the call after the supervisor answers).
+pub struct Target<'a> {
+    /// The thread.
+    pub thread: Thread,
+    /// Its process.
+    pub process: &'a Process,
+}
+
+impl Caller for Target<'_> {
+    fn sees_results(&self) -> bool {
+        false
+    }
+
+    fn cwd(&self) -> Result<Base<'_>, BaseError> {
+        base(&self.thread, "cwd")
+    }
+
+    fn dir(&self, fd: i32) -> Result<Base<'_>, BaseError> {
+        if fd < 0 {
+            return Err(BaseError::WillFail);
+        }
+        base(&self.thread, &format!("fd/{fd}"))
+    }
+
+    fn fd_path(&self, fd: i32) -> io::Result<Vec<u8>> {
+        self.thread.link(&format!("fd/{fd}"))
+    }
+
+    fn fd_xattr(&self, fd: i32, name: &[u8]) -> Result<Option<Vec<u8>>, Errno> {
+        let path = self.thread.proc_path(&format!("fd/{fd}"));
+        let mut buf = vec![0u8; 65536];
+        match rustix::fs::getxattr(path.as_str(), name, &mut buf[..]) {
+            Ok(n) => Ok(Some(buf[..n].to_vec())),
+            Err(Errno::NODATA) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn fd_flags(&self, fd: i32) -> Result<u32, Errno> {
+        Ok(rustix::fs::ioctl_getflags(self.thread.open_fd(fd)?)?.bits())
+    }
+
+    fn pid_and_group(&self) -> (u32, i64) {
+        (self.process.pid, self.process.pgid)
+    }
+
+    fn first_send_to(&self, _peer: &Endpoint) -> bool {
+        true
+    }
+}
+
+/// The directory behind one of the thread's `/proc` links, as a base to resolve from.
+fn base(thread: &Thread, link: &str) -> Result<Base<'static>, BaseError> {
+    let fd = match thread.open_dir(link) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF) => return Err(BaseError::WillFail),
+        Err(e) => return Err(BaseError::Failed(format!("/proc/{}/{link}: {}", thread.tid, io::Error::from(e)))),
+    };
+    // The name of what was opened, not of the link now: it may have changed meanwhile.
+    let path = aether_journal::resolve::fd_path(fd.as_raw_fd())
+        .map_err(|e| BaseError::Failed(format!("/proc/{}/{link}: {e}", thread.tid)))?;
+    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") {
+        return Err(BaseError::WillFail);
+    }
+    Ok(Base { fd: DirFd::Owned(fd), path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_read_as_bytes_across_a_page_boundary_and_stop_at_their_nul() {
+        let me = Thread { tid: rustix::thread::gettid().as_raw_nonzero().get() as u32 };
+        // A name that is not UTF-8, placed so that it straddles a page boundary.
+        let mut area = vec![0u8; 3 * PAGE];
+        let base = area.as_ptr() as usize;
+        let start = (base / PAGE + 1) * PAGE - 3 - base;
+        let name = b"\xff\xfename-after-the-boundary";
+        area[start..start + name.len()].copy_from_slice(name);
+        let got = me.read_cstr((base + start) as u64, 4096).unwrap();
+        assert_eq!(got, name);
+        assert_eq!(me.read_cstr(0, 4096), Err(ReadError::Fault));
+        assert_eq!(me.read_cstr(8, 4096), Err(ReadError::Fault), "an unmapped page");
+        let long = vec![b'a'; 5000];
+        let mut z = long.clone();
+        z.push(0);
+        assert_eq!(me.read_cstr(z.as_ptr() as u64, 4096), Err(ReadError::TooLong));
+    }
+
+    #[test]
+    fn an_argv_array_is_read_whole_or_said_to_be_cut() {
+        let me = Thread { tid: rustix::thread::gettid().as_raw_nonzero().get() as u32 };
+        let a = std::ffi::CString::new("ls").unwrap();
+        let b = std::ffi::CString::new("-l").unwrap();
+        let argv = [a.as_ptr(), b.as_ptr(), std::ptr::null()];
+        let (got, cut) = me.read_argv(argv.as_ptr() as u64, 100, 1 << 20).unwrap();
+        assert_eq!(got, vec![b"ls".to_vec(), b"-l".to_vec()]);
+        assert!(!cut);
+        let (got, cut) = me.read_argv(argv.as_ptr() as u64, 1, 1 << 20).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(cut);
+    }
+
+    #[test]
+    fn a_process_is_known_by_its_thread_group_parent_and_program() {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let p = Process::of(tid).unwrap();
+        assert_eq!(p.pid, std::process::id());
+        assert_eq!(p.ppid, rustix::process::getppid().unwrap().as_raw_nonzero().get() as u32);
+        assert!(!p.prog.as_bytes().is_empty());
+        assert!(!p.chrooted);
+    }
+}

@@ -6,6 +6,10 @@
 //! or word size, set-user-ID or set-group-ID to someone else, or carries file capabilities
 //! (the loader then runs in secure mode and ignores `LD_PRELOAD`).
 //!
+//! A dynamically linked program known to make its own system calls is unobservable too: a Go
+//! program (its `.go.buildinfo` section; Go never calls libc for file operations, even when it
+//! is linked with it) or Bun (its `.bun` section).
+//!
 //! What this module cannot do: predict every way a program can escape (a dynamically linked
 //! program that calls `syscall` instructions itself, or clears its own environment before
 //! exec'ing a helper); those are covered elsewhere or listed in the README.
@@ -113,7 +117,44 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
         _ => return Ok(()),
     }
     let dynamic = table.chunks_exact(phentsize).any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
-    if dynamic { Ok(()) } else { Err(UnobservedReason::StaticExecutable) }
+    if !dynamic {
+        return Err(UnobservedReason::StaticExecutable);
+    }
+    match runtime_of(&fd, head) {
+        Some(runtime) => Err(UnobservedReason::BypassesLibc { runtime: runtime.into() }),
+        None => Ok(()),
+    }
+}
+
+/// The runtime a 64-bit little-endian ELF file was built with, when it is one whose programs
+/// make their own system calls: found by the name of a section only its toolchain emits.
+fn runtime_of(fd: &std::os::fd::OwnedFd, head: &[u8]) -> Option<&'static str> {
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as usize;
+    let shoff = u64::from_le_bytes(head[40..48].try_into().ok()?);
+    let (shentsize, shnum, shstrndx) = (u16_at(58), u16_at(60), u16_at(62));
+    if shentsize < 64 || shnum == 0 || shnum > 4096 || shstrndx >= shnum {
+        return None;
+    }
+    let mut table = vec![0u8; shentsize * shnum];
+    if read_at(fd, &mut table, shoff).ok()? != table.len() {
+        return None;
+    }
+    let field = |sh: &[u8], o: usize| u64::from_le_bytes(sh[o..o + 8].try_into().unwrap_or([0; 8]));
+    let strtab = &table[shstrndx * shentsize..(shstrndx + 1) * shentsize];
+    let (str_off, str_len) = (field(strtab, 24), field(strtab, 32).min(1 << 20));
+    let mut names = vec![0u8; str_len as usize];
+    if read_at(fd, &mut names, str_off).ok()? != names.len() {
+        return None;
+    }
+    let name_of = |sh: &[u8]| {
+        let at = u32::from_le_bytes(sh[0..4].try_into().unwrap_or([0; 4])) as usize;
+        names.get(at..).map(|n| &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())])
+    };
+    table.chunks_exact(shentsize).find_map(|sh| match name_of(sh) {
+        Some(b".go.buildinfo") => Some("go"),
+        Some(b".bun") => Some("bun"),
+        _ => None,
+    })
 }
 
 fn has_file_capabilities(fd: &std::os::fd::OwnedFd) -> bool {

@@ -536,6 +536,12 @@ pub enum UnobservedReason {
     /// The process set up io_uring, through which it can open, write, rename and unlink
     /// files without calling libc.
     IoUring,
+    /// A program that makes its own system calls for its file operations instead of calling
+    /// libc (a Go program, even one linked with libc; Bun), so the shim sees none of them.
+    BypassesLibc {
+        /// What it is built with (`go`, `bun`).
+        runtime: String,
+    },
     /// The shim could not be loaded or could not reach the session store.
     ShimNotLoaded {
         /// Why.
@@ -573,6 +579,15 @@ impl fmt::Display for UnobservedReason {
             UnobservedReason::ShimNotLoaded { why } => {
                 write!(f, "the shim could not journal it ({why}); what it changed was not journaled")
             }
+            UnobservedReason::BypassesLibc { runtime } => write!(
+                f,
+                "it is a {} program, which makes its own system calls instead of calling libc, so the shim saw none of them; what it changed was not journaled (the supervisor of `aether-journal run` sees them)",
+                match runtime.as_str() {
+                    "go" => "Go",
+                    "bun" => "Bun",
+                    other => other,
+                }
+            ),
         }
     }
 }

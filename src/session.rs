@@ -142,6 +142,12 @@ pub struct Coverage {
     pub no_new_privs: bool,
 }
 
+impl Default for Coverage {
+    fn default() -> Coverage {
+        Coverage::unknown()
+    }
+}
+
 /// See [`Coverage::mode`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -532,6 +538,12 @@ impl Session {
         let last = u64::from_le_bytes(slot);
         f.write_all_at(&(last + n).to_le_bytes(), (SLOT_LAST_ID * 8) as u64).map_err(io_at(&p))?;
         Ok(last + 1)
+    }
+
+    /// What the session's journaling could see ([`Coverage::unknown`] for a session recorded
+    /// before coverage was kept).
+    pub fn coverage(&self) -> Coverage {
+        self.header.coverage.clone().unwrap_or_else(Coverage::unknown)
     }
 
     /// The lifecycle state.

@@ -128,6 +128,8 @@ pub struct Report {
     pub sealed: bool,
     /// The records this run undid completely.
     pub undone: Vec<u64>,
+    /// What the session's journaling could see (from its header).
+    pub coverage: crate::session::Coverage,
 }
 
 impl Report {
@@ -173,6 +175,7 @@ impl Report {
             "outcomes": outcomes,
             "notes": self.notes,
             "sealed": self.sealed,
+            "coverage": self.coverage,
             "summary": self.summary(),
         })
     }
@@ -231,6 +234,7 @@ pub fn undo_session_with_progress(
                 already_undone: true,
                 dry_run: opts.dry_run,
                 notes: vec!["this session was already undone; nothing was changed".into()],
+                coverage: session.coverage(),
                 ..Default::default()
             });
         }
@@ -259,6 +263,7 @@ pub fn undo_session_with_progress(
         only: only.as_ref(),
     };
     let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    report.coverage = session.coverage();
     let lost = session.counters().lost_records;
     if lost > 0 {
         report.outcomes.push(StepReport {

@@ -125,7 +125,14 @@ fn describe_record(r: &Record) -> String {
 fn session_line(s: &Session) -> String {
     let h = s.header();
     let cmd: Vec<String> = h.root_command.iter().map(escape).collect();
-    format!("session {} ({}), started {}: {}", h.id, s.dir().display(), h.created, cmd.join(" "))
+    format!(
+        "session {} ({}), started {}: {}\ncoverage: {}",
+        h.id,
+        s.dir().display(),
+        h.created,
+        cmd.join(" "),
+        s.coverage().describe()
+    )
 }
 
 /// The human form of `log`.
@@ -513,6 +520,7 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
         (false, false) => "Undo of",
     };
     let _ = writeln!(out, "{verb} session {} ({})", h.id, s.dir().display());
+    let _ = writeln!(out, "coverage: {}", r.coverage.describe());
     for o in &r.outcomes {
         let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
         let path = o.path.as_ref().map(escape).unwrap_or_default();

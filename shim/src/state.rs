@@ -294,7 +294,8 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
             let Some(root) = session::sessions_root() else { return disabled };
             let id = session::new_session_id();
             let dir = root.join(&id);
-            let header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
+            let mut header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
+            header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
             if session::ensure_layout(&dir, &header).is_err() {
                 return disabled;
             }
@@ -515,7 +516,8 @@ fn open_store(cfg: &Config) -> Option<Store> {
     if !dir.join(session::JOURNAL_FILE).exists() {
         let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let cwd = journal::resolve::getcwd().unwrap_or_default();
-        let header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+        let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+        header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
         session::ensure_layout(dir, &header).ok()?;
     }
     let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;

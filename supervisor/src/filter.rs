@@ -26,13 +26,7 @@ pub const NATIVE_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 pub const NATIVE_ARCH: u32 = 0xC000_00B7;
 
-/// `FS_IOC_SETFLAGS` (chattr), its 32-bit alias, and `FS_IOC_FSSETXATTR`: the ioctl requests
-/// that change a file's attributes.
-pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
-/// See [`FS_IOC_SETFLAGS`].
-pub const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
-/// See [`FS_IOC_SETFLAGS`].
-pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+pub use aether_journal_recorder::ops::{FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS};
 
 /// `setxattrat(2)` and `removexattrat(2)` (Linux 6.13; not yet in the libc crate).
 pub const SYS_SETXATTRAT: i64 = 463;

@@ -42,12 +42,16 @@ pub struct Worker<'s> {
     store: &'s Store,
     writer: Writer,
     processes: HashMap<u32, Process>,
-    /// The last call this worker answered per thread, to journal a call restarted after a
-    /// signal once (kernels without `WAIT_KILLABLE_RECV` notify it again).
-    last: HashMap<u32, (i64, [u64; 6])>,
+    /// Calls journaled whose answer the kernel refused because the thread had stopped waiting
+    /// (a signal, on a kernel without `WAIT_KILLABLE_RECV`): the same call coming again from
+    /// the same thread is that call restarted, journaled already. Shared by the workers.
+    abandoned: &'s Abandoned,
     /// Notifications answered, and those that were the shim's passes (for the test suite).
     pub counts: Counts,
 }
+
+/// Per thread, the journaled call whose answer the kernel refused (see [`Worker`]).
+pub type Abandoned = std::sync::Mutex<HashMap<u32, (i64, [u64; 6])>>;
 
 /// What a worker has done.
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,15 +80,9 @@ impl From<ReadError> for Unread {
 }
 
 impl<'s> Worker<'s> {
-    /// A worker for `store`.
-    pub fn new(store: &'s Store) -> Worker<'s> {
-        Worker {
-            store,
-            writer: Writer::default(),
-            processes: HashMap::new(),
-            last: HashMap::new(),
-            counts: Counts::default(),
-        }
+    /// A worker for `store`, sharing `abandoned` with the other workers.
+    pub fn new(store: &'s Store, abandoned: &'s Abandoned) -> Worker<'s> {
+        Worker { store, writer: Writer::default(), processes: HashMap::new(), abandoned, counts: Counts::default() }
     }
 
     /// Handles one notification and answers it.
@@ -93,9 +91,17 @@ impl<'s> Worker<'s> {
         let passed = self.counts.passed;
         let answer = self.handle(listener, n);
         self.store.counters().note_notified(self.counts.passed != passed);
-        match answer {
+        let waited = match answer {
             Answer::Proceed => listener.proceed(n.id),
             Answer::Fail(e) => listener.fail(n.id, e),
+        };
+        if !waited && !is_exec(n.nr) {
+            if let Ok(mut a) = self.abandoned.lock() {
+                if a.len() > 4096 {
+                    a.clear();
+                }
+                a.insert(n.tid, (n.nr, n.args));
+            }
         }
     }
 
@@ -103,9 +109,12 @@ impl<'s> Worker<'s> {
         if n.arch != NATIVE_ARCH || self.passed(n.tid) {
             return Answer::Proceed;
         }
-        // The same call again (restarted after a signal, on a kernel that notifies it twice):
-        // journaled the first time.
-        if self.last.insert(n.tid, (n.nr, n.args)) == Some((n.nr, n.args)) && !is_exec(n.nr) {
+        // The same call again, restarted after a signal interrupted its wait: journaled the
+        // first time. (Registers alone cannot tell a new call from it: a program may pass the
+        // same buffer, holding another name; but only a call whose answer the kernel refused
+        // is ever made again.)
+        let restarted = self.abandoned.lock().ok().and_then(|mut a| a.remove(&n.tid)) == Some((n.nr, n.args));
+        if restarted {
             return Answer::Proceed;
         }
         if self.processes.len() > 4096 {
@@ -412,7 +421,9 @@ impl Call {
                 ops::before_fd_meta(j, t, call, fd, &st, what, xattr.as_deref())
             }
             Call::SetFlags { fd, st: Some(st) } => ops::before_fd_flags(j, t, call, fd, &st),
-            Call::FsSetXattr { fd } => not_kept(j, t, call, fd, "the attributes FS_IOC_FSSETXATTR sets are not kept"),
+            Call::FsSetXattr { fd } => {
+                ops::not_kept(j, t, call, fd, "the attributes FS_IOC_FSSETXATTR sets are not kept")
+            }
             Call::OpenByHandle => irreversible_call(j, call, "a file opened by handle cannot be named"),
             // A Unix socket that is not there cannot be connected to (glibc's lookups try
             // nscd's on every name resolution): the call fails and changes nothing.
@@ -560,15 +571,6 @@ fn exec(
         j.record(call, Op::Unobserved { program, reason });
     }
     Pending::Nothing
-}
-
-/// A call whose prior state the supervisor cannot keep: an irreversible record naming the
-/// file behind `fd`.
-fn not_kept(j: &Recording<'_>, t: &Target<'_>, call: &str, fd: i32, why: &str) -> Pending {
-    use aether_journal_recorder::ops::Caller;
-    let path = t.fd_path(fd).unwrap_or_default();
-    let reason = Reason::CaptureFailed { step: "capture".into(), error: why.into() };
-    change_irreversible(j, call, BPath::new(path), reason)
 }
 
 fn irreversible_call(j: &Recording<'_>, call: &str, why: &str) -> Pending {

@@ -105,19 +105,20 @@ impl Listener {
         false
     }
 
-    /// Lets the kernel run the call as the program made it.
-    pub fn proceed(&self, id: u64) {
-        self.send(id, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32);
+    /// Lets the kernel run the call as the program made it. False when the thread no longer
+    /// waits in it (killed, or interrupted by a signal: the call may then be made again).
+    pub fn proceed(&self, id: u64) -> bool {
+        self.send(id, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32)
     }
 
-    /// Fails the call with `errno`, without running it.
-    pub fn fail(&self, id: u64, errno: i32) {
-        self.send(id, -errno, 0);
+    /// Fails the call with `errno`, without running it. False as for [`Listener::proceed`].
+    pub fn fail(&self, id: u64, errno: i32) -> bool {
+        self.send(id, -errno, 0)
     }
 
-    fn send(&self, id: u64, error: i32, flags: u32) {
+    fn send(&self, id: u64, error: i32, flags: u32) -> bool {
         let mut resp = libc::seccomp_notif_resp { id, val: 0, error, flags };
-        // SAFETY: SEND reads the struct we pass. ENOENT (the thread has gone) needs nothing.
-        let _ = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+        // SAFETY: SEND reads the struct we pass.
+        unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) == 0 }
     }
 }

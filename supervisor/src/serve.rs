@@ -25,11 +25,12 @@ use crate::store::Store;
 pub fn serve(listener: &Listener, store: &Store, workers: usize) -> Counts {
     let (tx, rx) = mpsc::sync_channel::<Notification>(256);
     let rx = Mutex::new(rx);
+    let abandoned = Mutex::new(std::collections::HashMap::new());
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers.max(1))
             .map(|_| {
                 scope.spawn(|| {
-                    let mut w = Worker::new(store);
+                    let mut w = Worker::new(store, &abandoned);
                     loop {
                         let next = match rx.lock() {
                             Ok(r) => r.recv(),

@@ -104,6 +104,12 @@ impl Scratch {
         run_cmd_libc(self, session, &argv).output().expect("run aether-journal run")
     }
 
+    /// `run` as `watch` says.
+    pub fn run_as(&self, session: &Path, argv: &[&str], watch: Watch) -> Output {
+        let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_ref()).collect();
+        run_cmd_as(self, session, &argv, watch).output().expect("run aether-journal run")
+    }
+
     /// `run` as `watch` says, asserting the command succeeded.
     pub fn run_ok_as(&self, session: &Path, argv: &[&str], watch: Watch) -> Output {
         let argv: Vec<&OsStr> = argv.iter().map(|a| a.as_ref()).collect();

@@ -83,6 +83,14 @@ pub fn before_fd_meta<J: Journal, C: Caller>(
     Pending::Nothing
 }
 
+/// `ioctl(2)` requests that change a file's attributes: `FS_IOC_SETFLAGS` (chattr), its
+/// 32-bit alias, and `FS_IOC_FSSETXATTR`.
+pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// See [`FS_IOC_SETFLAGS`].
+pub const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// See [`FS_IOC_SETFLAGS`].
+pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+
 /// Before `ioctl(fd, FS_IOC_SETFLAGS)` (chattr): the inode flags the call replaces.
 pub fn before_fd_flags<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, fd: i32, st: &Stat) -> Pending {
     let Ok(path) = caller.fd_path(fd) else { return Pending::Nothing };
@@ -110,4 +118,18 @@ pub fn before_fd_flags<J: Journal, C: Caller>(journal: &J, caller: &C, call: &st
     before.flags = Some(flags);
     journal.record(call, Op::Meta { path: BPath::new(path), before });
     Pending::Nothing
+}
+
+/// Before a call that changes what the journal cannot keep of the file open as `fd` (the
+/// attributes `FS_IOC_FSSETXATTR` sets): an irreversible record naming it (refused under the
+/// strict policy).
+pub fn not_kept<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, fd: i32, why: &str) -> Pending {
+    let Ok(path) = caller.fd_path(fd) else { return Pending::Nothing };
+    if journal.protected(&path) {
+        return protect(journal, call, &BPath::new(path));
+    }
+    if path.first() != Some(&b'/') || journal.excluded(&path) {
+        return Pending::Nothing;
+    }
+    irreversible(journal, call, BPath::new(path), "capture", why.into())
 }

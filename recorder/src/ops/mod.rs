@@ -30,7 +30,9 @@ use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
 pub use files::{before_create, before_fd_change, before_open, before_truncate, birth_of, fopen_flags, open_mutates};
-pub use meta::{before_fd_flags, before_fd_meta, before_meta};
+pub use meta::{
+    FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, before_fd_flags, before_fd_meta, before_meta, not_kept,
+};
 pub use names::{Removes, before_mktemp, before_remove, before_rename, temp_name_target};
 
 use crate::index::{Origin, SharedIndex};

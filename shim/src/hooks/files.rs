@@ -10,7 +10,7 @@
 //! pointer, which the real call rejects on its own).
 
 use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_ulong};
 
 use journal::record::MetaKind;
 use libc::FILE;
@@ -321,4 +321,22 @@ fn fd_meta_of<R: Ret>(
 ) -> R {
     let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
     journaled(call, CPath::NONE, |s| rec::before_fd_meta(s, ME, call, fd, &st, what, xattr.bytes()), real)
+}
+
+/// ioctl: only the requests that change a file's attributes are journaled (chattr's flags;
+/// what FS_IOC_FSSETXATTR sets is not kept, so it is journaled as irreversible).
+pub fn ioctl_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, fd: c_int, request: c_ulong) -> R {
+    use rec::{FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS};
+    let request = request as u32;
+    if request != FS_IOC_SETFLAGS && request != FS_IOC32_SETFLAGS && request != FS_IOC_FSSETXATTR {
+        return real(Account::AsIs);
+    }
+    let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
+    let pre = |s| {
+        if request == FS_IOC_FSSETXATTR {
+            return rec::not_kept(s, ME, call, fd, "the attributes FS_IOC_FSSETXATTR sets are not kept");
+        }
+        rec::before_fd_flags(s, ME, call, fd, &st)
+    };
+    journaled(call, CPath::NONE, pre, real)
 }

@@ -107,3 +107,20 @@ pub fn sendmmsg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, ms
     };
     journaled(call, CPath::NONE, pre, real)
 }
+
+/// bind: a Unix socket's name (not an abstract one) is a file the call creates, and undo
+/// removes it.
+pub fn bind_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, addr: *const sockaddr, len: socklen_t) -> R {
+    // SAFETY: bind's contract: `addr` points to `len` bytes (null fails with EFAULT).
+    let Some(sa) = (unsafe { sockaddr_bytes(addr, len) }) else { return real(Account::AsIs) };
+    if i32::from(u16::from_ne_bytes([sa[0], sa[1]])) != libc::AF_UNIX || sa.get(2).is_none_or(|&b| b == 0) {
+        // Not a name in the file system: nothing to journal.
+        return real(Account::Journaled);
+    }
+    let pre = |s| {
+        let path = &sa[2..];
+        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        aether_journal_recorder::ops::before_create(s, ME, call, libc::AT_FDCWD, path)
+    };
+    journaled(call, CPath::NONE, pre, real)
+}

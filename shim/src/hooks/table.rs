@@ -12,7 +12,7 @@
 //! C-variadic execs are expanded separately (see [`super::variadic_hooks`]) and call hooked
 //! rows.
 
-use std::ffi::{c_char, c_int, c_long, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use journal::record::MetaKind::{Mode, Owner, Times};
 use libc::{
@@ -121,6 +121,12 @@ libc_hooks! {
     fn removexattr(path: CPath, name: CPath) -> c_int [kernel SYS_removexattr(path, name)] => xattr_at(path, name, 0);
     fn lremovexattr(path: CPath, name: CPath) -> c_int [kernel SYS_lremovexattr(path, name)] => xattr_at(path, name, AT_SYMLINK_NOFOLLOW);
     fn fremovexattr(fd: c_int, name: CPath) -> c_int [kernel SYS_fremovexattr(fd, name)] => fd_xattr(fd, name);
+
+    // A Unix socket's name is a file the call creates.
+    fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int [kernel SYS_bind(fd, addr, len)] => bind_(addr, len);
+    // Only the requests that change a file's attributes (chattr) leave the fast path; the
+    // variadic argument is the request's pointer, read as the mode above is.
+    fn ioctl(fd: c_int, request: c_ulong; ...arg: *mut c_void) -> c_int [kernel SYS_ioctl(fd, request, arg)] => ioctl_(fd, request);
 
     // ----- effects outside the file system -----
     fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int [kernel SYS_connect(fd, addr, len)] => connect_(addr, len);
@@ -256,6 +262,8 @@ syscall_hooks! {
     sys SYS_fremovexattr(fd: c_int, name: CPath) [kernel] => fd_xattr(fd, name);
     sys SYS_execve(path: CPath, argv: Argv, envp: Argv) [libc] => execve_(path, argv, envp);
     sys SYS_execveat(dirfd: c_int, path: CPath, argv: Argv, envp: Argv, flags: c_int) [libc] => execveat_(dirfd, path, argv, envp, flags);
+    sys SYS_bind(fd: c_int, addr: *const sockaddr, len: socklen_t) [kernel] => bind_(addr, len);
+    sys SYS_ioctl(fd: c_int, request: c_ulong) [kernel] => ioctl_(fd, request);
     sys SYS_connect(fd: c_int, addr: *const sockaddr, len: socklen_t) [kernel] => connect_(addr, len);
     sys SYS_sendto(fd: c_int, buf: *const c_void, n: usize, flags: c_int, addr: *const sockaddr, len: socklen_t) [pass] => sendto_(addr, len);
     sys SYS_sendmsg(fd: c_int, msg: *const msghdr) [kernel] => sendmsg_(msg);

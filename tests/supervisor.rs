@@ -1,0 +1,361 @@
+//! The seccomp supervisor with real programs that bypass libc: Go (linked with libc and
+//! static), inline `syscall` instructions, Rust on rustix, Bun; what reaches the supervisor and
+//! what does not (counted in the session's counters page); coverage when the supervisor cannot
+//! run; and a supervisor killed mid-session.
+//!
+//! What these tests cannot do: run without the tools they name (`go`, `bun`, `gcc`, `chattr`,
+//! `readelf`): `.ci/run` installs them, and a missing one fails its test loudly.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::*;
+
+fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
+    log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
+}
+
+/// The supervisor's notifications in a session, and how many were passes (the counters page:
+/// `SLOT_NOTIFIED` and `SLOT_PASSED`, words 16 and 17).
+fn notified(session: &Path) -> (u64, u64) {
+    let c = std::fs::read(session.join("counters")).expect("counters");
+    let word = |i: usize| u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().unwrap());
+    (word(16), word(17))
+}
+
+/// Builds `tests/progs/go/NAME.go`, linked with libc (cgo, external linker) or statically
+/// (`CGO_ENABLED=0`), once per test binary.
+fn go_program(name: &str, static_: bool) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<(String, bool), PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap();
+    if let Some(p) = built.get(&(name.to_string(), static_)) {
+        return p.clone();
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("{name}-{}", if static_ { "static" } else { "cgo" }));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/go").join(format!("{name}.go"));
+    let mut cmd = Command::new("go");
+    cmd.arg("build").arg("-o").arg(&out);
+    if static_ {
+        cmd.env("CGO_ENABLED", "0");
+    } else {
+        cmd.env("CGO_ENABLED", "1").arg("-ldflags=-linkmode=external");
+    }
+    cmd.arg(&src).env("GOCACHE", dir.join("cache")).env("GOPATH", dir.join("path")).env("GOFLAGS", "-mod=mod");
+    let o = cmd.output().expect("go is needed by this test; .ci/run installs golang-go");
+    assert!(o.status.success(), "go build: {}", String::from_utf8_lossy(&o.stderr));
+    let headers = Command::new("readelf").arg("-l").arg(&out).output().expect("readelf (binutils)");
+    let dynamic = String::from_utf8_lossy(&headers.stdout).contains("interpreter");
+    assert_eq!(dynamic, !static_, "{} is {} linked", out.display(), if dynamic { "dynamically" } else { "statically" });
+    built.insert((name.to_string(), static_), out.clone());
+    out
+}
+
+/// Bun, from the npm registry (`.ci/run` installs it).
+fn bun() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("bun")).find(|b| b.is_file()))
+        .unwrap_or_default();
+    found.expect("bun is needed by this test; .ci/run installs it (npm install -g bun)")
+}
+
+/// An example program of the workspace, built with the test's profile.
+fn example(name: &str) -> PathBuf {
+    let a = artifacts();
+    let profile_dir = a.cli.parent().unwrap();
+    let profile = match profile_dir.file_name().and_then(OsStr::to_str) {
+        Some("debug") => "dev".to_string(),
+        Some(other) => other.to_string(),
+        None => "dev".to_string(),
+    };
+    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--quiet", "-p", "aether-journal", "--example", name, "--profile", &profile, "--target-dir"])
+        .arg(profile_dir.parent().unwrap())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    profile_dir.join("examples").join(name)
+}
+
+/// The fixture every file-operations program here works on.
+const FIXTURE: &str = "echo old > existing; echo start > appended; echo r > removed; echo m > renamed-from; \
+    echo a > replacing; echo b > replaced; mkdir -p tree/sub; echo t > tree/sub/x; echo c > chmodded; \
+    echo 123456 > truncated";
+
+#[test]
+fn go_programs_linked_with_libc_and_static_ones_are_journaled_and_undone_exactly() {
+    for static_ in [false, true] {
+        let prog = go_program("fileops", static_);
+        let s = Scratch::new(&format!("go_programs_are_journaled_and_undone_exactly-{static_}"));
+        s.sh(FIXTURE);
+        let report = roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+            assert!(during.contains_key(&b"made/deep/file"[..]) && !during.contains_key(&b"tree"[..]));
+        });
+        assert_eq!(report["coverage"]["mode"], "syscalls", "{report}");
+        let log = s.log_json(&s.session("session"));
+        assert!(records_of_kind(&log, "unobserved").is_empty(), "{log}");
+        // Every change is the supervisor's: Go made them with its own system calls.
+        let changes = records_of_kind(&log, "change");
+        assert!(changes.len() >= 8, "{log}");
+        assert!(changes.iter().all(|r| r["prog"].as_str().unwrap().contains("fileops")), "{log}");
+    }
+}
+
+#[test]
+fn a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor() {
+    let prog = go_program("goroutines", false);
+    let s = Scratch::new("a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor");
+    let bare = Command::new(&prog).current_dir(s.tree()).output().unwrap();
+    assert_eq!(bare.status.code(), Some(3), "{}", String::from_utf8_lossy(&bare.stderr));
+    s.sh("rm -f f*");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let out = bounded(run_cmd(&s, &session, &[prog.as_os_str()]), 300);
+    assert_eq!(out.stdout, bare.stdout, "the same output");
+    assert_eq!(out.status.code(), bare.status.code(), "the same exit status: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(manifest(&s.tree()).len(), 200, "the files it made");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn a_c_program_making_inline_system_calls_is_journaled_and_undone_exactly() {
+    let s = Scratch::new("a_c_program_making_inline_system_calls_is_journaled_and_undone_exactly");
+    let prog = compile(&s, "rawsyscall");
+    s.sh("echo old > overwritten; echo r > removed; echo f > from; echo m > mode; echo 12345 > truncated");
+    roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+        assert!(
+            during.contains_key(&b"created"[..]) && during.contains_key(&b"to"[..]) && during.contains_key(&b"dir"[..])
+        );
+    });
+}
+
+#[test]
+fn calls_with_the_same_registers_but_other_names_are_each_journaled() {
+    // A program that reuses one buffer for every name makes calls whose registers are all
+    // alike: none of them is a restart of the one before.
+    let s = Scratch::new("calls_with_the_same_registers_but_other_names_are_each_journaled");
+    let prog = compile(&s, "samebuffer");
+    roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| assert_eq!(during.len(), 100));
+}
+
+#[test]
+fn a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly() {
+    let prog = example("persist");
+    let s = Scratch::new("a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly");
+    s.sh("echo old target > target; echo d > doomed; echo f > from; echo m > mode");
+    roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+        assert!(during.contains_key(&b"made/raw"[..]) && !during.contains_key(&b"doomed"[..]));
+    });
+    let log = s.log_json(&s.session("session"));
+    let renames = records_of_kind(&log, "rename");
+    assert!(
+        renames.iter().any(|r| r["op"]["to"].as_str().unwrap().ends_with("/target")),
+        "persist's rename over the target is journaled: {log}"
+    );
+}
+
+#[test]
+fn bun_writing_with_fs_and_bun_write_is_journaled_and_undone_exactly() {
+    let bun = bun();
+    let s = Scratch::new("bun_writing_with_fs_and_bun_write_is_journaled_and_undone_exactly");
+    s.sh("echo old > existing; echo r > removed; echo m > from; echo keep > appended");
+    let script = r#"
+const fs = require("fs");
+fs.writeFileSync("existing", "overwritten by bun\n");
+fs.writeFileSync("new", "new file\n");
+fs.appendFileSync("appended", "more\n");
+fs.unlinkSync("removed");
+fs.renameSync("from", "to");
+fs.mkdirSync("dir/sub", { recursive: true });
+await Bun.write("dir/sub/bunwrite", "written by Bun.write\n");
+await Bun.write("existing", "Bun.write over it\n");
+"#;
+    roundtrip_changing(&s, &[bun.to_str().unwrap(), "-e", script], |during| {
+        assert!(during.contains_key(&b"dir/sub/bunwrite"[..]) && !during.contains_key(&b"removed"[..]));
+    });
+}
+
+#[test]
+fn a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor() {
+    let s = Scratch::new("a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor");
+    let prog = compile(&s, "libcops");
+    let fixture = "echo old > overwritten; echo r > removed; echo r > removed-too; echo f > from; echo m > mode; \
+                   echo 12345 > truncated; mkdir emptydir; echo o > owned; echo t > timed";
+    s.sh(fixture);
+    roundtrip(&s, &[prog.to_str().unwrap()]);
+    let session = s.session("session");
+    let execs = records_of_kind(&s.log_json(&session), "exec").len() as u64;
+    assert_eq!(execs, 1);
+    assert_eq!(notified(&session), (execs, 0), "only the exec reached the supervisor");
+
+    // The libc functions whose own system calls the shim cannot make: they reach it with a
+    // pass, and nothing is journaled twice.
+    let s = Scratch::new("a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor-pass");
+    let prog = compile(&s, "libcops");
+    s.sh(fixture);
+    roundtrip(&s, &[prog.to_str().unwrap(), "pass"]);
+    let session = s.session("session");
+    let (notified, passed) = notified(&session);
+    assert!(passed >= 4, "fopen, mkstemp, remove and utimes held passes: {notified} {passed}");
+    assert_eq!(notified, passed + 1, "and nothing else but the exec reached the supervisor");
+    let log = s.log_json(&session);
+    let fopened: Vec<_> = records_of_kind(&log, "change")
+        .into_iter()
+        .filter(|r| r["op"]["path"].as_str().unwrap().ends_with("/fopened"))
+        .collect();
+    assert_eq!(fopened.len(), 1, "journaled once, by the shim: {fopened:?}");
+}
+
+#[test]
+fn read_only_work_makes_no_round_trip_to_the_supervisor() {
+    // W1 and W7 of the benchmarks: grep over a tree, and opens for reading in a loop.
+    let s = Scratch::new("read_only_work_makes_no_round_trip_to_the_supervisor");
+    s.sh("mkdir -p d/e && for i in $(seq 1 50); do echo needle $i > d/e/f$i; done");
+    let open_close = s.root.join("open_close.bin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/progs/open_close.c");
+    let o = Command::new("gcc").args(["-O1", "-o"]).arg(&open_close).arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // By absolute path: a name is looked up in PATH with one execve per directory tried,
+    // each of which reaches the supervisor.
+    let grep = ["/usr/bin/grep", "/bin/grep"].into_iter().find(|p| Path::new(p).exists()).expect("grep");
+    for (name, argv) in [
+        ("grep", vec![grep, "-r", "needle", "d"]),
+        ("open_close", vec![open_close.to_str().unwrap(), "d/e/f1", "20000"]),
+    ] {
+        let session = s.session(name);
+        s.run_ok(&session, &argv);
+        assert_eq!(notified(&session), (1, 0), "{name}: its exec, and nothing else");
+    }
+}
+
+#[test]
+fn binding_a_unix_socket_is_journaled_and_the_socket_file_removed_on_undo() {
+    for watch in BOTH {
+        let s = Scratch::new(&format!("binding_a_unix_socket_is_journaled_and_undone-{watch:?}"));
+        let before = manifest(&s.tree());
+        let session = s.session("session");
+        let script = "import socket\nfor name in ('s1', 'sub/s2'):\n    import os; os.makedirs('sub', exist_ok=True)\n    \
+                      socket.socket(socket.AF_UNIX).bind(name)\nsocket.socket(socket.AF_UNIX).bind('\\0abstract')\n";
+        s.run_ok_as(&session, &[python(), "-c", script], watch);
+        assert!(s.path("s1").exists() && s.path("sub/s2").exists());
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+        assert_same_tree(&before, &manifest(&s.tree()));
+    }
+}
+
+#[test]
+fn chattr_plus_a_is_journaled_and_undone() {
+    if skip_unless_root("to set the append-only attribute") {
+        return;
+    }
+    for watch in BOTH {
+        let s = Scratch::new(&format!("chattr_plus_a_is_journaled_and_undone-{watch:?}"));
+        s.sh("echo data > f");
+        let session = s.session("session");
+        let out = s.run_as(&session, &["chattr", "+a", "f"], watch);
+        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Operation not supported") {
+            panic!("the test tree's file system keeps no inode flags: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lsattr =
+            |p: &Path| String::from_utf8_lossy(&Command::new("lsattr").arg(p).output().unwrap().stdout).to_string();
+        assert!(lsattr(&s.path("f")).split_whitespace().next().unwrap().contains('a'), "{watch:?}: set");
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+        assert!(!lsattr(&s.path("f")).split_whitespace().next().unwrap().contains('a'), "{watch:?}: put back: {r}");
+    }
+}
+
+#[test]
+fn under_libc_coverage_a_go_program_makes_the_undo_incomplete() {
+    let prog = go_program("fileops", false);
+    let s = Scratch::new("under_libc_coverage_a_go_program_makes_the_undo_incomplete");
+    s.sh(FIXTURE);
+    let session = s.session("session");
+    s.run_ok_as(&session, &[prog.to_str().unwrap()], Watch::ShimOnly);
+    let log = s.log_json(&session);
+    assert_eq!(log["session"]["coverage"]["mode"], "libc");
+    assert_eq!(log["session"]["coverage"]["reason"]["code"], "no_supervise");
+    let unobserved = records_of_kind(&log, "unobserved");
+    assert_eq!(unobserved.len(), 1, "{log}");
+    assert_eq!(unobserved[0]["op"]["reason"]["code"], "bypasses_libc");
+    assert_eq!(unobserved[0]["op"]["reason"]["runtime"], "go");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(r["complete"], false);
+    assert_eq!(r["coverage"]["mode"], "libc");
+}
+
+#[test]
+fn where_the_kernel_refuses_the_filter_the_session_has_libc_coverage_and_says_why() {
+    let s = Scratch::new("where_the_kernel_refuses_the_filter_the_session_has_libc_coverage_and_says_why");
+    let noseccomp = compile(&s, "noseccomp");
+    let prog = go_program("fileops", true);
+    s.sh(FIXTURE);
+    let session = s.session("session");
+    let mut cmd = Command::new(&noseccomp);
+    cmd.arg(&artifacts().cli).arg("run").arg("--journal").arg(&session).arg("--").arg(&prog).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("coverage is libc calls only"), "run says so");
+    let log = s.log_json(&session);
+    assert_eq!(log["session"]["coverage"]["mode"], "libc", "{log}");
+    assert_eq!(log["session"]["coverage"]["reason"]["code"], "seccomp_unavailable");
+    assert_eq!(log["session"]["coverage"]["reason"]["errno"], libc_enosys());
+    // The static Go program ran unobserved, and the undo says so.
+    let unobserved = records_of_kind(&log, "unobserved");
+    assert_eq!(unobserved[0]["op"]["reason"]["code"], "static_executable", "{log}");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+}
+
+fn libc_enosys() -> i64 {
+    38
+}
+
+#[test]
+fn a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_and_the_undo_honest() {
+    let s = Scratch::new(
+        "a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_and_the_undo_honest",
+    );
+    let raw = compile(&s, "rawsyscall");
+    s.sh("echo old > overwritten; echo r > removed; echo f > from; echo m > mode; echo 12345 > truncated");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    // The command's parent is the supervisor. Once it is gone: the shim's own journaled calls
+    // still pass the filter (marked), but a call nothing journaled fails with ENOSYS, an exec
+    // too, and the program sees that error.
+    let script = format!(
+        "echo first > journaled-before; kill -9 $PPID; sleep 0.2; echo second > journaled-after; \
+         {} ; echo raw=$?",
+        raw.display()
+    );
+    let out = bounded(run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]), 60);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("raw=126") || stdout.contains("raw=127"),
+        "the exec failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("supervisor ended"),
+        "run says so: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(s.path("journaled-after").exists());
+    assert!(!s.path("created").exists(), "nothing changed unjournaled");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}

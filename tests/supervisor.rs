@@ -359,3 +359,64 @@ fn a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_
     assert_complete(code, &r);
     assert_same_tree(&before, &manifest(&s.tree()));
 }
+
+#[test]
+fn io_uring_is_unobserved_under_the_record_policy_and_refused_under_the_strict_one() {
+    let s = Scratch::new("io_uring_is_unobserved_under_the_record_policy_and_refused_under_the_strict_one");
+    let prog = compile(&s, "iouring");
+    // Through libc's syscall() the shim sees it first (and leaves it to the supervisor);
+    // inline, only the supervisor does.
+    for how in ["raw", "libc"] {
+        let session = s.session(&format!("record-{how}"));
+        let out = s.run(&session, &[prog.to_str().unwrap(), how]);
+        if String::from_utf8_lossy(&out.stdout).trim() != "ring" {
+            panic!("this kernel refuses io_uring, so nothing here is tested: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        let log = s.log_json(&session);
+        let unobserved = records_of_kind(&log, "unobserved");
+        assert_eq!(unobserved.len(), 1, "{how}: journaled once: {log}");
+        assert_eq!(unobserved[0]["op"]["reason"]["code"], "io_uring");
+        let (code, r) = s.undo_json(&session);
+        assert_eq!(code, 3, "{how}: {r}");
+        let session = s.session(&format!("strict-{how}"));
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.args(["run", "--strict", "--journal"]).arg(&session).arg("--").arg(&prog).arg(how).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        let out = cmd.output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Operation not permitted", "{how}: refused with EPERM");
+        assert_eq!(records_of_kind(&s.log_json(&session), "refused").len(), 1, "{how}");
+    }
+}
+
+#[test]
+fn under_the_supervisor_a_set_uid_program_runs_without_its_privileges() {
+    if skip_unless_root("to make a set-uid program and switch to nobody") {
+        return;
+    }
+    // As any user but root, the filter needs no_new_privs, under which the kernel ignores
+    // set-id bits: a set-uid-root touch run by nobody is nobody, and cannot write where only
+    // root may. The same program under the shim alone runs as root.
+    let s = Scratch::new("under_the_supervisor_a_set_uid_program_runs_without_its_privileges");
+    s.sh("cp /bin/touch ../suid-root-touch && chmod 4755 ../suid-root-touch && mkdir rootonly && chmod 755 rootonly");
+    s.sh("mkdir -p ../sessions && chown 65534 ../sessions");
+    let touch = s.root.join("suid-root-touch");
+    for (watch, made) in [(Watch::Supervised, false), (Watch::ShimOnly, true)] {
+        let session = s.root.join(format!("sessions/{watch:?}"));
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(&artifacts().cli).arg("run");
+        if watch == Watch::ShimOnly {
+            cmd.arg("--no-supervise");
+        }
+        cmd.arg("--journal").arg(&session).arg("--").arg(&touch).arg("rootonly/made").current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        cmd.env("XDG_STATE_HOME", s.root.join("sessions/state"));
+        let out = cmd.output().unwrap();
+        assert_eq!(s.path("rootonly/made").exists(), made, "{watch:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let header: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+        if watch == Watch::Supervised {
+            assert_eq!(header["coverage"]["no_new_privs"], true, "the header says so: {header}");
+        }
+        let _ = std::fs::remove_file(s.path("rootonly/made"));
+    }
+}

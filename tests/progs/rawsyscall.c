@@ -30,5 +30,9 @@ int main(void) {
     if (raw(SYS_fchmodat, AT_FDCWD, (long)"mode", 0600, 0, 0) != 0) return 6;
     if (raw(SYS_symlinkat, (long)"created", AT_FDCWD, (long)"link", 0, 0) != 0) return 7;
     if (raw(SYS_truncate, (long)"truncated", 2, 0, 0, 0) != 0) return 8;
+    /* A name that is not UTF-8. */
+    fd = raw(SYS_openat, AT_FDCWD, (long)"bytes-\xff\xfe-name", O_WRONLY | O_CREAT | O_EXCL, 0644, 0);
+    if (fd < 0) return 9;
+    raw(SYS_close, fd, 0, 0, 0, 0);
     return 0;
 }

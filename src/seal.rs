@@ -222,18 +222,22 @@ pub fn touched_paths(journal: &JournalContents) -> Vec<BPath> {
 }
 
 /// Takes the seal of a session whose processes have all ended: the after-state of every path
-/// it touched, and the hashes of its unhashed blobs. `progress` is called once per item.
-pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl FnMut()) -> Seal {
-    let mut paths = Vec::new();
-    for p in touched_paths(journal) {
-        // A path that cannot be read is left out: undo then checks it the weaker way.
-        if let Ok(state) = AfterState::of(p.as_bytes()) {
-            paths.push((p, state));
-        }
+/// it touched, and the hashes of its unhashed blobs. `progress` is called once per item, from
+/// whichever thread did it: the work is spread over the machine's CPUs (a seal reads and
+/// hashes every file the session touched).
+pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn() + Sync) -> Seal {
+    let touched = touched_paths(journal);
+    // A path that cannot be read is left out: undo then checks it the weaker way.
+    let states = in_parallel(&touched, |p| {
+        let state = AfterState::of(p.as_bytes()).ok();
         progress();
-    }
-    let mut blob_hashes = BTreeMap::new();
-    let mut blob_intact = std::collections::BTreeSet::new();
+        state
+    });
+    let paths = touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect();
+    // Linked and cloned captures, and copies reused by identity, were not hashed when they
+    // were made.
+    let mut unhashed = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for r in &journal.records {
         let befores: Vec<&Before> = match &r.op {
             Op::Change { before, .. } => vec![before],
@@ -242,29 +246,55 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, mut progress: impl
         };
         for b in befores {
             if let Before::Contents(s) = b {
-                // Linked and cloned captures, and copies reused by identity, were not hashed
-                // when they were made.
                 if let Node::File { blob, size, hash: None, how, .. } = &s.node {
-                    if blob_hashes.contains_key(blob) {
-                        continue;
+                    if seen.insert(blob.clone()) {
+                        unhashed.push((blob.clone(), *size, *how, s.mtime));
                     }
-                    let path = blobs_dir.join(blob);
-                    if let Ok(f) = std::fs::File::open(&path) {
-                        let st = rustix::fs::fstat(&f).ok();
-                        if let Ok((h, n)) = hash_fd(&f) {
-                            blob_hashes.insert(blob.clone(), h);
-                            let unchanged = st.is_some_and(|st| [st.st_mtime, st.st_mtime_nsec as i64] == s.mtime);
-                            if *how != CaptureHow::Link || (n == *size && unchanged) {
-                                blob_intact.insert(blob.clone());
-                            }
-                        }
-                    }
-                    progress();
                 }
             }
         }
     }
+    let hashed = in_parallel(&unhashed, |(blob, size, how, mtime)| {
+        let out = std::fs::File::open(blobs_dir.join(blob)).ok().and_then(|f| {
+            let st = rustix::fs::fstat(&f).ok();
+            let (h, n) = hash_fd(&f).ok()?;
+            let unchanged = st.is_some_and(|st| [st.st_mtime, st.st_mtime_nsec as i64] == *mtime);
+            Some((h, *how != CaptureHow::Link || (n == *size && unchanged)))
+        });
+        progress();
+        out
+    });
+    let mut blob_hashes = BTreeMap::new();
+    let mut blob_intact = std::collections::BTreeSet::new();
+    for ((blob, ..), got) in unhashed.into_iter().zip(hashed) {
+        if let Some((h, intact)) = got {
+            if intact {
+                blob_intact.insert(blob.clone());
+            }
+            blob_hashes.insert(blob, h);
+        }
+    }
     Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes, blob_intact }
+}
+
+/// `f` of every item, in order, computed on as many threads as the machine has CPUs (`None`
+/// for the items of a thread that panicked: they are left out, the rest are not misplaced).
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<Option<R>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    if threads == 1 || items.len() < 64 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| (c.len(), scope.spawn(|| c.iter().map(&f).collect::<Vec<Option<R>>>())))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|(n, h)| h.join().unwrap_or_else(|_| std::iter::repeat_with(|| None).take(n).collect()))
+            .collect()
+    })
 }
 
 /// What an unsealed session's newest record on a path allows that path to be now. A record does

@@ -1,12 +1,12 @@
 //! The session store as the supervisor writes to it: the same counters, capture index, born
-//! table and blobs as the shim's, and records in segment files of the supervisor's own (one per
-//! worker thread, appended with one `write(2)` per record), ordered with every other writer's
-//! records by the shared sequence counter.
+//! table and blobs as the shim's, and records in segments of the supervisor's own (one per
+//! worker thread, mapped like the shim's), ordered with every other writer's records by the
+//! shared sequence counter.
 //!
-//! What this module cannot do: write a record that is larger than a pipe buffer atomically with
-//! respect to a reader of a session still running (readers meet a torn last line, which they
-//! report as such); nor keep records when the store's file system is full (each lost record is
-//! counted, so no undo of the session can claim completeness).
+//! What this module cannot do: keep records when the store's file system is full (each lost
+//! record is counted, so no undo of the session can claim completeness), or survive a segment
+//! truncated from outside the session while it is mapped (the supervisor would then die of
+//! `SIGBUS`, and the session's watched calls fail with `ENOSYS`).
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -79,16 +79,96 @@ impl Store {
     }
 }
 
-/// One worker's segment file, made at its first record (`segments/supervisor-PID-SEQ`, where
-/// PID is the supervisor's and SEQ the first record's): a plain file appended to, never
-/// preallocated or mapped like the shim's `PID-SEQ` segments.
+/// One worker's segment: a file of its own (`segments/supervisor-PID-SEQ`, PID the
+/// supervisor's, SEQ its first record's), preallocated and mapped shared, into which each
+/// record is copied with its LF stored last, as the shim's are (a copied record is in the page
+/// cache as a written one is: it survives the supervisor's death). A record that does not fit
+/// starts the next segment, and a retired one is truncated to what it holds. With `AETHER_JOURNAL_SYNC=1` records are written and synced
+/// instead, one `write(2)` each.
 #[derive(Default)]
 pub struct Writer {
     file: Option<OwnedFd>,
+    map: Option<Mapped>,
+    made: u32,
+}
+
+/// A mapped segment and how much of it is used.
+struct Mapped {
+    fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+    used: usize,
+}
+
+/// Size of a worker's first segment; each next one is twice the one before, up to
+/// [`SEGMENT_MAX`] (a record longer than that gets a segment of its own size). A session that
+/// journals little through the supervisor costs little disk.
+const SEGMENT_FIRST: usize = 16 * 1024;
+/// Size of a worker's largest segments.
+const SEGMENT_MAX: usize = 1 << 20;
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes, which nothing refers to any more.
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
+        // A retired segment gives back the room it preallocated and did not use.
+        let _ = rustix::fs::ftruncate(&self.fd, self.used as u64);
+    }
 }
 
 impl Writer {
     fn append(&mut self, store: &Store, seq: u64, line: &[u8]) -> bool {
+        if store.settings.sync {
+            return self.write_synced(store, seq, line);
+        }
+        let room = self.map.as_ref().map_or(0, |m| m.len - m.used);
+        if room < line.len() {
+            self.map = None;
+            let len = (SEGMENT_FIRST << self.made.min(8)).min(SEGMENT_MAX);
+            match self.new_segment(store, seq, line.len().max(len)) {
+                Some(m) => {
+                    self.map = Some(m);
+                    self.made += 1;
+                }
+                None => return false,
+            }
+        }
+        let Some(m) = self.map.as_mut() else { return false };
+        let Some((&lf, body)) = line.split_last() else { return true };
+        // SAFETY: `used + line.len() <= len` (checked above), within our mapping, which no one
+        // else writes (the segment is this worker's).
+        unsafe {
+            let at = m.base.add(m.used);
+            std::ptr::copy_nonoverlapping(body.as_ptr(), at, body.len());
+            // The line ends last: a reader (or a death) before this sees an incomplete record.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            at.add(body.len()).write_volatile(lf);
+        }
+        m.used += line.len();
+        true
+    }
+
+    /// A new segment of `len` bytes, preallocated (a copy into it can never meet a full disk)
+    /// and mapped.
+    fn new_segment(&self, store: &Store, seq: u64, len: usize) -> Option<Mapped> {
+        let dir = store.segments();
+        let _ = std::fs::create_dir(&dir);
+        let name = dir.join(format!("supervisor-{}-{seq}", std::process::id()));
+        let fd = rustix::fs::open(
+            name.as_path(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .ok()?;
+        if rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, len as u64).is_err() {
+            let _ = std::fs::remove_file(&name);
+            return None;
+        }
+        let base = aether_journal_recorder::tables::map_shared(fd.as_fd(), len)?;
+        Some(Mapped { fd, base: base.cast(), len, used: 0 })
+    }
+
+    fn write_synced(&mut self, store: &Store, seq: u64, line: &[u8]) -> bool {
         if self.file.is_none() {
             let dir = store.segments();
             let _ = std::fs::create_dir(&dir);
@@ -101,11 +181,7 @@ impl Writer {
             .ok();
         }
         let Some(f) = &self.file else { return false };
-        let ok = aether_journal::capture::write_all(f, line).is_ok();
-        if ok && store.settings.sync {
-            let _ = rustix::fs::fsync(f);
-        }
-        ok
+        aether_journal::capture::write_all(f, line).is_ok() && rustix::fs::fsync(f).is_ok()
     }
 }
 

@@ -196,7 +196,7 @@ fn run_supervised(
         );
     let store = aether_journal_supervisor::store::Store::open(s.dir(), settings, mark)
         .map_err(|e| format!("cannot open the session for the supervisor: {e}"))?;
-    let mut launched = launch(cmd, store, installer, 3).map_err(|e| format!("cannot start the supervisor: {e}"))?;
+    let mut launched = launch(cmd, store, installer, 1).map_err(|e| format!("cannot start the supervisor: {e}"))?;
     let status = match launched.wait() {
         Ended::Status(st) => exit_code(std::process::ExitStatus::from_raw(st)),
         Ended::NotStarted(errno) => {

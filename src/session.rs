@@ -85,6 +85,8 @@ pub const SLOT_NAMES_GEN: usize = 8;
 pub const SLOT_NOTIFIED: usize = 16;
 /// See [`SLOT_NOTIFIED`].
 pub const SLOT_PASSED: usize = 17;
+/// Slot index of the supervisor's peak resident memory in KiB, written when it ends.
+pub const SLOT_SUPERVISOR_PEAK_KIB: usize = 18;
 /// First slot of the passes (to the end of the page, two `u64`s each: a thread id and the
 /// address of that thread's cookie), with which a process tells its supervisor that the
 /// unmarked system calls of a libc function it is inside are already journaled (see the

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use aether_journal::capture::Counters;
 use aether_journal::session::{
     COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
-    ensure_counters,
+    SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
 };
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
@@ -100,6 +100,11 @@ impl SharedCounters {
     /// The notifications the supervisor received, and how many of them were passes.
     pub fn notified(&self) -> (u64, u64) {
         (self.slot(SLOT_NOTIFIED).load(Ordering::Relaxed), self.slot(SLOT_PASSED).load(Ordering::Relaxed))
+    }
+
+    /// Keeps the supervisor's peak resident memory (KiB), when it ends.
+    pub fn note_supervisor_peak(&self, kib: u64) {
+        self.slot(SLOT_SUPERVISOR_PEAK_KIB).store(kib, Ordering::Relaxed);
     }
 
     fn pass_slot(&self, i: usize) -> (&AtomicU64, &AtomicU64) {

@@ -236,6 +236,12 @@ fn supervise(command: &mut Command, store: &Store, installer: Installer, workers
         // The last event: `run` may wait for this pipe to close when the command left nobody
         // behind, so that the session's store is no longer held open when `run` returns.
         let _ = server.join();
+        // SAFETY: getrusage fills the struct we pass.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
+            store.counters().note_supervisor_peak(usage.ru_maxrss.max(0) as u64);
+        }
         drop(to_run);
         0
     })

@@ -29,6 +29,8 @@ pub enum DirFd<'a> {
     Borrowed(BorrowedFd<'a>),
     /// Opened by the resolver; closed on drop.
     Owned(OwnedFd),
+    /// Kept open by a cache of directories (the supervisor's), shared with it.
+    Shared(std::sync::Arc<OwnedFd>),
 }
 
 impl AsFd for DirFd<'_> {
@@ -36,6 +38,7 @@ impl AsFd for DirFd<'_> {
         match self {
             DirFd::Borrowed(b) => *b,
             DirFd::Owned(o) => o.as_fd(),
+            DirFd::Shared(s) => s.as_fd(),
         }
     }
 }
@@ -49,6 +52,32 @@ pub struct Target<'a> {
     pub name: Vec<u8>,
     /// Canonical parent path joined with `name`.
     pub abs: BPath,
+    /// What an `lstat` of the final component said while it was resolved (to see whether it
+    /// is a symlink to follow), so that the caller need not ask again.
+    pub looked: Looked,
+}
+
+/// See [`Target::looked`].
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Looked {
+    /// Not looked at.
+    #[default]
+    No,
+    /// Nothing there.
+    Absent,
+    /// This, and not a symlink.
+    Present(rustix::fs::Stat),
+}
+
+impl Looked {
+    /// What a `lstat` result says.
+    pub fn of(r: Result<rustix::fs::Stat, Errno>) -> Looked {
+        match r {
+            Ok(st) => Looked::Present(st),
+            Err(Errno::NOENT) => Looked::Absent,
+            Err(_) => Looked::No,
+        }
+    }
 }
 
 /// Why a path was not resolved.
@@ -112,10 +141,10 @@ fn follow_final(mut target: Target<'_>) -> Result<Target<'_>, Unresolved> {
     for _ in 0..MAX_SYMLINKS {
         let st = match rustix::fs::statat(target.parent.as_fd(), target.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
-            Err(_) => return Ok(target),
+            Err(e) => return Ok(Target { looked: Looked::of(Err(e)), ..target }),
         };
         if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
-            return Ok(target);
+            return Ok(Target { looked: Looked::Present(st), ..target });
         }
         let link = rustix::fs::readlinkat(target.parent.as_fd(), target.name.as_slice(), Vec::new())
             .map_err(|e| Unresolved::Failed { lexical: target.abs.clone(), error: e.into() })?
@@ -123,8 +152,8 @@ fn follow_final(mut target: Target<'_>) -> Result<Target<'_>, Unresolved> {
         let dir_path = target.abs.split_parent().map(|(p, _)| p.to_vec()).unwrap_or_else(|| b"/".to_vec());
         // The link's target is resolved relative to the directory holding the link.
         let next = match target.parent {
-            DirFd::Owned(fd) => resolve_once_owned(fd, &dir_path, &link)?,
             DirFd::Borrowed(b) => resolve_once(b, &dir_path, &link)?,
+            kept => resolve_once_keeping(kept, &dir_path, &link)?,
         };
         target = next;
     }
@@ -140,35 +169,35 @@ pub fn resolve_from<'a>(
     path: &[u8],
     follow: bool,
 ) -> Result<Target<'a>, Unresolved> {
-    match base {
-        DirFd::Borrowed(b) => resolve(b, base_path, path, follow),
-        DirFd::Owned(fd) => {
-            if path.is_empty() {
-                return Err(Unresolved::CallWillFail(Errno::NOENT));
-            }
-            let target = resolve_once_owned(fd, base_path, path)?;
-            if !follow {
-                return Ok(target);
-            }
-            follow_final(target)
-        }
+    let base = match base {
+        DirFd::Borrowed(b) => return resolve(b, base_path, path, follow),
+        kept => kept,
+    };
+    if path.is_empty() {
+        return Err(Unresolved::CallWillFail(Errno::NOENT));
     }
+    let target = resolve_once_keeping(base, base_path, path)?;
+    if !follow {
+        return Ok(target);
+    }
+    follow_final(target)
 }
 
-fn resolve_once_owned<'a>(dir: OwnedFd, dir_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
+/// [`resolve_once`] from a directory the resolver owns or shares: a target that lives in it
+/// (a bare name) keeps it open as its parent.
+fn resolve_once_keeping<'a>(dir: DirFd<'a>, dir_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
     let (dir_part, name) = split_last(path);
     if dir_part.is_empty() {
-        // The target lives in `dir` itself: keep our own descriptor alive.
         if name.is_empty() || name == b"." || name == b".." {
             return Err(Unresolved::CallWillFail(Errno::INVAL));
         }
         let abs = BPath::new(join(dir_path, name));
-        return Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs });
+        return Ok(Target { parent: dir, name: name.to_vec(), abs, looked: Looked::No });
     }
     let t = resolve_once(dir.as_fd(), dir_path, path)?;
     match t.parent {
-        DirFd::Owned(parent) => Ok(Target { parent: DirFd::Owned(parent), name: t.name, abs: t.abs }),
-        DirFd::Borrowed(_) => Err(Unresolved::CallWillFail(Errno::INVAL)),
+        DirFd::Owned(parent) => Ok(Target { parent: DirFd::Owned(parent), ..t }),
+        DirFd::Borrowed(_) | DirFd::Shared(_) => Err(Unresolved::CallWillFail(Errno::INVAL)),
     }
 }
 
@@ -181,7 +210,12 @@ fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Resu
     let lexical = || BPath::new(join(base_path, path));
     if dir_part.is_empty() {
         let abs = join(base_path, name);
-        return Ok(Target { parent: DirFd::Borrowed(base), name: name.to_vec(), abs: BPath::new(abs) });
+        return Ok(Target {
+            parent: DirFd::Borrowed(base),
+            name: name.to_vec(),
+            abs: BPath::new(abs),
+            looked: Looked::No,
+        });
     }
     let dir =
         match rustix::fs::openat(base, dir_part, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
@@ -197,7 +231,7 @@ fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Resu
         _ => join(base_path, dir_part),
     };
     let abs = join(&canonical, name);
-    Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs: BPath::new(abs) })
+    Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs: BPath::new(abs), looked: Looked::No })
 }
 
 #[cfg(test)]

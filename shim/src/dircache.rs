@@ -104,7 +104,7 @@ pub fn put(id: Ident, name: &[u8]) {
 /// How long a remembered directory path is trusted without looking at it again, against
 /// changes made outside the session (the session's own renames and removals are seen through
 /// the shared generation at once): 10 ms of `CLOCK_MONOTONIC_COARSE`.
-pub const TRUST_NS: u64 = 10_000_000;
+pub const TRUST_NS: u64 = aether_journal_recorder::ops::PATH_TRUST_NS;
 
 const PATH_SLOTS: usize = 64;
 const PATH_WORDS: usize = 48;

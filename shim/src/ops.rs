@@ -16,7 +16,7 @@ use aether_journal_recorder::ops::{Base, BaseError, Caller, Journal, birth_of, r
 use journal::capture::ident_of;
 use journal::config::Policy;
 use journal::record::{Endpoint, Ident, Op, UnobservedReason};
-use journal::resolve::{DirFd, Target, fd_path, getcwd, split_last};
+use journal::resolve::{DirFd, Looked, Target, fd_path, getcwd, split_last};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 
 pub use aether_journal_recorder::ops::Pending;
@@ -157,16 +157,17 @@ fn locate_cached<'a, J: Journal>(journal: &J, dirfd: i32, path: &[u8], follow: b
             c
         }
     };
+    let mut looked = Looked::No;
     if follow {
         // The call follows a final symlink: that is the full resolver's job.
-        if let Ok(fin) = rustix::fs::statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
-            if FileType::from_raw_mode(fin.st_mode) == FileType::Symlink {
-                return None;
-            }
+        let fin = rustix::fs::statat(base, path, AtFlags::SYMLINK_NOFOLLOW);
+        if fin.is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink) {
+            return None;
         }
+        looked = Looked::of(fin);
     }
     let abs = journal::BPath::new(journal::bpath::join(&canonical, name));
-    Some(Target { parent: DirFd::Borrowed(base), name: path.to_vec(), abs })
+    Some(Target { parent: DirFd::Borrowed(base), name: path.to_vec(), abs, looked })
 }
 
 /// The canonical path of the directory open as `fd`: from [`crate::dircache`] when the cached

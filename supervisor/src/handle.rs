@@ -18,12 +18,13 @@ use aether_journal::record::{Before, MetaKind, Op, Reason, UnobservedReason};
 use aether_journal_recorder::effects;
 use aether_journal_recorder::ops::{self, Journal, Pending, Removes};
 
+use crate::dirs::Dirs;
 use crate::filter::{
     FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, NATIVE_ARCH, SYS_REMOVEXATTRAT, SYS_SETXATTRAT,
 };
 use crate::listener::{Listener, Notification};
 use crate::store::{Recording, Store, Writer};
-use crate::target::{Process, ReadError, Target, Thread};
+use crate::target::{Process, ReadError, Thread, Watched as Target};
 
 /// How a notification is answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub struct Worker<'s> {
     store: &'s Store,
     writer: Writer,
     processes: HashMap<u32, Process>,
+    /// The directories the processes it has seen name.
+    dirs: std::cell::RefCell<Dirs>,
     /// Calls journaled whose answer the kernel refused because the thread had stopped waiting
     /// (a signal, on a kernel without `WAIT_KILLABLE_RECV`): the same call coming again from
     /// the same thread is that call restarted, journaled already. Shared by the workers.
@@ -82,7 +85,14 @@ impl From<ReadError> for Unread {
 impl<'s> Worker<'s> {
     /// A worker for `store`, sharing `abandoned` with the other workers.
     pub fn new(store: &'s Store, abandoned: &'s Abandoned) -> Worker<'s> {
-        Worker { store, writer: Writer::default(), processes: HashMap::new(), abandoned, counts: Counts::default() }
+        Worker {
+            store,
+            writer: Writer::default(),
+            processes: HashMap::new(),
+            dirs: Default::default(),
+            abandoned,
+            counts: Counts::default(),
+        }
     }
 
     /// Handles one notification and answers it.
@@ -139,12 +149,15 @@ impl<'s> Worker<'s> {
             return Answer::Proceed;
         }
         if is_exec(n.nr) {
-            // A new image: the process's program changes, and its other threads are gone.
+            // A new image: the process's program changes, its other threads are gone, and
+            // its descriptors may be closed.
             self.processes.retain(|_, p| p.pid != process.pid);
+            self.dirs.borrow_mut().forget(process.pid);
         }
         let journal =
             Recording { store: self.store, writer: std::cell::RefCell::new(&mut self.writer), process: &process };
-        let target = Target { thread, process: &process };
+        let names_gen = self.store.counters().names_gen();
+        let target = Target { thread, process: &process, dirs: &self.dirs, names_gen };
         let name = crate::names::name(n.nr);
         let pending = match call {
             Ok(call) if process.chrooted && call.names_paths() => chrooted(&journal, n.nr),

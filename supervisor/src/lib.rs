@@ -5,6 +5,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
+pub mod dirs;
 pub mod filter;
 pub mod handle;
 pub mod install;

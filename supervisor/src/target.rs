@@ -9,12 +9,15 @@
 //! again (README, "What this cannot do").
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use aether_journal::BPath;
 use aether_journal::record::Endpoint;
 use aether_journal::resolve::DirFd;
-use aether_journal_recorder::ops::{Base, BaseError, Caller};
+use aether_journal::resolve::{Looked, Target, split_last};
+use aether_journal_recorder::ops::{Base, BaseError, Caller, Journal};
+
+use crate::dirs::{DirError, Dirs, Start};
 use rustix::fs::{CWD, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -195,27 +198,71 @@ impl Process {
 /// A watched thread as the journaling logic sees its caller: paths relative to its working
 /// directory and descriptors, named through `/proc`. It never sees a call's result (the kernel
 /// runs the call after the supervisor answers).
-pub struct Target<'a> {
+pub struct Watched<'a> {
     /// The thread.
     pub thread: Thread,
     /// Its process.
     pub process: &'a Process,
+    /// The worker's remembered directories.
+    pub dirs: &'a std::cell::RefCell<Dirs>,
+    /// The session's names generation when the notification came.
+    pub names_gen: u64,
 }
 
-impl Caller for Target<'_> {
+impl Watched<'_> {
+    fn start(&self, start: Start) -> Result<Base<'static>, BaseError> {
+        match self.dirs.borrow_mut().start(self.process.pid, self.thread.tid, start, self.names_gen) {
+            Ok(d) => Ok(Base { fd: DirFd::Shared(d.fd), path: d.path }),
+            Err(DirError::WillFail) => Err(BaseError::WillFail),
+            Err(DirError::Failed(why)) => Err(BaseError::Failed(why)),
+        }
+    }
+}
+
+impl Caller for Watched<'_> {
     fn sees_results(&self) -> bool {
         false
     }
 
     fn cwd(&self) -> Result<Base<'_>, BaseError> {
-        base(&self.thread, "cwd")
+        self.start(Start::Cwd)
     }
 
     fn dir(&self, fd: i32) -> Result<Base<'_>, BaseError> {
         if fd < 0 {
             return Err(BaseError::WillFail);
         }
-        base(&self.thread, &format!("fd/{fd}"))
+        self.start(Start::Fd(fd))
+    }
+
+    fn cached_target<J: Journal>(&self, _journal: &J, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'_>> {
+        if path.last() == Some(&b'/') {
+            return None;
+        }
+        let (dir_part, name) = split_last(path);
+        if dir_part.is_empty() || name.is_empty() || name == b"." || name == b".." {
+            return None;
+        }
+        let mut dirs = self.dirs.borrow_mut();
+        let (base, rel) = if path.first() == Some(&b'/') {
+            let rel = &dir_part[dir_part.iter().position(|&b| b != b'/').unwrap_or(dir_part.len())..];
+            (dirs.root(self.names_gen)?, rel)
+        } else {
+            let start = if dirfd == libc::AT_FDCWD { Start::Cwd } else { Start::Fd(dirfd) };
+            (dirs.start(self.process.pid, self.thread.tid, start, self.names_gen).ok()?, dir_part)
+        };
+        let parent = if rel.is_empty() { base } else { dirs.below(self.process.pid, &base, rel, self.names_gen)? };
+        let mut looked = Looked::No;
+        if follow {
+            // The call follows a final symlink: that is the full resolver's job.
+            let fin = rustix::fs::statat(&*parent.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+            if fin.is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink) {
+                return None;
+            }
+            looked = Looked::of(fin);
+        }
+        let abs = aether_journal::BPath::new(aether_journal::bpath::join(&parent.path, name));
+        Some(Target { parent: DirFd::Shared(parent.fd), name: name.to_vec(), abs, looked })
     }
 
     fn fd_path(&self, fd: i32) -> io::Result<Vec<u8>> {
@@ -243,22 +290,6 @@ impl Caller for Target<'_> {
     fn first_send_to(&self, _peer: &Endpoint) -> bool {
         true
     }
-}
-
-/// The directory behind one of the thread's `/proc` links, as a base to resolve from.
-fn base(thread: &Thread, link: &str) -> Result<Base<'static>, BaseError> {
-    let fd = match thread.open_dir(link) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF) => return Err(BaseError::WillFail),
-        Err(e) => return Err(BaseError::Failed(format!("/proc/{}/{link}: {}", thread.tid, io::Error::from(e)))),
-    };
-    // The name of what was opened, not of the link now: it may have changed meanwhile.
-    let path = aether_journal::resolve::fd_path(fd.as_raw_fd())
-        .map_err(|e| BaseError::Failed(format!("/proc/{}/{link}: {e}", thread.tid)))?;
-    if path.first() != Some(&b'/') || path.ends_with(b" (deleted)") {
-        return Err(BaseError::WillFail);
-    }
-    Ok(Base { fd: DirFd::Owned(fd), path })
 }
 
 #[cfg(test)]

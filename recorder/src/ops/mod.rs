@@ -25,7 +25,7 @@ use aether_journal::BPath;
 use aether_journal::capture::{Capturer, FsCalls, Intent};
 use aether_journal::config::{Policy, Settings};
 use aether_journal::record::{Before, CaptureHow, Ident, Node, Op, Reason};
-use aether_journal::resolve::{DirFd, Target, Unresolved, resolve_from};
+use aether_journal::resolve::{DirFd, Looked, Target, Unresolved, resolve_from};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
@@ -93,6 +93,12 @@ pub fn excluded(abs: &[u8]) -> bool {
     }
     starts_with_dir(abs, b"/dev") && !starts_with_dir(abs, b"/dev/shm")
 }
+
+/// How long a directory path a caller resolved may be trusted without looking again, when no
+/// process of the session has renamed or removed a directory or symlink since (the names
+/// generation): the time within which a directory moved by a process outside the session is
+/// not noticed (README, "What this cannot do").
+pub const PATH_TRUST_NS: u64 = 10_000_000;
 
 /// The directory a path relative to a descriptor starts from, and its canonical name.
 pub struct Base<'a> {
@@ -367,6 +373,12 @@ pub fn refuse<J: Journal>(journal: &J, call: &str, what: String, errno: i32) -> 
 /// `lstat` of a target. `Err` carries what the hook must do instead: nothing when the real
 /// call will fail anyway, or the outcome of journaling an unexpected error.
 fn stat_target<J: Journal>(journal: &J, call: &str, t: &Target<'_>) -> Result<Option<Stat>, Pending> {
+    match t.looked {
+        // Looked at while it was resolved, an instant ago.
+        Looked::Present(st) => return Ok(Some(st)),
+        Looked::Absent => return Ok(None),
+        Looked::No => {}
+    }
     match rustix::fs::statat(t.parent.as_fd(), t.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::NOENT) => Ok(None),

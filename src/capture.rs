@@ -558,7 +558,7 @@ impl Capturer<'_> {
             )
         })
         .map_err(|e| ("create the blob", e.into()))?;
-        let result = if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
+        let result = if try_clone(&dst, &src, st.st_dev) {
             (CaptureHow::Reflink, None, st.st_size.max(0) as u64)
         } else {
             let (hash, n) =
@@ -570,6 +570,27 @@ impl Capturer<'_> {
             sync_shard(self.blobs, blob);
         }
         Ok((result.0, result.1, result.2, st, xattrs))
+    }
+}
+
+/// The device (plus one) whose files the store cannot clone (`FICLONE` failed with
+/// `EOPNOTSUPP`, `EXDEV` or `ENOTTY`): a capture from it copies without asking again. One
+/// device per process: the usual session changes files on one file system.
+static NO_CLONE_FROM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Clones `src` (on device `dev`) into `dst` if its file system can.
+fn try_clone(dst: &OwnedFd, src: &OwnedFd, dev: u64) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    if NO_CLONE_FROM.load(Relaxed) == dev.wrapping_add(1) {
+        return false;
+    }
+    match rustix::fs::ioctl_ficlone(dst, src) {
+        Ok(()) => true,
+        Err(Errno::OPNOTSUPP | Errno::XDEV | Errno::NOTTY) => {
+            NO_CLONE_FROM.store(dev.wrapping_add(1), Relaxed);
+            false
+        }
+        Err(_) => false,
     }
 }
 

@@ -542,6 +542,11 @@ pub enum UnobservedReason {
         /// What it is built with (`go`, `bun`).
         runtime: String,
     },
+    /// The process gave itself a root or a mount namespace of its own (`chroot`, `unshare
+    /// -m`, a sandbox such as bubblewrap): the names it (and its children) change files by may
+    /// lead elsewhere than the same names do for undo, so those changes are not known to be
+    /// undoable.
+    OwnMountNamespace,
     /// The shim could not be loaded or could not reach the session store.
     ShimNotLoaded {
         /// Why.
@@ -575,6 +580,9 @@ impl fmt::Display for UnobservedReason {
             }
             UnobservedReason::IoUring => f.write_str(
                 "it set up io_uring, through which files can change without passing through libc; what it changed that way was not journaled",
+            ),
+            UnobservedReason::OwnMountNamespace => f.write_str(
+                "it gave itself a root or mount namespace of its own, where names may lead elsewhere than they do for undo; what it and its children changed there is not known to be undoable",
             ),
             UnobservedReason::ShimNotLoaded { why } => {
                 write!(f, "the shim could not journal it ({why}); what it changed was not journaled")

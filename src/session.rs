@@ -87,6 +87,16 @@ pub const SLOT_NOTIFIED: usize = 16;
 pub const SLOT_PASSED: usize = 17;
 /// Slot index of the supervisor's peak resident memory in KiB, written when it ends.
 pub const SLOT_SUPERVISOR_PEAK_KIB: usize = 18;
+/// First slot of the names born unseen: [`BORN_NAMES`] entries of four `u64`s each (a
+/// sequence word, the hash of an absolute path, the record that journaled its creation, and
+/// the coarse realtime in nanoseconds, taken before the path was seen absent). The supervisor
+/// journals a creation before the kernel makes the file, so it never learns the new file's
+/// identity for the born table; an entry here lets whoever next changes the file at that path
+/// (the shim's `ftruncate` in Bun's `writeFileSync`) recognise it as born, by a birth time
+/// no earlier than the entry's, and copy nothing.
+pub const SLOT_BORN_NAMES: usize = 64;
+/// How many names born unseen the counters page keeps (direct-mapped by path hash).
+pub const BORN_NAMES: usize = 16;
 /// First slot of the passes (to the end of the page, two `u64`s each: a thread id and the
 /// address of that thread's cookie), with which a process tells its supervisor that the
 /// unmarked system calls of a libc function it is inside are already journaled (see the

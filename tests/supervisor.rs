@@ -109,6 +109,39 @@ fn go_programs_linked_with_libc_and_static_ones_are_journaled_and_undone_exactly
 }
 
 #[test]
+fn directories_moved_and_made_again_under_the_same_names_are_never_mistaken_for_each_other() {
+    let prog = go_program("dirmoves", true);
+    let s = Scratch::new("directories_moved_and_made_again_under_the_same_names");
+    s.sh("mkdir a b c && echo old > a/f && echo g > b/g && echo cg > c/g && echo keep > c/keep");
+    roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+        assert!(during.contains_key(&b"moved2/f"[..]) && during.contains_key(&b"b-moved/g"[..]));
+        assert!(!during.contains_key(&b"c"[..]) && !during.contains_key(&b"c-moved"[..]));
+    });
+}
+
+#[test]
+fn a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete_and_says_why() {
+    let s = Scratch::new("a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete");
+    s.sh("mkdir inner && echo outer > inner/kept");
+    let session = s.session("session");
+    // A tmpfs over `inner` in the new namespace: `inner/new` there is not `inner/new` here.
+    let unshare = if is_root() { "unshare -m" } else { "unshare -rm" };
+    let script = format!("{unshare} sh -c 'mount -t tmpfs none inner && echo inside > inner/new' && echo done");
+    let out = s.run_ok(&session, &["sh", "-c", &script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+    let log = s.log_json(&session);
+    let unobserved = records_of_kind(&log, "unobserved");
+    // The unshare call itself, and the process met already inside (the shell's child that
+    // runs mount), each said once.
+    assert_eq!(unobserved.len(), 2, "{log}");
+    assert!(unobserved.iter().all(|r| r["op"]["reason"]["code"] == "own_mount_namespace"), "{log}");
+    assert_eq!(unobserved[0]["call"], "unshare", "{log}");
+    let (code, report) = s.undo_json(&session);
+    assert_eq!(code, 3, "the undo cannot be complete: {report}");
+    assert_eq!(std::fs::read_to_string(s.tree().join("inner/kept")).unwrap(), "outer\n", "nothing outside touched");
+}
+
+#[test]
 fn a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor() {
     let prog = go_program("goroutines", false);
     let s = Scratch::new("a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor");
@@ -182,6 +215,28 @@ await Bun.write("existing", "Bun.write over it\n");
     roundtrip_changing(&s, &[bun.to_str().unwrap(), "-e", script], |during| {
         assert!(during.contains_key(&b"dir/sub/bunwrite"[..]) && !during.contains_key(&b"removed"[..]));
     });
+}
+
+#[test]
+fn a_file_bun_creates_and_then_truncates_through_libc_is_known_born_and_not_copied() {
+    let bun = bun();
+    let s = Scratch::new("a_file_bun_creates_and_then_truncates_through_libc_is_known_born_and_not_copied");
+    let script = r#"
+const fs = require("fs");
+for (let i = 0; i < 20; i++) fs.writeFileSync(`f${i}`, "written by bun\n");
+"#;
+    let report = roundtrip_changing(&s, &[bun.to_str().unwrap(), "-e", script], |during| {
+        assert_eq!(during.len(), 20);
+    });
+    assert_eq!(report["coverage"]["mode"], "syscalls", "{report}");
+    let log = s.log_json(&s.session("session"));
+    // Bun creates each file with its own openat (the supervisor's record) and then calls
+    // libc's ftruncate (the shim's), which must not copy what Bun just wrote.
+    let truncates: Vec<_> = records_of_kind(&log, "change").into_iter().filter(|r| r["call"] == "ftruncate").collect();
+    assert_eq!(truncates.len(), 20, "{log}");
+    assert!(truncates.iter().all(|r| r["op"]["before"]["state"] == "born"), "{log}");
+    let blobs = manifest(&s.session("session").join("blobs"));
+    assert!(blobs.values().all(|e| e.kind != "file"), "nothing copied: {:?}", blobs.keys());
 }
 
 #[test]

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::session::{
-    COUNTERS_LEN, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
-    SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
+    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_NOTIFIED,
+    SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
 };
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
@@ -107,6 +107,46 @@ impl SharedCounters {
         self.slot(SLOT_SUPERVISOR_PEAK_KIB).store(kib, Ordering::Relaxed);
     }
 
+    /// Notes that record `created` journaled the creation of `abs`, which was absent at
+    /// `since_ns` (coarse realtime) or later (see [`SLOT_BORN_NAMES`]).
+    pub fn note_born_name(&self, abs: &[u8], created: u64, since_ns: i64) {
+        let hash = name_hash(abs);
+        let at = SLOT_BORN_NAMES + 4 * (hash as usize % BORN_NAMES);
+        let lock = self.slot(at);
+        let cur = lock.load(Ordering::Acquire);
+        if cur & 1 == 1 || lock.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return; // another writer has the entry: this one is only a copy saved
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        self.slot(at + 1).store(hash, Ordering::Relaxed);
+        self.slot(at + 2).store(created, Ordering::Relaxed);
+        self.slot(at + 3).store(since_ns as u64, Ordering::Relaxed);
+        lock.store(cur + 2, Ordering::Release);
+    }
+
+    /// Takes the note for `abs` if there is one: the record that journaled its creation, and
+    /// the time from which a file born there can be the one it created. A note is taken once
+    /// (whoever takes it puts the file's identity in the born table).
+    pub fn take_born_name(&self, abs: &[u8]) -> Option<(u64, i64)> {
+        let hash = name_hash(abs);
+        let at = SLOT_BORN_NAMES + 4 * (hash as usize % BORN_NAMES);
+        let lock = self.slot(at);
+        let cur = lock.load(Ordering::Acquire);
+        // Most calls end here: no note, or another one.
+        if cur == 0 || cur & 1 == 1 || self.slot(at + 1).load(Ordering::Relaxed) != hash {
+            return None;
+        }
+        if lock.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        let found = (self.slot(at + 1).load(Ordering::Relaxed) == hash).then(|| {
+            self.slot(at + 1).store(0, Ordering::Relaxed);
+            (self.slot(at + 2).load(Ordering::Relaxed), self.slot(at + 3).load(Ordering::Relaxed) as i64)
+        });
+        lock.store(cur + 2, Ordering::Release);
+        found
+    }
+
     fn pass_slot(&self, i: usize) -> (&AtomicU64, &AtomicU64) {
         (self.slot(SLOT_PASSES + 2 * i), self.slot(SLOT_PASSES + 2 * i + 1))
     }
@@ -176,9 +216,26 @@ impl Counters for SharedCounters {
     }
 }
 
+/// FNV-1a of an absolute path: the key of a name born unseen (a collision costs a copy at
+/// most: the birth time and the identity are checked too).
+fn name_hash(abs: &[u8]) -> u64 {
+    abs.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_born_unseen_is_taken_once_by_its_path() {
+        let t = tempfile::tempdir().unwrap();
+        let c = SharedCounters::open(&t.path().join("counters")).unwrap();
+        assert_eq!(c.take_born_name(b"/w/a"), None);
+        c.note_born_name(b"/w/a", 7, 1_000);
+        assert_eq!(c.take_born_name(b"/w/b"), None, "another path");
+        assert_eq!(c.take_born_name(b"/w/a"), Some((7, 1_000)));
+        assert_eq!(c.take_born_name(b"/w/a"), None, "taken");
+    }
 
     #[test]
     fn a_pass_is_found_by_its_thread_only_and_gone_once_released() {

@@ -49,6 +49,8 @@ pub enum Watch {
     SendTo,
     /// `ioctl`: sent (unless marked) only for the requests that change a file's attributes.
     Ioctl,
+    /// `unshare` and `clone`, whose flags are argument `n`: sent only with `CLONE_NEWNS`.
+    NewMountNamespace(u8),
 }
 
 /// Every watched call, with how it is decided.
@@ -98,6 +100,11 @@ pub fn watched() -> Vec<(i64, Watch)> {
         (libc::SYS_execve, Always),
         (libc::SYS_execveat, Always),
         (libc::SYS_io_uring_setup, Always),
+        (libc::SYS_chroot, Always),
+        (libc::SYS_pivot_root, Always),
+        (libc::SYS_setns, Always),
+        (libc::SYS_unshare, NewMountNamespace(0)),
+        (libc::SYS_clone, NewMountNamespace(0)),
     ];
     #[cfg(target_arch = "x86_64")]
     w.extend([
@@ -278,6 +285,9 @@ fn block(ops: &mut Vec<Op>, watch: Watch) {
             Op::Jump(JEQ_K, FS_IOC32_SETFLAGS, L::Marked, L::Next),
             Op::Jump(JEQ_K, FS_IOC_FSSETXATTR, L::Marked, L::Allow),
         ]),
+        Watch::NewMountNamespace(n) => {
+            ops.extend([Op::Load(arg_lo(n)), Op::Jump(JSET_K, libc::CLONE_NEWNS as u32, L::Notify, L::Allow)])
+        }
     }
 }
 
@@ -362,6 +372,19 @@ mod tests {
     }
 
     #[test]
+    fn only_the_calls_that_make_a_root_or_mount_namespace_of_their_own_reach_the_supervisor() {
+        let newns = libc::CLONE_NEWNS as u64;
+        let fork_flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        assert_eq!(verdict(libc::SYS_clone, [fork_flags, 0, 0, 0, 0, 0]), "allow", "a fork");
+        assert_eq!(verdict(libc::SYS_clone, [fork_flags | newns, 0, 0, 0, 0, 0]), "notify");
+        assert_eq!(verdict(libc::SYS_unshare, [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), "allow");
+        assert_eq!(verdict(libc::SYS_unshare, [newns | libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), "notify");
+        for nr in [libc::SYS_setns, libc::SYS_chroot, libc::SYS_pivot_root] {
+            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, MARK]), "notify", "{nr}");
+        }
+    }
+
+    #[test]
     fn unwatched_calls_and_foreign_architectures_are_allowed() {
         for nr in
             [libc::SYS_read, libc::SYS_write, libc::SYS_close, libc::SYS_newfstatat, libc::SYS_futex, libc::SYS_getpid]
@@ -409,6 +432,11 @@ mod tests {
                 }
                 Watch::SendTo => [0, 0, 0, 0, 0x1000, 0],
                 Watch::Ioctl => [0, FS_IOC_SETFLAGS as u64, 0, 0, 0, 0],
+                Watch::NewMountNamespace(n) => {
+                    let mut a = [0u64; 6];
+                    a[n as usize] = libc::CLONE_NEWNS as u64;
+                    a
+                }
                 Watch::Unmarked | Watch::Always => [0; 6],
             };
             assert_eq!(verdict(nr, args), "notify", "{nr} {watch:?}");

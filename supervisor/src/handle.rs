@@ -45,6 +45,8 @@ pub struct Worker<'s> {
     processes: HashMap<u32, Process>,
     /// The directories the processes it has seen name.
     dirs: std::cell::RefCell<Dirs>,
+    /// The processes journaled as having a root or mount namespace of their own.
+    own_roots: std::collections::HashSet<u32>,
     /// Calls journaled whose answer the kernel refused because the thread had stopped waiting
     /// (a signal, on a kernel without `WAIT_KILLABLE_RECV`): the same call coming again from
     /// the same thread is that call restarted, journaled already. Shared by the workers.
@@ -90,6 +92,7 @@ impl<'s> Worker<'s> {
             writer: Writer::default(),
             processes: HashMap::new(),
             dirs: Default::default(),
+            own_roots: Default::default(),
             abandoned,
             counts: Counts::default(),
         }
@@ -154,13 +157,32 @@ impl<'s> Worker<'s> {
             self.processes.retain(|_, p| p.pid != process.pid);
             self.dirs.borrow_mut().forget(process.pid);
         }
+        if matches!(call, Ok(Call::OwnRoot)) {
+            // From now on (the call is about to run) its names cannot be trusted; a child it
+            // makes later is seen in its own namespace when first met.
+            for p in self.processes.values_mut().filter(|p| p.pid == process.pid) {
+                p.own_root = true;
+            }
+        }
         let journal =
             Recording { store: self.store, writer: std::cell::RefCell::new(&mut self.writer), process: &process };
-        let names_gen = self.store.counters().names_gen();
-        let target = Target { thread, process: &process, dirs: &self.dirs, names_gen };
+        let target = Target { thread, process: &process, dirs: &self.dirs };
         let name = crate::names::name(n.nr);
+        if process.own_root || matches!(call, Ok(Call::OwnRoot)) {
+            if self.own_roots.len() > 4096 {
+                self.own_roots.clear();
+            }
+            // Met in a root or namespace of its own that no call seen here made (its parent's
+            // `clone3`, say): said once, for it and for the children the shim journals.
+            if self.own_roots.insert(process.pid) && !matches!(call, Ok(Call::OwnRoot)) {
+                let reason = UnobservedReason::OwnMountNamespace;
+                journal.record(name, Op::Unobserved { program: process.prog.clone(), reason });
+            }
+        }
         let pending = match call {
-            Ok(call) if process.chrooted && call.names_paths() => chrooted(&journal, n.nr),
+            // Which program its names lead to here is not known; the record above says so.
+            Ok(Call::Exec { .. }) if process.own_root => Pending::Nothing,
+            Ok(call) if process.own_root && call.names_paths() => own_root(&journal, n.nr),
             Ok(call) => call.journal(&journal, &target, name),
             Err(Unread::Nothing) => Pending::Nothing,
             Err(Unread::Denied(e)) => unreadable(&journal, n.nr, e),
@@ -262,6 +284,9 @@ enum Call {
         empty_path: bool,
     },
     IoUring,
+    /// A call that gives the process a root or mount namespace of its own (`chroot`,
+    /// `pivot_root`, `setns`, `unshare` or `clone` with `CLONE_NEWNS`).
+    OwnRoot,
     /// Nothing to journal.
     Nothing,
 }
@@ -381,6 +406,9 @@ impl Call {
                 Call::Exec { dirfd: int(0), path: path(1)?, argv, cut, empty_path }
             }
             libc::SYS_io_uring_setup => Call::IoUring,
+            libc::SYS_chroot | libc::SYS_pivot_root | libc::SYS_setns | libc::SYS_unshare | libc::SYS_clone => {
+                Call::OwnRoot
+            }
             #[cfg(target_arch = "x86_64")]
             nr => match nr {
                 libc::SYS_open => Call::Open { dirfd: at, path: path(0)?, flags: int(1) },
@@ -407,11 +435,18 @@ impl Call {
         })
     }
 
-    /// Whether journaling the call needs to name paths (which a chrooted process's cannot be).
+    /// Whether journaling the call needs to name paths (which those of a process with a root or
+    /// mount namespace of its own cannot be).
     fn names_paths(&self) -> bool {
         !matches!(
             self,
-            Call::Connect(_) | Call::Send(_) | Call::Signal { .. } | Call::OwnSignal | Call::IoUring | Call::Nothing
+            Call::Connect(_)
+                | Call::Send(_)
+                | Call::Signal { .. }
+                | Call::OwnSignal
+                | Call::IoUring
+                | Call::OwnRoot
+                | Call::Nothing
         )
     }
 
@@ -454,6 +489,14 @@ impl Call {
             Call::Exec { dirfd, path, argv, cut, empty_path } => exec(j, t, call, dirfd, &path, argv, cut, empty_path),
             Call::IoUring => {
                 let reason = UnobservedReason::IoUring;
+                if j.settings().policy == Policy::Strict {
+                    return ops::refuse(j, call, format!("{call}: {reason}"), libc::EPERM);
+                }
+                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason });
+                Pending::Nothing
+            }
+            Call::OwnRoot => {
+                let reason = UnobservedReason::OwnMountNamespace;
                 if j.settings().policy == Policy::Strict {
                     return ops::refuse(j, call, format!("{call}: {reason}"), libc::EPERM);
                 }
@@ -605,10 +648,12 @@ fn change_irreversible(j: &Recording<'_>, call: &str, path: BPath, reason: Reaso
 
 /// A call of a process whose root is not the supervisor's: its paths cannot be named from
 /// outside, so the step is journaled as irreversible (and refused under the strict policy).
-fn chrooted(j: &Recording<'_>, nr: i64) -> Pending {
+fn own_root(j: &Recording<'_>, nr: i64) -> Pending {
     let call = crate::names::name(nr);
-    let reason =
-        Reason::CaptureFailed { step: "resolve the path".into(), error: "the process runs under chroot".into() };
+    let reason = Reason::CaptureFailed {
+        step: "resolve the path".into(),
+        error: "the process has a root or mount namespace of its own".into(),
+    };
     change_irreversible(j, call, BPath::new(Vec::new()), reason)
 }
 

@@ -66,6 +66,11 @@ pub fn name(nr: i64) -> &'static str {
         libc::SYS_execve => "execve",
         libc::SYS_execveat => "execveat",
         libc::SYS_io_uring_setup => "io_uring_setup",
+        libc::SYS_chroot => "chroot",
+        libc::SYS_pivot_root => "pivot_root",
+        libc::SYS_setns => "setns",
+        libc::SYS_unshare => "unshare",
+        libc::SYS_clone => "clone",
         _ => "syscall",
     }
 }

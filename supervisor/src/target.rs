@@ -168,8 +168,10 @@ pub struct Process {
     pub prog: BPath,
     /// The same, encoded once for every record.
     pub prog_json: Vec<u8>,
-    /// Whether its root is not the supervisor's (a `chroot`): its paths cannot be named.
-    pub chrooted: bool,
+    /// Whether its root or mount namespace is not the supervisor's (a `chroot`, an
+    /// `unshare -m`, a sandbox such as bubblewrap): the names it uses may lead elsewhere than
+    /// the same names do for the supervisor and for undo, so its paths cannot be named.
+    pub own_root: bool,
 }
 
 impl Process {
@@ -190,9 +192,17 @@ impl Process {
         let pgid = std::str::from_utf8(&stat[close + 1..]).ok()?.split_whitespace().nth(2)?.parse().ok()?;
         let thread = Thread { tid };
         let prog = BPath::new(thread.link("exe").unwrap_or_default());
-        let chrooted = thread.link("root").is_ok_and(|r| r != b"/");
-        Some(Process { pid, ppid, pgid, prog_json: aether_journal::journal::prog_json(&prog), prog, chrooted })
+        let own_root = thread.link("root").is_ok_and(|r| r != b"/")
+            || thread.link("ns/mnt").is_ok_and(|ns| Some(&ns) != own_mount_namespace());
+        Some(Process { pid, ppid, pgid, prog_json: aether_journal::journal::prog_json(&prog), prog, own_root })
     }
+}
+
+/// The supervisor's own mount namespace (`mnt:[INODE]`), if it can be read.
+fn own_mount_namespace() -> Option<&'static Vec<u8>> {
+    static NS: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    NS.get_or_init(|| std::fs::read_link("/proc/self/ns/mnt").ok().map(|p| p.into_os_string().into_encoded_bytes()))
+        .as_ref()
 }
 
 /// A watched thread as the journaling logic sees its caller: paths relative to its working
@@ -205,13 +215,11 @@ pub struct Watched<'a> {
     pub process: &'a Process,
     /// The worker's remembered directories.
     pub dirs: &'a std::cell::RefCell<Dirs>,
-    /// The session's names generation when the notification came.
-    pub names_gen: u64,
 }
 
 impl Watched<'_> {
     fn start(&self, start: Start) -> Result<Base<'static>, BaseError> {
-        match self.dirs.borrow_mut().start(self.process.pid, self.thread.tid, start, self.names_gen) {
+        match self.dirs.borrow_mut().start(self.process.pid, self.thread.tid, start) {
             Ok(d) => Ok(Base { fd: DirFd::Shared(d.fd), path: d.path }),
             Err(DirError::WillFail) => Err(BaseError::WillFail),
             Err(DirError::Failed(why)) => Err(BaseError::Failed(why)),
@@ -246,12 +254,12 @@ impl Caller for Watched<'_> {
         let mut dirs = self.dirs.borrow_mut();
         let (base, rel) = if path.first() == Some(&b'/') {
             let rel = &dir_part[dir_part.iter().position(|&b| b != b'/').unwrap_or(dir_part.len())..];
-            (dirs.root(self.names_gen)?, rel)
+            (dirs.root()?, rel)
         } else {
             let start = if dirfd == libc::AT_FDCWD { Start::Cwd } else { Start::Fd(dirfd) };
-            (dirs.start(self.process.pid, self.thread.tid, start, self.names_gen).ok()?, dir_part)
+            (dirs.start(self.process.pid, self.thread.tid, start).ok()?, dir_part)
         };
-        let parent = if rel.is_empty() { base } else { dirs.below(self.process.pid, &base, rel, self.names_gen)? };
+        let parent = if rel.is_empty() { base } else { dirs.below(self.process.pid, &base, rel)? };
         let mut looked = Looked::No;
         if follow {
             // The call follows a final symlink: that is the full resolver's job.
@@ -336,6 +344,6 @@ mod tests {
         assert_eq!(p.pid, std::process::id());
         assert_eq!(p.ppid, rustix::process::getppid().unwrap().as_raw_nonzero().get() as u32);
         assert!(!p.prog.as_bytes().is_empty());
-        assert!(!p.chrooted);
+        assert!(!p.own_root);
     }
 }

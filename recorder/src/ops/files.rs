@@ -50,13 +50,22 @@ pub fn before_open<J: Journal, C: Caller>(
         // file this call made from one that was there by its birth time (Before::Exclusive).
         return created(journal, call, t.abs, Before::Exclusive);
     }
+    // Before the name is seen absent: a file born there afterwards is born no earlier.
+    let since = (creat && !caller.sees_results()).then(coarse_realtime_ns);
     let st = match stat_target(journal, call, &t) {
         Ok(Some(st)) => st,
         Ok(None) if creat => {
             if excl {
                 caller.found_name_free();
             }
-            return created(journal, call, t.abs, Before::Absent);
+            let abs = t.abs.clone();
+            let pending = created(journal, call, t.abs, Before::Absent);
+            if let (Some(since), Pending::Created { created, .. }) = (since, &pending) {
+                // The supervisor never sees the file the kernel is about to make: whoever
+                // changes it next recognises it by this note (see SLOT_BORN_NAMES).
+                journal.counters().note_born_name(abs.as_bytes(), *created, since);
+            }
+            return pending;
         }
         Ok(None) => return Pending::Nothing,
         Err(p) => return p,
@@ -186,17 +195,34 @@ fn kept_change<J: Journal, C: Caller>(
 /// this session created it, or already copied it whole. The born table has an entry for its
 /// inode, and `statx` gives the birth time that entry was made with. No system call unless
 /// the table names the inode.
+///
+/// A file whose creation the supervisor journaled is not in the born table (the supervisor
+/// never sees the file the kernel makes): its path's note in the counters page stands for
+/// it, once, if the file was born no earlier than the path was seen absent; it then goes into
+/// the born table.
 fn origin_of<J: Journal>(journal: &J, t: &Target<'_>, st: &Stat) -> Option<Origin> {
     let index = journal.born()?;
     let ident = ident_of(st);
     if !index.may_be_born(ident) {
-        return None;
+        let (created, since) = journal.counters().take_born_name(t.abs.as_bytes())?;
+        let (now, btime) = birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if now != ident || btime < since {
+            return None;
+        }
+        index.remember_origin(ident, btime, Origin::Born(created));
+        return Some(Origin::Born(created));
     }
     let (now, btime) = birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW)?;
     if now != ident {
         return None;
     }
     index.origin(ident, btime)
+}
+
+/// The realtime clock file timestamps are taken from (coarse), in nanoseconds.
+fn coarse_realtime_ns() -> i64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    ts.tv_sec.saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec)
 }
 
 /// The identity and birth time (nanoseconds since the epoch) of `name` under `dir`, if the

@@ -8,6 +8,12 @@ rounds, shim first on odd ones), each with a fresh copy of its input prepared ou
 timing, and prints one table: bare and shim medians with their spread, and the median of the
 per-pair ratios shim/bare with its min-max.
 
+A workload runs bare and under one or more variants: the shim alone (`--mode preload`:
+LD_PRELOAD, as a bare preload session), or `aether-journal run` with its supervisor
+(`--mode run`); with `--baseline DIR` (the target/release directory of another build) that
+build runs too, in the same rounds, so that a table compares the two builds directly. W9-W11
+(programs that bypass libc: a static Go program, Bun) need the supervisor: only in run mode.
+
 Each shim run gets its own session directory, on the same filesystem as the work (where the
 shim can keep a replaced or deleted file by hard-linking it). After each shim run the script
 checks that the session journaled what the workload did (at least one record for the mutating
@@ -22,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -127,10 +134,12 @@ class Workload:
     (the short read-only workloads, whose 3% target needs many pairs to resolve on a noisy
     machine)."""
 
-    def __init__(self, key, name, cmd, cwd, prepare=None, target=None, mutates=True, runs=None, min_runs=0):
+    def __init__(self, key, name, cmd, cwd, prepare=None, target=None, mutates=True, runs=None, min_runs=0,
+                 supervised_only=False):
         self.key, self.name, self.cmd, self.cwd = key, name, cmd, cwd
         self.prepare = prepare or (lambda: None)
         self.target, self.mutates, self.runs, self.min_runs = target, mutates, runs, min_runs
+        self.supervised_only = supervised_only
 
 
 def workloads(inp, root, progs):
@@ -147,6 +156,13 @@ def workloads(inp, root, progs):
             sh("sync")
 
         return prep
+
+    def w10_prep():
+        d = os.path.join(root, "w10")
+        rmtree(d)
+        os.makedirs(d)
+        sh("%s/gofiles create out 100 20" % progs, cwd=d)
+        sh("sync")
 
     def w6_prep():
         if not os.path.exists(inp.big) or os.path.getsize(inp.big) != BIG_BYTES:
@@ -173,6 +189,14 @@ def workloads(inp, root, progs):
                  target=1.03, mutates=False, min_runs=15),
         Workload("W8", "make -j2, 200 C files", "make -s -j2", inp.csrc,
                  lambda: sh("make -s clean", cwd=inp.csrc), target=1.03),
+        Workload("W9", "static Go: 20,000 files in 1,000 directories", "%s/gofiles create out 1000 20" % progs,
+                 os.path.join(root, "w9"), fresh(os.path.join(root, "w9")), target=2.0, supervised_only=True),
+        Workload("W10", "static Go: rewrite 2,000 existing files", "%s/gofiles rewrite out" % progs,
+                 os.path.join(root, "w10"), w10_prep, target=2.0, supervised_only=True),
+        Workload("W11", "Bun: 2,000 files", "bun -e %s" % shlex.quote(
+                     'const fs = require("fs"); fs.mkdirSync("out"); '
+                     'for (let i = 0; i < 2000; i++) fs.writeFileSync(`out/f${i}.txt`, "written by bun\\n");'),
+                 os.path.join(root, "w11"), fresh(os.path.join(root, "w11")), target=2.0, supervised_only=True),
     ]
 
 
@@ -203,7 +227,8 @@ def timed(cmd, cwd, env, cpu=None):
     """Wall seconds of `cmd`; with a list as `cpu`, also appends the CPU seconds (user + system)
     of the command and every descendant it waited for."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
     t = time.perf_counter() - t0
@@ -215,6 +240,14 @@ def timed(cmd, cwd, env, cpu=None):
     return t
 
 
+class Variant:
+    """How a workload is run: `bare`; `preload` (LD_PRELOAD=shim, as a bare preload session); or
+    `run` (aether-journal run, supervisor included), each of one build (`label`)."""
+
+    def __init__(self, label, kind, shim=None, cli=None):
+        self.label, self.kind, self.shim, self.cli = label, kind, shim, cli
+
+
 class Runner:
     def __init__(self, root, shim):
         self.root, self.shim = root, shim
@@ -222,43 +255,56 @@ class Runner:
         os.makedirs(self.sessions, exist_ok=True)
         self.n = 0
 
-    def env(self, shimmed):
+    def env(self, shimmed, shim=None):
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
         env.pop("AETHER_JOURNAL_DIR", None)
+        env.pop("AETHER_JOURNAL_MARK", None)
         env["LC_ALL"] = "C"
         session = None
         if shimmed:
             self.n += 1
             session = os.path.join(self.sessions, "s%d" % self.n)
             rmtree(session)
-            env["LD_PRELOAD"] = self.shim
+            env["LD_PRELOAD"] = shim or self.shim
             env["AETHER_JOURNAL_DIR"] = session
         return env, session
 
-    def pairs(self, w, runs):
-        bare, shim, ratios, records, cpu_ratios = [], [], [], [], []
+    def command(self, variant, cmd):
+        """(command, env, session) for running `cmd` as `variant`."""
+        if variant.kind == "bare":
+            env, session = self.env(False)
+            return cmd, env, None
+        if variant.kind == "preload":
+            env, session = self.env(True, variant.shim)
+            return cmd, env, session
+        env, session = self.env(True)
+        for k in ("LD_PRELOAD", "AETHER_JOURNAL_DIR"):
+            env.pop(k, None)
+        env["AETHER_JOURNAL_SHIM"] = variant.shim
+        return [variant.cli, "run", "--journal", session, "--", "sh", "-c", cmd], env, session
+
+    def rounds(self, w, runs, variants):
+        """Times `w` under every variant, `runs` rounds, the order rotated each round. Returns,
+        per variant label, its wall times, CPU times and records."""
+        out = {v.label: {"wall": [], "cpu": [], "records": []} for v in variants}
         for i in range(runs):
-            got, cpu = {}, {}
-            for shimmed in ((False, True) if i % 2 == 0 else (True, False)):
+            order = variants[i % len(variants):] + variants[:i % len(variants)]
+            for v in order:
                 w.prepare()
-                env, session = self.env(shimmed)
+                cmd, env, session = self.command(v, w.cmd)
                 c = []
-                got[shimmed] = timed(w.cmd, w.cwd, env, c)
-                cpu[shimmed] = c[0]
-                if shimmed:
+                out[v.label]["wall"].append(timed(cmd, w.cwd, env, c))
+                out[v.label]["cpu"].append(c[0])
+                if session:
                     n = journal_records(session)
-                    records.append(n)
+                    out[v.label]["records"].append(n)
                     if w.mutates and n == 0:
-                        raise SystemExit("bench: %s under the shim journaled nothing: the shim is not working" % w.key)
+                        raise SystemExit("bench: %s as %s journaled nothing: the shim is not working" % (w.key, v.label))
                     if not w.mutates and n != 0:
                         raise SystemExit("bench: read-only %s journaled %d records" % (w.key, n))
                     rmtree(session)
-            bare.append(got[False])
-            shim.append(got[True])
-            ratios.append(got[True] / got[False])
-            cpu_ratios.append(cpu[True] / max(cpu[False], 1e-6))
-        return bare, shim, ratios, records, cpu_ratios
+        return out
 
 
 def spread(xs, fmt):
@@ -272,8 +318,12 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,EXEC,CMD,RSS)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM)")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--mode", choices=("preload", "run"), default="preload",
+                    help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")
+    ap.add_argument("--cli", help="aether-journal (default: next to the shim)")
+    ap.add_argument("--baseline", help="target/release directory of another build to run in the same rounds")
     a = ap.parse_args()
     # The preload path is resolved by the loader in each workload's own directory.
     a.shim, a.progs, a.dir = os.path.abspath(a.shim), os.path.abspath(a.progs), os.path.abspath(a.dir)
@@ -282,19 +332,38 @@ def main():
     inp = Inputs(a.dir)
     inp.build()
     runner = Runner(a.dir, a.shim)
+    cli = os.path.abspath(a.cli or os.path.join(os.path.dirname(a.shim), "aether-journal"))
+    variants = [Variant("bare", "bare"), Variant("this build", a.mode, a.shim, cli)]
+    if a.baseline:
+        base = os.path.abspath(a.baseline)
+        variants.append(Variant("baseline", a.mode, os.path.join(base, "libaether_journal.so"),
+                                os.path.join(base, "aether-journal")))
     rows, results = [], {}
     for w in workloads(inp, a.dir, a.progs):
         if only and w.key not in only:
             continue
+        if w.supervised_only and a.mode != "run":
+            if only:
+                print("%s: needs the supervisor (--mode run): skipped" % w.key, file=sys.stderr)
+            continue
         runs = w.runs or max(a.runs, w.min_runs)
-        print("%s: %d pairs..." % (w.key, runs), file=sys.stderr)
-        bare, shim, ratios, records, cpu_ratios = runner.pairs(w, runs)
-        verdict = "meets" if max(ratios) <= w.target else ("median meets" if statistics.median(ratios) <= w.target else "MISSES")
-        rows.append("| %s %s | %s | %s | %s | %s | %d | <= %.2f | %s |" % (
-            w.key, w.name, spread(bare, "%.3f"), spread(shim, "%.3f"), spread(ratios, "%.2f"),
-            spread(cpu_ratios, "%.2f"), statistics.median(records), w.target, verdict))
-        results[w.key] = {"bare": bare, "shim": shim, "ratios": ratios, "cpu_ratios": cpu_ratios,
-                          "records": records, "target": w.target}
+        vs = [v for v in variants if not (w.supervised_only and v.label == "baseline")]
+        print("%s: %d rounds of %s..." % (w.key, runs, ", ".join(v.label for v in vs)), file=sys.stderr)
+        got = runner.rounds(w, runs, vs)
+        bare = got["bare"]
+        results[w.key] = {"target": w.target, "mode": a.mode, **got}
+        for v in vs[1:]:
+            t = got[v.label]
+            ratios = [x / y for x, y in zip(t["wall"], bare["wall"])]
+            cpu_ratios = [x / max(y, 1e-6) for x, y in zip(t["cpu"], bare["cpu"])]
+            verdict = "meets" if max(ratios) <= w.target else (
+                "median meets" if statistics.median(ratios) <= w.target else "MISSES")
+            rows.append("| %s %s (%s, %s) | %s | %s | %s | %s | %d | <= %.2f | %s |" % (
+                w.key, w.name, a.mode, v.label, spread(bare["wall"], "%.3f"), spread(t["wall"], "%.3f"),
+                spread(ratios, "%.2f"), spread(cpu_ratios, "%.2f"), statistics.median(t["records"]), w.target, verdict))
+        if a.baseline and len(vs) == 3:
+            this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
+            rows.append("| %s: this build / baseline, same rounds | | | %s | | | | |" % (w.key, spread(this_vs_base, "%.2f")))
     if not only or "EXEC" in only:
         # Many short rounds rather than a few long ones: the machine's speed drifts over
         # seconds, and a pair of 200-spawn runs taken back to back sees the same drift.
@@ -348,6 +417,42 @@ def main():
             rows.append("| per command from a %s (%d pairs of %d), us | %s | %s | +%s us | | | | |" % (
                 label, rounds, n, spread(times[False], "%.0f"), spread(times[True], "%.0f"), spread(per, "%.0f")))
             results["CMD " + label] = {"bare_us": times[False], "shim_us": times[True]}
+    if a.mode == "run" and (not only or "RT" in only):
+        # One round trip to the supervisor: a loop of watched calls it answers at once, less
+        # the same loop bare, less run's own start and seal (the loop of 0 calls).
+        n, rounds = 100000, max(5, a.runs)
+        print("RT: %d rounds of %d watched calls..." % (rounds, n), file=sys.stderr)
+        per = []
+        for i in range(rounds):
+            t = {}
+            for v in variants[:2]:
+                for k in (0, n):
+                    cmd, env, session = runner.command(v, "%s/roundtrip %d" % (a.progs, k))
+                    t[(v.label, k)] = timed(cmd, a.dir, env)
+                    if session:
+                        rmtree(session)
+            per.append(((t[("this build", n)] - t[("this build", 0)]) - (t[("bare", n)] - t[("bare", 0)])) / n * 1e6)
+        rows.append("| one round trip to the supervisor (%d rounds of %d calls), us | | | +%s us | | | | |" % (
+            rounds, n, spread(per, "%.1f")))
+        results["RT"] = {"per_call_us": per}
+    if a.mode == "run" and (not only or "SUPMEM" in only):
+        # The supervisor's peak resident memory over a session of 100,000 records (it keeps it
+        # in the session's counters page when it ends: word 18, KiB).
+        d = os.path.join(a.dir, "supmem")
+        rmtree(d)
+        os.makedirs(d)
+        cmd, env, session = runner.command(variants[1], "%s/gofiles create out 1000 100" % a.progs)
+        print("SUPMEM: a session of 100,000 creations...", file=sys.stderr)
+        timed(cmd, d, env)
+        records = journal_records(session)
+        with open(os.path.join(session, "counters"), "rb") as fh:
+            c = fh.read()
+        peak = int.from_bytes(c[18 * 8:19 * 8], "little")
+        rows.append("| supervisor peak RSS, session of %d records (KiB) | | %d | | | %d | <= 16384 KiB | %s |" % (
+            records, peak, records, "meets" if peak <= 16384 else "MISSES"))
+        results["SUPMEM"] = {"peak_kib": peak, "records": records}
+        rmtree(session)
+        rmtree(d)
     if not only or "RSS" in only:
         d = os.path.join(a.dir, "rss")
         rss = {}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The performance suite in one command:
 #
-#   sudo bench/run.sh [--runs N] [--only W1,W2,...,EXEC,CMD,RSS] [--json FILE]
+#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM]
+#                     [--json FILE]
 #
 # Builds the release shim and the helper programs, makes a fresh loop-mounted ext4 (with a
 # journal: the root filesystem of the machines this was written on has none, and there file
@@ -15,9 +16,13 @@ cargo build --release --quiet --manifest-path "$here/Cargo.toml"
 shim="$here/target/release/libaether_journal.so"
 progs="$here/target/bench-progs"
 mkdir -p "$progs"
-for p in open_close spawn_true rss; do
+for p in open_close spawn_true rss roundtrip; do
   cc -O2 -o "$progs/$p" "$here/bench/progs/$p.c"
 done
+# W9 and W10: a static Go program (CGO_ENABLED=0); W11 runs Bun from PATH.
+if command -v go >/dev/null; then
+  (cd "$here/bench/progs" && CGO_ENABLED=0 GOCACHE="$progs/gocache" go build -o "$progs/gofiles" gofiles.go)
+fi
 # The floor for per-exec cost: a preload library that does nothing at all.
 echo 'int aether_journal_bench_nothing(void) { return 0; }' > "$progs/nothing.c"
 cc -O2 -shared -fPIC -o "$progs/libnothing.so" "$progs/nothing.c"

@@ -65,6 +65,37 @@ pub fn check(path: &[u8], creds: Creds) -> Result<(), UnobservedReason> {
     check_depth(path, creds, 0)
 }
 
+/// Whether the executable at `path` is built for another architecture than this process (a
+/// script: its interpreter), from its ELF header alone: what the supervisor, which sees into
+/// every program of its own architecture, needs to know of an exec.
+pub fn foreign_architecture(path: &[u8]) -> Option<UnobservedReason> {
+    let mut path = path.to_vec();
+    for _ in 0..4 {
+        let fd = rustix::fs::openat(CWD, &path[..], OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty())
+            .ok()?;
+        let mut head = [0u8; 256];
+        let n = read_at(&fd, &mut head, 0).unwrap_or(0);
+        let head = &head[..n];
+        if head.starts_with(b"#!") {
+            let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+            path = line.split(|&b| b == b' ' || b == b'\t').find(|t| !t.is_empty())?.to_vec();
+            continue;
+        }
+        if !head.starts_with(b"\x7fELF") || head.len() < 20 {
+            return None;
+        }
+        let (class64, little) = (head[4] == 2, head[5] == 1);
+        let machine =
+            if little { u16::from_le_bytes([head[18], head[19]]) } else { u16::from_be_bytes([head[18], head[19]]) };
+        if class64 && little && machine == NATIVE_MACHINE {
+            return None;
+        }
+        let bits = if class64 { "64-bit" } else { "32-bit" };
+        return Some(UnobservedReason::ForeignArchitecture { machine: format!("{bits} {}", machine_name(machine)) });
+    }
+    None
+}
+
 fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), UnobservedReason> {
     let fd = match rustix::fs::openat(CWD, path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()) {
         Ok(fd) => fd,

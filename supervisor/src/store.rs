@@ -35,6 +35,8 @@ pub struct Store {
     index: OnceLock<Option<SharedIndex>>,
     born: OnceLock<Option<SharedIndex>>,
     blobs: OwnedFd,
+    /// The session's `journal`, for each worker's first records (`O_APPEND`).
+    journal: Option<OwnedFd>,
     /// Budgets, policy, sync (the session's settings, as `run` passes them to the shim).
     pub settings: Settings,
     root_pid: Option<u32>,
@@ -53,6 +55,12 @@ impl Store {
             Mode::empty(),
         )?;
         let canon = std::fs::canonicalize(dir)?.as_os_str().as_bytes().to_vec();
+        let journal = rustix::fs::open(
+            dir.join(session::JOURNAL_FILE).as_path(),
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok();
         let root_pid = std::fs::read(dir.join(session::HEADER_FILE))
             .ok()
             .and_then(|t| aether_journal_recorder::effects::serde_json_root_pid(&t));
@@ -63,6 +71,7 @@ impl Store {
             index: OnceLock::new(),
             born: OnceLock::new(),
             blobs,
+            journal,
             settings,
             root_pid,
             mark,
@@ -83,18 +92,24 @@ impl Store {
 /// supervisor's, SEQ its first record's), preallocated and mapped shared, into which each
 /// record is copied with its LF stored last, as the shim's are (a copied record is in the page
 /// cache as a written one is: it survives the supervisor's death). A record that does not fit
-/// starts the next segment, and a retired one is truncated to what it holds. With `AETHER_JOURNAL_SYNC=1` records are written and synced
+/// starts the next segment. A worker's first records are written to the session's `journal`
+/// instead. With `AETHER_JOURNAL_SYNC=1` records are written and synced
 /// instead, one `write(2)` each.
 #[derive(Default)]
 pub struct Writer {
     file: Option<OwnedFd>,
     map: Option<Mapped>,
     made: u32,
+    written: u32,
 }
+
+/// Records a worker writes to the session's `journal` (one `write(2)` each, as the shim's
+/// first are) before it makes a segment: a session the supervisor journals little for
+/// preallocates nothing.
+const WRITES_FIRST: u32 = 16;
 
 /// A mapped segment and how much of it is used.
 struct Mapped {
-    fd: OwnedFd,
     base: *mut u8,
     len: usize,
     used: usize,
@@ -111,8 +126,9 @@ impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: our own mapping of `len` bytes, which nothing refers to any more.
         let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
-        // A retired segment gives back the room it preallocated and did not use.
-        let _ = rustix::fs::ftruncate(&self.fd, self.used as u64);
+        // The room it preallocated and did not use stays (NUL bytes, which readers skip): on
+        // ext4 with ordered data, a truncate waits for the journal's commit of everything the
+        // session wrote meanwhile (measured: 0.4 s, during which no watched call is answered).
     }
 }
 
@@ -120,6 +136,12 @@ impl Writer {
     fn append(&mut self, store: &Store, seq: u64, line: &[u8]) -> bool {
         if store.settings.sync {
             return self.write_synced(store, seq, line);
+        }
+        if self.written < WRITES_FIRST {
+            if let Some(j) = &store.journal {
+                self.written += 1;
+                return aether_journal::capture::write_all(j, line).is_ok();
+            }
         }
         let room = self.map.as_ref().map_or(0, |m| m.len - m.used);
         if room < line.len() {
@@ -165,7 +187,7 @@ impl Writer {
             return None;
         }
         let base = aether_journal_recorder::tables::map_shared(fd.as_fd(), len)?;
-        Some(Mapped { fd, base: base.cast(), len, used: 0 })
+        Some(Mapped { base: base.cast(), len, used: 0 })
     }
 
     fn write_synced(&mut self, store: &Store, seq: u64, line: &[u8]) -> bool {

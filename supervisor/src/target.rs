@@ -35,6 +35,16 @@ pub enum ReadError {
 }
 
 const PAGE: usize = 4096;
+/// How much of each argument string [`Thread::read_argv`] reads at first.
+const FIRST: usize = 512;
+/// Strings read by one vectored read (the kernel's `IOV_MAX` is 1024).
+const IOV_BATCH: usize = 256;
+
+/// The start of a string: all of it, or its first bytes with no NUL among them.
+enum Head {
+    Whole(Vec<u8>),
+    Partial(Vec<u8>),
+}
 
 /// A thread waiting in a watched call.
 pub struct Thread {
@@ -98,25 +108,123 @@ impl Thread {
 
     /// A null-terminated array of string pointers at `addr` (argv), at most `max` entries and
     /// `budget` bytes in all: (the strings, whether any were left out).
+    ///
+    /// Read in a few system calls, not two per string: the pointers a page at a time, then the
+    /// start of every string (up to the end of its page, at most [`FIRST`] bytes) in one
+    /// vectored read; only a string longer than that is read on page by page.
     pub fn read_argv(&self, addr: u64, max: usize, budget: usize) -> Result<(Vec<Vec<u8>>, bool), ReadError> {
-        let mut out = Vec::new();
-        let mut used = 0usize;
         if addr == 0 {
-            return Ok((out, false));
+            return Ok((Vec::new(), false));
         }
-        for i in 0..max {
-            let p = self.read_u64(addr + 8 * i as u64)?;
-            if p == 0 {
-                return Ok((out, false));
+        let (ptrs, ended) = self.read_pointers(addr, max)?;
+        let mut out = Vec::with_capacity(ptrs.len());
+        let mut used = 0usize;
+        for batch in ptrs.chunks(IOV_BATCH) {
+            for (p, start) in batch.iter().zip(self.read_starts(batch)?) {
+                let s = match start {
+                    Head::Whole(s) => s,
+                    Head::Partial(mut s) => {
+                        let rest = self.read_cstr(p + s.len() as u64, (128 * 1024usize).saturating_sub(s.len()))?;
+                        s.extend_from_slice(&rest);
+                        s
+                    }
+                };
+                used += s.len();
+                if used > budget {
+                    return Ok((out, true));
+                }
+                out.push(s);
             }
-            let s = self.read_cstr(p, 128 * 1024)?;
-            used += s.len();
-            if used > budget {
-                return Ok((out, true));
-            }
-            out.push(s);
         }
-        Ok((out, true))
+        Ok((out, !ended))
+    }
+
+    /// Up to `max` pointers of the null-terminated array at `addr`: (them, whether the array
+    /// ended within `max`).
+    fn read_pointers(&self, addr: u64, max: usize) -> Result<(Vec<u64>, bool), ReadError> {
+        let mut ptrs = Vec::new();
+        let mut at = addr;
+        let mut page = [0u8; PAGE];
+        while ptrs.len() < max {
+            let room = (PAGE - (at as usize % PAGE)).min(8 * (max - ptrs.len()));
+            // A pointer straddling two pages: read on its own.
+            if room < 8 {
+                let p = self.read_u64(at)?;
+                if p == 0 {
+                    return Ok((ptrs, true));
+                }
+                ptrs.push(p);
+                at += 8;
+                continue;
+            }
+            let chunk = &mut page[..room - room % 8];
+            self.read(at, chunk)?;
+            for w in chunk.chunks_exact(8) {
+                let p = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+                if p == 0 {
+                    return Ok((ptrs, true));
+                }
+                ptrs.push(p);
+            }
+            at += chunk.len() as u64;
+        }
+        Ok((ptrs, false))
+    }
+
+    /// The first bytes of the strings at `ptrs` (at most [`IOV_BATCH`]), each read up to the end
+    /// of its page or [`FIRST`] bytes, in one `process_vm_readv`.
+    fn read_starts(&self, ptrs: &[u64]) -> Result<Vec<Head>, ReadError> {
+        let lens: Vec<usize> = ptrs.iter().map(|&p| (PAGE - (p as usize % PAGE)).min(FIRST)).collect();
+        let mut buf = vec![0u8; lens.iter().sum()];
+        let mut local = Vec::with_capacity(ptrs.len());
+        let mut remote = Vec::with_capacity(ptrs.len());
+        let mut rest = &mut buf[..];
+        for (&p, &len) in ptrs.iter().zip(&lens) {
+            let (mine, after) = rest.split_at_mut(len);
+            local.push(libc::iovec { iov_base: mine.as_mut_ptr().cast(), iov_len: len });
+            remote.push(libc::iovec { iov_base: p as usize as *mut libc::c_void, iov_len: len });
+            rest = after;
+        }
+        // SAFETY: `local` holds disjoint slices of `buf`, which outlives the call, with their
+        // lengths; the remote iovecs name the other process's memory, which the kernel checks.
+        let n = unsafe {
+            libc::process_vm_readv(
+                self.tid as libc::pid_t,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(match io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+                libc::EFAULT => ReadError::Fault,
+                libc::ESRCH => ReadError::Gone,
+                e => ReadError::Denied(e),
+            });
+        }
+        let mut got = n as usize;
+        let mut out = Vec::with_capacity(ptrs.len());
+        let mut at = 0usize;
+        for (&p, &len) in ptrs.iter().zip(&lens) {
+            if got < len {
+                // The kernel stopped at an unreadable string: this one and the rest are read
+                // one by one (which reports the fault).
+                out.push(Head::Whole(self.read_cstr(p, 128 * 1024)?));
+                got = 0;
+                at += len;
+                continue;
+            }
+            let chunk = &buf[at..at + len];
+            out.push(match chunk.iter().position(|&b| b == 0) {
+                Some(nul) => Head::Whole(chunk[..nul].to_vec()),
+                None => Head::Partial(chunk.to_vec()),
+            });
+            got -= len;
+            at += len;
+        }
+        Ok(out)
     }
 
     fn proc_path(&self, rest: &str) -> String {
@@ -175,21 +283,33 @@ pub struct Process {
 }
 
 impl Process {
-    /// Reads what `/proc` says of the process of thread `tid`.
+    /// Reads what `/proc` says of the process of thread `tid`: `status` in one read (its
+    /// first lines, which hold the ids), and the `exe`, `root` and `ns/mnt` links.
     pub fn of(tid: u32) -> Option<Process> {
-        let status = std::fs::read(format!("/proc/{tid}/status")).ok()?;
-        let field = |name: &[u8]| -> Option<u32> {
+        let fd = rustix::fs::openat(
+            CWD,
+            format!("/proc/{tid}/status").as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut buf = [0u8; 4096];
+        let n = rustix::io::read(&fd, &mut buf).ok()?;
+        drop(fd);
+        let status = &buf[..n];
+        // `Name:` comes first, escaped by the kernel, so each line is one field.
+        let field = |name: &[u8]| -> Option<u64> {
             status
                 .split(|&b| b == b'\n')
                 .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| std::str::from_utf8(v).ok().map(str::trim).and_then(|v| v.parse().ok()))
+                .and_then(|v| std::str::from_utf8(v).ok())
+                // `NSpgid:` lists the id in each nested namespace, ours first.
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
         };
-        let pid = field(b"Tgid:")?;
-        let ppid = field(b"PPid:").unwrap_or(0);
-        let stat = std::fs::read(format!("/proc/{tid}/stat")).ok()?;
-        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-        let close = stat.iter().rposition(|&b| b == b')')?;
-        let pgid = std::str::from_utf8(&stat[close + 1..]).ok()?.split_whitespace().nth(2)?.parse().ok()?;
+        let pid = u32::try_from(field(b"Tgid:")?).ok()?;
+        let ppid = field(b"PPid:").and_then(|p| u32::try_from(p).ok()).unwrap_or(0);
+        let pgid = i64::try_from(field(b"NSpgid:")?).ok()?;
         let thread = Thread { tid };
         let prog = BPath::new(thread.link("exe").unwrap_or_default());
         let own_root = thread.link("root").is_ok_and(|r| r != b"/")

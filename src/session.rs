@@ -87,6 +87,10 @@ pub const SLOT_NOTIFIED: usize = 16;
 pub const SLOT_PASSED: usize = 17;
 /// Slot index of the supervisor's peak resident memory in KiB, written when it ends.
 pub const SLOT_SUPERVISOR_PEAK_KIB: usize = 18;
+/// Slot index of the execs the shim made itself, marked, under a supervisor: bumped before
+/// each, so that the supervisor, which does not see them, knows that a process it remembers
+/// may now run another program.
+pub const SLOT_EXECS: usize = 19;
 /// First slot of the names born unseen: [`BORN_NAMES`] entries of four `u64`s each (a
 /// sequence word, the hash of an absolute path, the record that journaled its creation, and
 /// the coarse realtime in nanoseconds, taken before the path was seen absent). The supervisor

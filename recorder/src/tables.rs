@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::session::{
-    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN, SLOT_NOTIFIED,
-    SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
+    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN,
+    SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
 };
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
@@ -100,6 +100,16 @@ impl SharedCounters {
     /// The notifications the supervisor received, and how many of them were passes.
     pub fn notified(&self) -> (u64, u64) {
         (self.slot(SLOT_NOTIFIED).load(Ordering::Relaxed), self.slot(SLOT_PASSED).load(Ordering::Relaxed))
+    }
+
+    /// Notes an exec the supervisor will not see (see [`SLOT_EXECS`]).
+    pub fn note_exec(&self) {
+        self.slot(SLOT_EXECS).fetch_add(1, Ordering::Release);
+    }
+
+    /// The execs noted so far.
+    pub fn execs(&self) -> u64 {
+        self.slot(SLOT_EXECS).load(Ordering::Acquire)
     }
 
     /// Keeps the supervisor's peak resident memory (KiB), when it ends.

@@ -66,6 +66,9 @@ pub struct Plan {
     pub unobserved: Option<u64>,
     /// The working directory the exec runs in (for the record posix_spawn makes afterwards).
     pub cwd: Vec<u8>,
+    /// Under a supervisor: the hook journaled the exec and makes it itself, marked, so that
+    /// it costs no round trip.
+    pub marked: bool,
 }
 
 /// Reads a null-terminated array of C strings.
@@ -233,6 +236,7 @@ pub fn prepare(
     argv: *const *const c_char,
     env: EnvIn,
     record_exec: bool,
+    marks: bool,
 ) -> (Vec<u8>, Plan) {
     free_left_behind();
     guarded(|| {
@@ -244,10 +248,31 @@ pub fn prepare(
             return (program, plan);
         }
         if cfg.supervised {
-            // The supervisor journals every exec itself, and sees into every program: only
-            // the environment is fixed, so that the new program's own libc calls are journaled
-            // in-process.
+            // The supervisor sees into every program of its architecture: the environment is
+            // fixed so that the new program's own libc calls are journaled in-process, and an
+            // exec the hook makes itself (`marks`) is journaled here and marked. Any other
+            // (posix_spawn's child, system's shell) reaches the supervisor, which journals it.
             plan.env = fixed_env(cfg, env).map(|new| crate::alloc::persistent(|| Box::new(env_block(new))));
+            if !marks {
+                return (program, plan);
+            }
+            let Some(store) = exec_store() else { return (program, plan) };
+            // SAFETY: exec's contract: argv is a null-terminated array of C strings.
+            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            let op = Op::Exec { program: BPath::new(program.clone()), argv: args, cwd: BPath::new(cwd), child: None };
+            store.record_fresh(call, op);
+            if let Some(reason) = exec_check::foreign_architecture(&program) {
+                let program = BPath::new(program.clone());
+                if store.settings.policy == Policy::Strict {
+                    let what = format!("exec of {}: {reason}", program.display_lossy());
+                    store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
+                    plan.refuse = Some(libc::EPERM);
+                } else {
+                    plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason }));
+                }
+            }
+            store.counters.note_exec();
+            plan.marked = true;
             return (program, plan);
         }
         if !record_exec {

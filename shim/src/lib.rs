@@ -30,6 +30,7 @@ mod ops;
 mod real;
 mod segment;
 mod state;
+mod tempname;
 
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -10,8 +10,8 @@
 //! A watched call carrying the session's marker in its sixth argument register is allowed:
 //! the shim makes the calls it has journaled that way (see the shim's `kernel.rs`). `sendto`
 //! uses all six registers, so it is never marked; it is watched only with a destination.
-//! `execve`, `execveat` and `io_uring_setup` are always sent: the supervisor journals every
-//! exec itself.
+//! `io_uring_setup` is always sent. An exec the shim made itself is marked (it journaled it);
+//! any other (a static program's, posix_spawn's child's) is sent.
 //!
 //! What this filter cannot do: look at `openat2`'s flags (they are in memory: it is always
 //! sent), or watch a foreign architecture (32-bit x86, x32): such a process is allowed
@@ -97,8 +97,8 @@ pub fn watched() -> Vec<(i64, Watch)> {
         (libc::SYS_rt_sigqueueinfo, Signal(1)),
         (libc::SYS_rt_tgsigqueueinfo, Signal(2)),
         (libc::SYS_pidfd_send_signal, Signal(1)),
-        (libc::SYS_execve, Always),
-        (libc::SYS_execveat, Always),
+        (libc::SYS_execve, Unmarked),
+        (libc::SYS_execveat, Unmarked),
         (libc::SYS_io_uring_setup, Always),
         (libc::SYS_chroot, Always),
         (libc::SYS_pivot_root, Always),
@@ -365,9 +365,11 @@ mod tests {
     }
 
     #[test]
-    fn execs_and_io_uring_always_reach_the_supervisor() {
-        for nr in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_io_uring_setup] {
-            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, MARK]), "notify", "{nr}");
+    fn io_uring_always_reaches_the_supervisor_and_execs_unless_marked() {
+        assert_eq!(verdict(libc::SYS_io_uring_setup, [0, 0, 0, 0, 0, MARK]), "notify");
+        for nr in [libc::SYS_execve, libc::SYS_execveat] {
+            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, 0]), "notify", "{nr}");
+            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, MARK]), "allow", "{nr}: the shim journaled it");
         }
     }
 

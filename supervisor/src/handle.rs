@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use aether_journal::BPath;
 use aether_journal::config::Policy;
-use aether_journal::exec_check::{self, Creds};
+use aether_journal::exec_check;
 use aether_journal::record::{Before, MetaKind, Op, Reason, UnobservedReason};
 use aether_journal_recorder::effects;
 use aether_journal_recorder::ops::{self, Journal, Pending, Removes};
@@ -42,7 +42,8 @@ const PATH_MAX: usize = 4096;
 pub struct Worker<'s> {
     store: &'s Store,
     writer: Writer,
-    processes: HashMap<u32, Process>,
+    /// The processes it has seen, by thread, each with the execs noted when it was read.
+    processes: HashMap<u32, (Process, u64)>,
     /// The directories the processes it has seen name.
     dirs: std::cell::RefCell<Dirs>,
     /// The processes journaled as having a root or mount namespace of their own.
@@ -133,16 +134,10 @@ impl<'s> Worker<'s> {
         if self.processes.len() > 4096 {
             self.processes.clear();
         }
-        let process = match self.processes.get(&n.tid) {
-            Some(p) => p.clone(),
-            None => match Process::of(n.tid) {
-                Some(p) => {
-                    self.processes.insert(n.tid, p.clone());
-                    p
-                }
-                // Gone already: the call will never run.
-                None => return Answer::Proceed,
-            },
+        let process = match self.process(n.tid) {
+            Some(p) => p,
+            // Gone already: the call will never run.
+            None => return Answer::Proceed,
         };
         let thread = Thread { tid: n.tid };
         let call = Call::read(&thread, n, process.pid);
@@ -151,16 +146,16 @@ impl<'s> Worker<'s> {
         if !listener.valid(n.id) {
             return Answer::Proceed;
         }
-        if is_exec(n.nr) {
+        if is_exec(n.nr) && matches!(call, Ok(Call::Exec { .. })) {
             // A new image: the process's program changes, its other threads are gone, and
             // its descriptors may be closed.
-            self.processes.retain(|_, p| p.pid != process.pid);
+            self.processes.retain(|_, (p, _)| p.pid != process.pid);
             self.dirs.borrow_mut().forget(process.pid);
         }
         if matches!(call, Ok(Call::OwnRoot)) {
             // From now on (the call is about to run) its names cannot be trusted; a child it
             // makes later is seen in its own namespace when first met.
-            for p in self.processes.values_mut().filter(|p| p.pid == process.pid) {
+            for (p, _) in self.processes.values_mut().filter(|(p, _)| p.pid == process.pid) {
                 p.own_root = true;
             }
         }
@@ -193,6 +188,25 @@ impl<'s> Worker<'s> {
         }
     }
 
+    /// What `/proc` says of thread `tid`'s process: remembered, unless an exec the supervisor
+    /// did not see (the shim's, marked) may have given it another program since, which its
+    /// `exe` link then tells.
+    fn process(&mut self, tid: u32) -> Option<Process> {
+        let execs = self.store.counters().execs();
+        if let Some((p, seen)) = self.processes.get_mut(&tid) {
+            if *seen == execs {
+                return Some(p.clone());
+            }
+            *seen = execs;
+            if (Thread { tid }).link("exe").is_ok_and(|exe| exe == p.prog.as_bytes()) {
+                return Some(p.clone());
+            }
+        }
+        let p = Process::of(tid)?;
+        self.processes.insert(tid, (p.clone(), execs));
+        Some(p)
+    }
+
     /// Whether thread `tid` holds a pass: the shim is inside a libc function whose own system
     /// calls it journaled, and the cookie at the pass's address in the thread's memory says so.
     fn passed(&mut self, tid: u32) -> bool {
@@ -211,6 +225,15 @@ impl<'s> Worker<'s> {
         }
         false
     }
+}
+
+/// Whether an absolute path names nothing (an exec of it will fail with `ENOENT`).
+fn absent(path: &[u8]) -> bool {
+    path.first() == Some(&b'/')
+        && matches!(
+            rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
+        )
 }
 
 fn is_exec(nr: i64) -> bool {
@@ -397,8 +420,13 @@ impl Call {
                 None => Call::Nothing,
             },
             libc::SYS_execve => {
+                let path = path(0)?;
+                if absent(&path) {
+                    // One of an exec family's tries along PATH: it fails, and runs nothing.
+                    return Ok(Call::Nothing);
+                }
                 let (argv, cut) = thread.read_argv(a[1], 4096, 256 * 1024)?;
-                Call::Exec { dirfd: at, path: path(0)?, argv, cut, empty_path: false }
+                Call::Exec { dirfd: at, path, argv, cut, empty_path: false }
             }
             libc::SYS_execveat => {
                 let (argv, cut) = thread.read_argv(a[2], 4096, 256 * 1024)?;
@@ -617,9 +645,7 @@ fn exec(
     let program = BPath::new(program);
     let argv = argv.into_iter().map(BPath::new).collect();
     j.record(call, Op::Exec { program: program.clone(), argv, cwd: BPath::new(cwd), child: None });
-    if let Err(reason @ UnobservedReason::ForeignArchitecture { .. }) =
-        exec_check::check(program.as_bytes(), Creds::current())
-    {
+    if let Some(reason) = exec_check::foreign_architecture(program.as_bytes()) {
         if j.settings().policy == Policy::Strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
             return ops::refuse(j, call, what, libc::EPERM);

@@ -17,6 +17,7 @@ static long raw(long nr, long a, long b, long c, long d, long e) {
 
 int main(void) {
     long fd = raw(SYS_openat, AT_FDCWD, (long)"created", O_WRONLY | O_CREAT | O_EXCL, 0644, 0);
+    if (fd == -38) raw(SYS_write, 1, (long)"ENOSYS\n", 7, 0, 0); /* no supervisor left to answer */
     if (fd < 0) return 1;
     raw(SYS_write, fd, (long)"made raw\n", 9, 0, 0);
     raw(SYS_close, fd, 0, 0, 0, 0);

@@ -24,26 +24,135 @@ use crate::real::Real;
 type Argv = *const *const c_char;
 type Spawn = *const *mut c_char;
 
-/// Runs an exec according to its plan: refused, with the caller's own environment (`real`),
-/// or with a fixed one (`with_env`, which calls the same real function, or its envp-taking
-/// sibling). Exactly one of the two runs. Only returns if the exec failed.
+/// Runs an exec according to its plan: refused; made by the hook itself, marked (`marked`,
+/// with `env`, the caller's environment, or the fixed one); or by libc, with the caller's own
+/// environment (`real`) or a fixed one (`with_env`, which calls the same real function, or its
+/// envp-taking sibling). Exactly one of them runs. Only returns if the exec failed.
 fn run_exec<R: Ret>(
     call: &'static str,
     mut plan: Plan,
     real: impl FnOnce(Account) -> R,
     with_env: impl FnOnce(Argv) -> c_int,
+    marked: impl FnOnce(Argv) -> c_int,
+    env: Argv,
 ) -> R {
     if let Some(errno) = plan.refuse {
         return R::refused(errno);
     }
-    let r = match plan.env.take() {
-        None => real(Account::AsIs),
-        Some(block) => R::from_sys(crate::exec::exec_with_env(block, with_env) as c_long),
+    let r = match (plan.marked, plan.env.take()) {
+        (true, None) => R::from_sys(marked(env) as c_long),
+        (true, Some(block)) => R::from_sys(crate::exec::exec_with_env(block, marked) as c_long),
+        (false, None) => real(Account::AsIs),
+        (false, Some(block)) => R::from_sys(crate::exec::exec_with_env(block, with_env) as c_long),
     };
     let err = errno();
     crate::exec::failed(call, &plan, err);
     set_errno(err);
     r
+}
+
+/// `execve` as a marked system call (libc's result convention).
+fn marked_execve(path: *const c_char, argv: Argv, env: Argv) -> c_int {
+    // SAFETY: the caller's path and argv, and a null-terminated environment.
+    unsafe { crate::kernel::libc_style(libc::SYS_execve, [path as usize, argv as usize, env as usize, 0, 0]) as c_int }
+}
+
+/// `execveat` as a marked system call.
+fn marked_execveat(dirfd: c_int, path: *const c_char, argv: Argv, env: Argv, flags: c_int) -> c_int {
+    // SAFETY: as in marked_execve.
+    unsafe {
+        crate::kernel::libc_style(
+            libc::SYS_execveat,
+            [dirfd as usize, path as usize, argv as usize, env as usize, flags as usize],
+        ) as c_int
+    }
+}
+
+/// What glibc's `execvpe` does, with each exec marked: a name with a slash is run as it is;
+/// any other is tried in each directory of `PATH` (`/bin:/usr/bin` when unset; an empty entry
+/// is the working directory), going on past `ENOENT`, `ESTALE`, `ENOTDIR`, `ENODEV`,
+/// `ETIMEDOUT` and `EACCES` (reported if nothing else was found); a file the kernel cannot
+/// run (`ENOEXEC`) is run by `/bin/sh`. Names are built on the stack: this may run in a
+/// `vfork` child.
+fn marked_execvpe(file: CPath, argv: Argv, env: Argv) -> c_int {
+    // SAFETY: the caller's file name is a NUL-terminated string (checked non-null).
+    let name = unsafe { CStr::from_ptr(file.0) }.to_bytes();
+    if name.is_empty() {
+        set_errno(libc::ENOENT);
+        return -1;
+    }
+    if name.contains(&b'/') {
+        marked_execve(file.0, argv, env);
+        if errno() == libc::ENOEXEC {
+            marked_script(file.0, argv, env);
+        }
+        return -1;
+    }
+    if name.len() > libc::NAME_MAX as usize {
+        set_errno(libc::ENAMETOOLONG);
+        return -1;
+    }
+    // SAFETY: getenv returns null or a NUL-terminated string of the environment.
+    let path_var = unsafe { libc::getenv(c"PATH".as_ptr()) };
+    let path: &[u8] = if path_var.is_null() {
+        b"/bin:/usr/bin"
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(path_var) }.to_bytes()
+    };
+    let mut buf = [0u8; libc::PATH_MAX as usize + 1];
+    let mut eacces = false;
+    for dir in path.split(|&b| b == b':') {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let len = dir.len() + 1 + name.len();
+        if len >= buf.len() {
+            continue;
+        }
+        buf[..dir.len()].copy_from_slice(dir);
+        buf[dir.len()] = b'/';
+        buf[dir.len() + 1..len].copy_from_slice(name);
+        buf[len] = 0;
+        let candidate = buf.as_ptr().cast::<c_char>();
+        marked_execve(candidate, argv, env);
+        match errno() {
+            libc::ENOEXEC => {
+                marked_script(candidate, argv, env);
+                return -1;
+            }
+            libc::EACCES => eacces = true,
+            libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => return -1,
+        }
+    }
+    if eacces {
+        set_errno(libc::EACCES);
+    }
+    -1
+}
+
+/// A file the kernel would not run, run by `/bin/sh` as glibc's exec family does: `/bin/sh
+/// FILE ARGS...`, with the argument array built on the stack (at most 1,024 arguments: a
+/// longer one fails with `E2BIG` rather than allocate in a `vfork` child).
+fn marked_script(file: *const c_char, argv: Argv, env: Argv) {
+    let mut args: [*const c_char; 1026] = [std::ptr::null(); 1026];
+    args[0] = c"/bin/sh".as_ptr();
+    args[1] = file;
+    let mut i = 1usize;
+    loop {
+        // SAFETY: argv is null-terminated (exec's contract); we stop at its null.
+        let a = if argv.is_null() { std::ptr::null() } else { unsafe { *argv.add(i) } };
+        if a.is_null() {
+            break;
+        }
+        if i + 1 >= args.len() - 1 {
+            set_errno(libc::E2BIG);
+            return;
+        }
+        args[i + 1] = a;
+        i += 1;
+    }
+    marked_execve(c"/bin/sh".as_ptr(), args.as_ptr(), env);
+    set_errno(libc::ENOEXEC.max(errno()));
 }
 
 /// The real definition of another hooked symbol (execve behind execv, execvpe behind execvp).
@@ -79,45 +188,55 @@ pub fn execve_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, path
     if path.0.is_null() {
         return real(Account::AsIs);
     }
-    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Given(envp), true).1;
-    run_exec(call, plan, real, |env| call_execve(path, argv, env))
+    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Given(envp), true, true).1;
+    run_exec(call, plan, real, |env| call_execve(path, argv, env), |env| marked_execve(path.0, argv, env), envp)
 }
 
 pub fn execv_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, path: CPath, argv: Argv) -> R {
     if path.0.is_null() {
         return real(Account::AsIs);
     }
-    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Environ, true).1;
-    run_exec(call, plan, real, |env| call_execve(path, argv, env))
+    let plan = crate::exec::prepare(call, Program::Path(path), argv, EnvIn::Environ, true, true).1;
+    let environ = crate::exec::current_environ();
+    run_exec(call, plan, real, |env| call_execve(path, argv, env), |env| marked_execve(path.0, argv, env), environ)
 }
 
 pub fn execvp_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, file: CPath, argv: Argv) -> R {
     if file.0.is_null() {
         return real(Account::AsIs);
     }
-    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Environ, true).1;
-    run_exec(call, plan, real, |env| call_execvpe(file, argv, env))
+    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Environ, true, true).1;
+    let environ = crate::exec::current_environ();
+    run_exec(call, plan, real, |env| call_execvpe(file, argv, env), |env| marked_execvpe(file, argv, env), environ)
 }
 
 pub fn execvpe_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, file: CPath, argv: Argv, envp: Argv) -> R {
     if file.0.is_null() {
         return real(Account::AsIs);
     }
-    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Given(envp), true).1;
-    run_exec(call, plan, real, |env| call_execvpe(file, argv, env))
+    let plan = crate::exec::prepare(call, Program::Search(file), argv, EnvIn::Given(envp), true, true).1;
+    run_exec(call, plan, real, |env| call_execvpe(file, argv, env), |env| marked_execvpe(file, argv, env), envp)
 }
 
 pub fn fexecve_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, fd: c_int, argv: Argv, envp: Argv) -> R {
-    let plan = crate::exec::prepare(call, Program::Fd(fd), argv, EnvIn::Given(envp), true).1;
-    run_exec(call, plan, real, |env| {
-        type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
-        // SAFETY: F is fexecve's C signature.
-        match unsafe { real_of::<F>(fexecve::NAME, &fexecve::REAL) } {
-            // SAFETY: the caller's fd and argv, with our null-terminated environment.
-            Some(f) => unsafe { f(fd, argv, env) },
-            None => <c_int as crate::real::Missing>::missing(),
-        }
-    })
+    let plan = crate::exec::prepare(call, Program::Fd(fd), argv, EnvIn::Given(envp), true, true).1;
+    let marked = |env| marked_execveat(fd, c"".as_ptr(), argv, env, libc::AT_EMPTY_PATH);
+    run_exec(
+        call,
+        plan,
+        real,
+        |env| {
+            type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
+            // SAFETY: F is fexecve's C signature.
+            match unsafe { real_of::<F>(fexecve::NAME, &fexecve::REAL) } {
+                // SAFETY: the caller's fd and argv, with our null-terminated environment.
+                Some(f) => unsafe { f(fd, argv, env) },
+                None => <c_int as crate::real::Missing>::missing(),
+            }
+        },
+        marked,
+        envp,
+    )
 }
 
 pub fn execveat_<R: Ret>(
@@ -132,16 +251,24 @@ pub fn execveat_<R: Ret>(
     if path.0.is_null() {
         return real(Account::AsIs);
     }
-    let plan = crate::exec::prepare(call, Program::At(dirfd, path, flags), argv, EnvIn::Given(envp), true).1;
-    run_exec(call, plan, real, |env| {
-        type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
-        // SAFETY: F is execveat's C signature.
-        match unsafe { real_of::<F>(execveat::NAME, &execveat::REAL) } {
-            // SAFETY: the caller's arguments, with our null-terminated environment.
-            Some(f) => unsafe { f(dirfd, path.0, argv, env, flags) },
-            None => <c_int as crate::real::Missing>::missing(),
-        }
-    })
+    let plan = crate::exec::prepare(call, Program::At(dirfd, path, flags), argv, EnvIn::Given(envp), true, true).1;
+    let marked = |env| marked_execveat(dirfd, path.0, argv, env, flags);
+    run_exec(
+        call,
+        plan,
+        real,
+        |env| {
+            type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
+            // SAFETY: F is execveat's C signature.
+            match unsafe { real_of::<F>(execveat::NAME, &execveat::REAL) } {
+                // SAFETY: the caller's arguments, with our null-terminated environment.
+                Some(f) => unsafe { f(dirfd, path.0, argv, env, flags) },
+                None => <c_int as crate::real::Missing>::missing(),
+            }
+        },
+        marked,
+        envp,
+    )
 }
 
 type SpawnFn = unsafe extern "C" fn(
@@ -175,7 +302,7 @@ pub fn posix_spawn_(
     } else {
         (Program::Path(path), (posix_spawn::NAME, &posix_spawn::REAL))
     };
-    let (resolved, plan) = crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false);
+    let (resolved, plan) = crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false, false);
     if let Some(errno) = plan.refuse {
         return errno;
     }
@@ -212,7 +339,8 @@ fn shell<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, command: C
     }
     let argv = shell_argv(command);
     let plan =
-        crate::exec::prepare(call, Program::Path(CPath(c"/bin/sh".as_ptr())), argv.as_ptr(), EnvIn::Fixed, true).1;
+        crate::exec::prepare(call, Program::Path(CPath(c"/bin/sh".as_ptr())), argv.as_ptr(), EnvIn::Fixed, true, false)
+            .1;
     if let Some(errno) = plan.refuse {
         return R::refused(errno);
     }

@@ -20,6 +20,7 @@ use aether_journal_recorder::ops::{self as rec, Pending, Removes};
 
 use crate::ops::{self, ME};
 use crate::state::store;
+use crate::tempname::Temp;
 
 /// Whether open flags need a `mode` (glibc's `__OPEN_NEEDS_MODE`).
 pub fn needs_mode(flags: c_int) -> bool {
@@ -87,8 +88,37 @@ fn writing_mode(mode: CPath) -> Option<c_int> {
     mode.bytes().and_then(rec::fopen_flags).filter(|&f| rec::open_mutates(f))
 }
 
+/// Under a supervisor, a journaled `fopen` for writing is the shim's own: the file opened with a
+/// marked `openat` (the flags glibc's `fopen` uses, mode 0666), then `fdopen` (which makes no
+/// watched call), instead of libc's `fopen`, whose unmarked `openat` would cost a round trip.
+/// A mode with a `,ccs=` encoding, which only `fopen` knows, is left to libc.
 pub fn fopen_(call: &'static str, real: impl FnOnce(Account) -> *mut FILE, path: CPath, mode: CPath) -> *mut FILE {
     let Some(flags) = writing_mode(mode) else { return real(Account::AsIs) };
+    let plain = mode.bytes().is_some_and(|m| !m.contains(&b','));
+    let real = |account: Account| {
+        if account != Account::Journaled || !plain || !super::supervised() {
+            return real(account);
+        }
+        // SAFETY: the caller's NUL-terminated path; flags and mode as glibc's fopen passes them.
+        let fd = unsafe {
+            crate::kernel::libc_style(
+                libc::SYS_openat,
+                [libc::AT_FDCWD as usize, path.0 as usize, flags as usize, 0o666, 0],
+            )
+        };
+        if fd < 0 {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a descriptor we just opened, and the caller's mode string.
+        let f = unsafe { libc::fdopen(fd as c_int, mode.0) };
+        if f.is_null() {
+            let err = crate::guard::errno();
+            // SAFETY: our own descriptor, not handed out.
+            unsafe { libc::close(fd as c_int) };
+            crate::guard::set_errno(err);
+        }
+        f
+    };
     let pre = |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_open(s, ME, call, libc::AT_FDCWD, p, flags));
     journaled_with(call, path, pre, real, file_outcome, <*mut FILE>::refused)
 }
@@ -122,7 +152,24 @@ pub fn freopen_(
 /// The mkstemp family and mkdtemp: the template is journaled before the call (a `temp_name`
 /// intent), the name the call chose after it (or that the call failed). A process killed in
 /// between leaves an intent nothing completes, which undo reports as incomplete.
-pub fn mktemp<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, template: *mut c_char) -> R {
+///
+/// Under a supervisor, a journaled call is made by the shim itself, each attempt marked (see
+/// [`crate::tempname`]), instead of by libc (whose own unmarked calls would each cost a round
+/// trip to the supervisor).
+pub fn mktemp<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, template: *mut c_char, kind: Temp) -> R {
+    let real = |account: Account| {
+        if account != Account::Journaled || !super::supervised() {
+            return real(account);
+        }
+        // SAFETY: the caller's template, a writable NUL-terminated string (the family's
+        // contract).
+        let r = unsafe { crate::tempname::make(template, kind) };
+        match kind {
+            Temp::File { .. } => R::from_sys(r),
+            Temp::Dir if r == 0 => R::from_ptr(template),
+            Temp::Dir => R::from_sys(-1),
+        }
+    };
     let name = CPath(template.cast_const());
     let resolved = Cell::new(None);
     let pre = |s| {

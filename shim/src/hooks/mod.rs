@@ -86,6 +86,11 @@ pub trait Ret: Sized {
     fn refused(errno: c_int) -> Self;
     /// A raw system call's result (a value, or -1 with errno set) as this type.
     fn from_sys(r: c_long) -> Self;
+    /// A successful pointer result (`mkdtemp`'s template) as this type; integers have none.
+    fn from_ptr<U>(p: *mut U) -> Self {
+        let _ = p;
+        Self::from_sys(0)
+    }
 }
 
 impl Ret for c_int {
@@ -143,6 +148,9 @@ impl<T> Ret for *mut T {
     }
     fn from_sys(_: c_long) -> Self {
         std::ptr::null_mut()
+    }
+    fn from_ptr<U>(p: *mut U) -> Self {
+        p.cast()
     }
 }
 
@@ -208,6 +216,13 @@ pub fn regs(args: &[usize]) -> [usize; 5] {
 /// The counters page of the process's store, if it has one open (for a pass; never opens it).
 pub fn open_counters() -> Option<&'static crate::state::SharedCounters> {
     crate::state::published_store().map(|s| &s.counters)
+}
+
+/// Whether a supervisor watches this process (the shim then makes some calls itself, marked,
+/// where libc's own would be unmarked).
+#[inline(always)]
+pub fn supervised() -> bool {
+    crate::kernel::mark() != 0 && crate::state::config().supervised
 }
 
 /// Makes a libc call whose own system calls the shim cannot mark: holding a pass when the

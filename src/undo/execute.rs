@@ -1,0 +1,344 @@
+//! Executing a plan: every selected record, newest first, after every path has been compared
+//! with the seal; the report of each step.
+
+use std::io;
+
+use rustix::io::Errno;
+
+use super::fs::*;
+use super::*;
+
+/// Executes a plan.
+pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
+    let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut linked = std::collections::HashMap::new();
+    let mut hashed = std::collections::HashMap::new();
+    for r in &plan.journal.records {
+        let befores: Vec<&Before> = match &r.op {
+            Op::Change { before, .. } => vec![before],
+            Op::Rename { to_before, .. } => vec![to_before],
+            _ => vec![],
+        };
+        for b in befores {
+            match b {
+                Before::Contents(Snapshot { node: Node::File { blob, how: CaptureHow::Link, .. }, ident, .. }) => {
+                    linked.entry(*ident).or_insert_with(|| blob.clone());
+                }
+                // A copy reused by identity names its blob without a hash: the record that
+                // made the blob has it.
+                Before::Contents(Snapshot { node: Node::File { blob, hash: Some(h), .. }, .. }) => {
+                    hashed.entry(blob.clone()).or_insert_with(|| h.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut tampered = HashSet::new();
+    if let Some(seal) = plan.seal {
+        for (blob, want) in &seal.blob_hashes {
+            let got = rustix::fs::openat(
+                &blobs,
+                blob.as_str(),
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+            .and_then(|fd| hash_fd(&fd).ok())
+            .map(|(h, _)| h);
+            if got.as_ref().is_some_and(|g| g != want) {
+                tampered.insert(blob.clone());
+            }
+        }
+    }
+    let exec = Executor {
+        blobs,
+        blobs_path: plan.blobs_dir.to_path_buf(),
+        linked,
+        hashed,
+        tampered,
+        dry_run: plan.opts.dry_run,
+        force: plan.opts.force,
+        journal: plan.journal,
+        seal: plan.seal,
+        only: plan.only,
+        already: plan.already,
+        deferred: Default::default(),
+        prior: Default::default(),
+        current: Default::default(),
+        drift: Default::default(),
+        interrupted: plan.journal.interrupted_temp_names(),
+    };
+    let failed_calls = plan.journal.failed_calls();
+    let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
+    let todo: Vec<&Record> =
+        plan.journal.records.iter().rev().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))).collect();
+    let total = todo.len();
+    // Every path is compared with the seal before anything is restored: a restore through one
+    // name (a hard link) must not make another look changed.
+    for rec in todo.iter().filter(|r| !plan.already.contains(&r.seq)) {
+        if matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. }) {
+            continue;
+        }
+        for p in crate::select::record_paths(rec) {
+            exec.drift_of(p);
+        }
+    }
+    exec.learn_prior_facts(plan, &failed_calls);
+    for (i, rec) in todo.into_iter().enumerate() {
+        progress(i, total);
+        if plan.already.contains(&rec.seq) {
+            if rec.op.primary_path().is_some() && !matches!(rec.op, Op::Exec { .. }) {
+                report.outcomes.push(StepReport {
+                    seq: Some(rec.seq),
+                    outcome: Outcome::Unchanged,
+                    path: rec.op.primary_path().cloned(),
+                    why: "already undone by an earlier undo".into(),
+                });
+            }
+            continue;
+        }
+        if failed_calls.contains(&rec.seq) {
+            report.outcomes.push(StepReport {
+                seq: Some(rec.seq),
+                outcome: Outcome::Unchanged,
+                path: rec.op.primary_path().cloned(),
+                why: format!("the {} call failed, so it changed nothing", rec.call),
+            });
+            report.undone.push(rec.seq);
+            continue;
+        }
+        let before = report.outcomes.len();
+        exec.undo_record(rec, &mut report.outcomes);
+        if report.outcomes[before..].iter().all(|o| o.outcome.is_success()) {
+            report.undone.push(rec.seq);
+        }
+    }
+    progress(total, total);
+    let before = report.outcomes.len();
+    exec.apply_deferred(&mut report.outcomes);
+    let failed_dirs: HashSet<u64> = report.outcomes[before..].iter().filter_map(|o| o.seq).collect();
+    report.undone.retain(|s| !failed_dirs.contains(s));
+    if !plan.opts.dry_run {
+        exec.forgive_superseded(plan, &failed_calls, &mut report);
+    }
+    if plan.only.is_none() {
+        for p in &plan.journal.problems {
+            report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
+        }
+    }
+    report.notes.extend(plan.journal.torn_messages());
+    if plan.seal.is_none() && !plan.opts.force {
+        report.notes.push(
+            "this session was not sealed (it did not end under `aether-journal run`): paths were checked against what its newest records imply, a weaker check that cannot see a file edited in place since".into(),
+        );
+    }
+    report.complete = report.outcomes.iter().all(|o| o.outcome.is_success());
+    Ok(report)
+}
+
+/// Names in `template`'s directory that it can produce, as they are now (at most 10).
+pub(super) fn temp_name_candidates(template: &BPath) -> Vec<String> {
+    let Some((dir, _)) = template.split_parent() else { return Vec::new() };
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(entries) = std::fs::read_dir(std::ffi::OsStr::from_bytes(dir)) else { return Vec::new() };
+    let mut found: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| BPath::new(crate::bpath::join(dir, e.file_name().as_bytes())))
+        .filter(|p| crate::record::matches_template(template, p))
+        .map(|p| p.display_lossy())
+        .collect();
+    found.sort();
+    found.truncate(10);
+    found
+}
+
+impl Executor<'_> {
+    pub(super) fn undo_record(&self, rec: &Record, out: &mut Vec<StepReport>) {
+        let seq = Some(rec.seq);
+        self.current.set(seq);
+        // A step that cannot be reversed anyway touches nothing: no drift check.
+        let irreversible_change = matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. });
+        for p in crate::select::record_paths(rec).into_iter().filter(|_| !irreversible_change) {
+            if let Some(why) = self.drift_of(p) {
+                out.push(StepReport { seq, outcome: Outcome::Conflict, path: Some(p.clone()), why });
+                return;
+            }
+        }
+        match &rec.op {
+            Op::Change { path, before } => {
+                let (outcome, why) = self.undo_changed_path(path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
+            }
+            Op::Rename { from, to, flags, moved, to_before } => {
+                let exchange = RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE);
+                let (outcome, why) = if exchange {
+                    self.undo_exchange(from, to, moved.as_ref())
+                } else {
+                    self.undo_move(from, to, *flags)
+                };
+                let moved_back = outcome == Outcome::Restored;
+                if moved_back && !self.dry_run {
+                    self.deferred_moved(to, from, exchange);
+                }
+                out.push(StepReport { seq, outcome, path: Some(from.clone()), why });
+                // When the move did not happen the destination was never clobbered; an
+                // exchange destroys nothing.
+                if !exchange && moved_back && !matches!(to_before, Before::Absent) {
+                    let (outcome, why) = self.undo_changed_path(to, to_before);
+                    out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
+                }
+            }
+            Op::Meta { path, before } => {
+                let (outcome, why) = self.undo_meta(seq, path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
+            }
+            Op::Unobserved { program, reason } => {
+                let why = format!("{} ran unobserved: {reason}", program.display_lossy());
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
+            Op::Connect { peer, result } => {
+                let (outcome, why) = match result {
+                    ConnectResult::Failed { errno } => (
+                        Outcome::Unchanged,
+                        format!(
+                            "the connection to {peer} failed ({}): nothing was exchanged",
+                            describe_errno(Errno::from_raw_os_error(*errno))
+                        ),
+                    ),
+                    _ => (Outcome::Skipped, format!("network connection to {peer} cannot be unsent")),
+                };
+                out.push(StepReport { seq, outcome, path: None, why });
+            }
+            Op::Send { peer } => {
+                let why = format!("data sent to {peer} cannot be unsent");
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
+            Op::Signal { target, target_prog, signal, outside: true } => {
+                let prog = target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default();
+                let why =
+                    format!("signal {signal} sent to process {target}{prog} outside the session cannot be taken back");
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+            }
+            Op::Refused { what, .. } => {
+                let why = format!("refused under the strict policy, so it changed nothing: {what}");
+                out.push(StepReport { seq, outcome: Outcome::Unchanged, path: None, why });
+            }
+            Op::TempName { template } if self.interrupted.contains(&rec.seq) => {
+                let found = temp_name_candidates(template);
+                let left = if found.is_empty() {
+                    "no such name is there now".to_string()
+                } else {
+                    format!("names there it could have made: {}", found.join(", "))
+                };
+                let why = format!(
+                    "{} was interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost): whatever it created is not removed; {left}",
+                    rec.call
+                );
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why });
+            }
+            // Audit entries: nothing to reverse (a completed temp_name is undone through the
+            // record that names what the call created).
+            Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {}
+        }
+    }
+
+    /// Whether `path` changed since the session ended, and how (cached per path).
+    pub(super) fn drift_of(&self, path: &BPath) -> Option<String> {
+        if self.force {
+            return None;
+        }
+        if let Some(v) = self.drift.borrow().get(path) {
+            return v.clone();
+        }
+        let verdict = self.check_drift(path);
+        self.drift.borrow_mut().insert(path.clone(), verdict.clone());
+        verdict
+    }
+
+    pub(super) fn check_drift(&self, path: &BPath) -> Option<String> {
+        let now = match AfterState::of(path.as_bytes()) {
+            Ok(now) => now,
+            Err(e) => return Some(format!("it cannot be examined ({e}); left alone")),
+        };
+        if let Some(sealed) = self.seal.and_then(|s| s.state_of(path)) {
+            return sealed.difference(&now).map(|d| {
+                format!("changed since the session ended: {d}; left alone (use --force to restore it anyway)")
+            });
+        }
+        let weak = |d: &str| {
+            Some(format!(
+                "changed since the session: {d}; left alone (use --force to restore it anyway; weak check: the session was not sealed)"
+            ))
+        };
+        let ident_now = match &now {
+            AfterState::Absent | AfterState::Symlink { .. } => None,
+            AfterState::File { ident, .. } | AfterState::Dir { ident, .. } | AfterState::Other { ident, .. } => {
+                Some(*ident)
+            }
+        };
+        match (expectation(self.journal, path), &now) {
+            (Expectation::Unknown, _) => None,
+            (Expectation::Allowed { may_be_absent: false, .. }, AfterState::Absent) => weak("it no longer exists"),
+            (Expectation::Allowed { idents, .. }, _)
+                if !idents.is_empty() && ident_now.is_some_and(|now| !idents.contains(&now)) =>
+            {
+                weak("it was replaced by another file")
+            }
+            (Expectation::Allowed { .. }, _) => None,
+        }
+    }
+
+    pub(super) fn parent_of<'p>(&self, path: &'p BPath) -> Result<(OwnedFd, &'p [u8]), Done> {
+        let Some((parent, name)) = path.split_parent() else {
+            return Err(failed("the path has no parent directory"));
+        };
+        match open_dir_nofollow(parent) {
+            Ok(fd) => Ok((fd, name)),
+            Err(Errno::LOOP) | Err(Errno::XDEV) => Err((
+                Outcome::Conflict,
+                format!(
+                    "a symlink now stands in the path to {}; it was not followed and nothing was restored",
+                    String::from_utf8_lossy(parent)
+                ),
+            )),
+            Err(e @ (Errno::NOENT | Errno::NOTDIR)) => Err(failed(format!(
+                "its directory {} no longer exists ({})",
+                String::from_utf8_lossy(parent),
+                describe_errno(e)
+            ))),
+            Err(e) => Err(failed(format!("cannot open its directory: {}", describe_errno(e)))),
+        }
+    }
+
+    /// Undoes a change and keeps the deferred directory metadata true to the tree: when the
+    /// step took away a directory that newer steps had put back (it did not exist before the
+    /// session, or something else stood there), the metadata queued for it and for
+    /// everything inside it has nowhere to go and no longer applies.
+    pub(super) fn undo_changed_path(&self, path: &BPath, before: &Before) -> Done {
+        let dir_before = if self.dry_run { None } else { self.directory_at(path) };
+        let done = self.undo_change(path, before);
+        if let Some(old) = dir_before {
+            if matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)
+                && self.directory_at(path) != Some(old)
+            {
+                self.deferred.borrow_mut().retain(|d| !d.path.starts_with_dir(path.as_bytes()));
+            }
+        }
+        done
+    }
+
+    /// The identity of the directory standing at `path`, if one does.
+    pub(super) fn directory_at(&self, path: &BPath) -> Option<crate::record::Ident> {
+        let (dir, name) = self.parent_of(path).ok()?;
+        let st = lstat(dir.as_fd(), name).ok().flatten()?;
+        (file_type(&st) == FileType::Directory).then(|| ident_of(&st))
+    }
+
+    /// Whether record `seq` is undone by this undo, or was by an earlier one (the journal's
+    /// records are sorted by seq).
+    pub(super) fn undoes(&self, seq: u64) -> bool {
+        self.already.contains(&seq)
+            || (self.only.is_none_or(|o| o.contains(&seq))
+                && self.journal.records.binary_search_by_key(&seq, |r| r.seq).is_ok())
+    }
+}

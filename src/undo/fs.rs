@@ -1,0 +1,130 @@
+//! File-system helpers of undo: directories opened without following symlinks, `lstat` by
+//! name, removal of any node, the words for what a node is.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Stat, Timestamps};
+use rustix::io::Errno;
+
+use super::{Done, Outcome};
+use crate::capture::write_all;
+
+pub(super) fn failed(why: impl Into<String>) -> Done {
+    (Outcome::Failed, why.into())
+}
+
+pub(super) fn describe_errno(e: Errno) -> String {
+    io::Error::from(e).to_string()
+}
+
+/// Opens a directory by absolute path without following any symlink on the way.
+pub fn open_dir_nofollow(path: &[u8]) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+    {
+        Err(Errno::NOSYS) => {}
+        other => return other,
+    }
+    // Kernels before 5.6: walk the components one at a time.
+    let mut dir = rustix::fs::open("/", flags, Mode::empty())?;
+    for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty() && *c != b".") {
+        if comp == b".." {
+            return Err(Errno::LOOP);
+        }
+        dir = rustix::fs::openat(&dir, comp, flags | OFlags::NOFOLLOW, Mode::empty())?;
+    }
+    Ok(dir)
+}
+
+pub(super) fn lstat(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Option<Stat>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) fn file_type(st: &Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
+}
+
+pub(super) fn type_name(st: &Stat) -> &'static str {
+    match file_type(st) {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "an unknown kind of file",
+    }
+}
+
+/// Removes whatever non-directory or empty directory is at `name`.
+pub(super) fn remove_any(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<(), Errno> {
+    let flags = if file_type(st) == FileType::Directory { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    rustix::fs::unlinkat(dir, name, flags)
+}
+
+pub(super) fn timestamps(atime: [i64; 2], mtime: [i64; 2]) -> Timestamps {
+    Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: atime[0], tv_nsec: atime[1] as _ },
+        last_modification: rustix::fs::Timespec { tv_sec: mtime[0], tv_nsec: mtime[1] as _ },
+    }
+}
+
+/// Opens an existing regular file for rewriting without following a symlink, making it
+/// writable for the moment if its owner's mode forbids writing (undo sets the mode back).
+pub(super) fn open_write_in_place(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Err(Errno::ACCESS) if st.st_uid == rustix::process::geteuid().as_raw() => {
+            rustix::fs::chmodat(dir, name, Mode::from_raw_mode((st.st_mode & 0o7777) | 0o200), AtFlags::empty())?;
+            rustix::fs::openat(dir, name, flags, Mode::empty())
+        }
+        other => other,
+    }
+}
+
+pub(super) fn copy_from_start(src: &OwnedFd, dst: &OwnedFd) -> io::Result<()> {
+    rustix::fs::seek(src, rustix::fs::SeekFrom::Start(0))?;
+    rustix::fs::ftruncate(dst, 0)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match rustix::io::read(src, &mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        write_all(dst, &buf[..n])?;
+    }
+}
+
+pub(super) fn list_some(dir: BorrowedFd<'_>, name: &[u8]) -> String {
+    let Ok(fd) = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return "unreadable".into();
+    };
+    let Ok(mut d) = rustix::fs::Dir::read_from(&fd) else { return "unreadable".into() };
+    let mut names = Vec::new();
+    let mut more = 0;
+    while let Some(Ok(e)) = d.read() {
+        let n = e.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        if names.len() < 5 {
+            names.push(String::from_utf8_lossy(n).into_owned());
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 { format!("{} and {more} more", names.join(", ")) } else { names.join(", ") }
+}

@@ -1,0 +1,413 @@
+//! Metadata: mode, owner, times, extended attributes and inode flags set back, by name or
+//! through a descriptor, and the directory metadata deferred until a directory's entries are
+//! back.
+
+use rustix::io::Errno;
+
+use super::fs::*;
+use super::*;
+
+/// Directory metadata waiting for the end of the undo.
+pub(super) struct Deferred {
+    pub(super) seq: Option<u64>,
+    pub(super) path: BPath,
+    pub(super) meta: DeferredMeta,
+}
+
+pub(super) enum DeferredMeta {
+    Snapshot(Snapshot),
+    Meta(MetaBefore),
+}
+
+/// What metadata to put back on a node; `None` fields are left alone.
+#[derive(Default)]
+pub(super) struct MetaTarget<'a> {
+    owner: Option<(u32, u32)>,
+    mode: Option<u32>,
+    times: Option<Timestamps>,
+    xattrs: XattrTarget<'a>,
+    /// Inode flags (chattr), set last: an immutable or append-only flag would refuse the rest.
+    flags: Option<u32>,
+}
+
+#[derive(Default)]
+pub(super) enum XattrTarget<'a> {
+    #[default]
+    Leave,
+    /// Exactly this set (others removed).
+    All(&'a [Xattr]),
+    /// One attribute set to a value, or removed.
+    One(&'a [u8], Option<&'a [u8]>),
+}
+
+impl<'a> MetaTarget<'a> {
+    pub(super) fn of_snapshot(snap: &'a Snapshot) -> Self {
+        MetaTarget {
+            owner: Some((snap.uid, snap.gid)),
+            mode: Some(snap.mode),
+            times: Some(timestamps(snap.atime, snap.mtime)),
+            xattrs: snap.xattrs.as_deref().map_or(XattrTarget::Leave, XattrTarget::All),
+            flags: None,
+        }
+    }
+
+    pub(super) fn of_meta(m: &'a MetaBefore) -> Self {
+        match m.what {
+            MetaKind::Mode => MetaTarget { mode: Some(m.mode), ..Default::default() },
+            // chown may have cleared set-id bits: the mode goes back too.
+            MetaKind::Owner => MetaTarget { owner: Some((m.uid, m.gid)), mode: Some(m.mode), ..Default::default() },
+            MetaKind::Times => MetaTarget { times: Some(timestamps(m.atime, m.mtime)), ..Default::default() },
+            MetaKind::Flags => MetaTarget { flags: m.flags, ..Default::default() },
+            MetaKind::Xattr => MetaTarget {
+                xattrs: match &m.xattr {
+                    Some(x) => XattrTarget::One(x.name.as_bytes(), x.value.as_ref().map(|v| v.0.as_slice())),
+                    None => XattrTarget::Leave,
+                },
+                // An access ACL carries the group bits of the mode with it: removing or
+                // replacing it does not put the mode back by itself.
+                mode: m.xattr.as_ref().filter(|x| x.name.as_bytes() == b"system.posix_acl_access").map(|_| m.mode),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// A node metadata can be set on: an open descriptor, or a node opened `O_PATH | O_NOFOLLOW`
+/// relative to its verified parent (reached through `/proc/self/fd`, so never through a
+/// symlink planted in its place).
+pub(super) enum MetaHandle<'a> {
+    Fd(BorrowedFd<'a>),
+    Node { dir: BorrowedFd<'a>, name: &'a [u8], fd: OwnedFd, symlink: bool },
+}
+
+impl<'a> MetaHandle<'a> {
+    pub(super) fn open(dir: BorrowedFd<'a>, name: &'a [u8]) -> Result<MetaHandle<'a>, Errno> {
+        let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let symlink = rustix::fs::fstat(&fd).map(|st| file_type(&st) == FileType::Symlink)?;
+        Ok(MetaHandle::Node { dir, name, fd, symlink })
+    }
+
+    fn proc_path(fd: &OwnedFd) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/self/fd/{}", fd.as_raw_fd())
+    }
+
+    fn stat(&self) -> Result<Stat, Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fstat(fd),
+            MetaHandle::Node { fd, .. } => rustix::fs::fstat(fd),
+        }
+    }
+
+    fn chown(&self, uid: u32, gid: u32) -> Result<(), Errno> {
+        let (o, g) = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fchown(fd, o, g),
+            MetaHandle::Node { fd, .. } => rustix::fs::chownat(fd, "", o, g, AtFlags::EMPTY_PATH),
+        }
+    }
+
+    fn chmod(&self, mode: u32) -> Result<(), Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)),
+            // Linux has no mode for symlinks.
+            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { fd, .. } => rustix::fs::chmod(Self::proc_path(fd).as_str(), Mode::from_raw_mode(mode)),
+        }
+    }
+
+    fn set_times(&self, ts: &Timestamps) -> Result<(), Errno> {
+        match self {
+            MetaHandle::Fd(fd) => rustix::fs::futimens(fd, ts),
+            MetaHandle::Node { dir, name, symlink: true, .. } => {
+                rustix::fs::utimensat(*dir, *name, ts, AtFlags::SYMLINK_NOFOLLOW)
+            }
+            MetaHandle::Node { fd, .. } => {
+                rustix::fs::utimensat(CWD, Self::proc_path(fd).as_str(), ts, AtFlags::empty())
+            }
+        }
+    }
+
+    /// Sets the inode flags (`FS_IOC_SETFLAGS`), through a descriptor opened for reading (the
+    /// ioctl needs one; a node is reopened through its verified `O_PATH` descriptor).
+    fn set_flags(&self, flags: u32) -> Result<(), Errno> {
+        let set = |fd: BorrowedFd<'_>| rustix::fs::ioctl_setflags(fd, rustix::fs::IFlags::from_bits_retain(flags));
+        match self {
+            MetaHandle::Fd(fd) => set(*fd),
+            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { fd, .. } => set(reopen_for_flags(fd)?.as_fd()),
+        }
+    }
+
+    fn list_xattr_names(&self) -> Result<Vec<Vec<u8>>, Errno> {
+        let mut buf = vec![0u8; 65536];
+        let n = match self {
+            MetaHandle::Fd(fd) => rustix::fs::flistxattr(fd, &mut buf[..])?,
+            MetaHandle::Node { symlink: true, .. } => 0,
+            MetaHandle::Node { fd, .. } => rustix::fs::listxattr(Self::proc_path(fd).as_str(), &mut buf[..])?,
+        };
+        Ok(buf[..n].split(|&b| b == 0).filter(|n| !n.is_empty()).map(<[u8]>::to_vec).collect())
+    }
+
+    fn set_xattr(&self, name: &[u8], value: Option<&[u8]>) -> Result<(), Errno> {
+        let flags = rustix::fs::XattrFlags::empty();
+        match (self, value) {
+            (MetaHandle::Node { symlink: true, .. }, _) => Ok(()),
+            (MetaHandle::Fd(fd), Some(v)) => rustix::fs::fsetxattr(fd, name, v, flags),
+            (MetaHandle::Fd(fd), None) => ignore_nodata(rustix::fs::fremovexattr(fd, name)),
+            (MetaHandle::Node { fd, .. }, Some(v)) => {
+                rustix::fs::setxattr(Self::proc_path(fd).as_str(), name, v, flags)
+            }
+            (MetaHandle::Node { fd, .. }, None) => {
+                ignore_nodata(rustix::fs::removexattr(Self::proc_path(fd).as_str(), name))
+            }
+        }
+    }
+
+    /// Puts the target metadata back: owner first, then extended attributes (an access ACL
+    /// rewrites the group bits of the mode), then the mode (chown can clear set-id bits), and
+    /// times last. Returns what could not be set back.
+    pub(super) fn apply(&self, t: &MetaTarget<'_>) -> Option<String> {
+        let mut problems = Vec::new();
+        let st = self.stat().ok();
+        if let Some((uid, gid)) = t.owner {
+            if st.is_none_or(|s| s.st_uid != uid || s.st_gid != gid) {
+                if let Err(e) = self.chown(uid, gid) {
+                    problems.push(format!("owner {uid}:{gid} could not be set back ({})", describe_errno(e)));
+                }
+            }
+        }
+        match &t.xattrs {
+            XattrTarget::Leave => {}
+            XattrTarget::One(name, value) => {
+                if let Err(e) = self.set_xattr(name, *value) {
+                    let name = String::from_utf8_lossy(name);
+                    problems.push(format!("extended attribute {name} could not be set back ({})", describe_errno(e)));
+                }
+            }
+            XattrTarget::All(list) => match self.list_xattr_names() {
+                Ok(present) => {
+                    for name in present.iter().filter(|n| !list.iter().any(|x| x.name.as_bytes() == n.as_slice())) {
+                        if let Err(e) = self.set_xattr(name, None) {
+                            let name = String::from_utf8_lossy(name);
+                            problems.push(format!(
+                                "extended attribute {name} could not be removed ({})",
+                                describe_errno(e)
+                            ));
+                        }
+                    }
+                    for x in list.iter() {
+                        if let Err(e) = self.set_xattr(x.name.as_bytes(), Some(&x.value.0)) {
+                            let name = x.name.display_lossy();
+                            problems.push(format!(
+                                "extended attribute {name} could not be set back ({})",
+                                describe_errno(e)
+                            ));
+                        }
+                    }
+                }
+                Err(Errno::NOTSUP) => {}
+                Err(e) => problems.push(format!("extended attributes could not be read ({})", describe_errno(e))),
+            },
+        }
+        if let Some(mode) = t.mode {
+            if let Err(e) = self.chmod(mode) {
+                problems.push(format!("mode {mode:o} could not be set back ({})", describe_errno(e)));
+            }
+        }
+        if let Some(ts) = &t.times {
+            if let Err(e) = self.set_times(ts) {
+                problems.push(format!("times could not be set back ({})", describe_errno(e)));
+            }
+        }
+        if let Some(flags) = t.flags {
+            if let Err(e) = self.set_flags(flags) {
+                problems.push(format!("attributes {flags:#x} could not be set back ({})", describe_errno(e)));
+            }
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+}
+
+/// A node reopened for reading through its `O_PATH` descriptor, for the flags ioctls.
+pub(super) fn reopen_for_flags(fd: &OwnedFd) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    rustix::fs::openat(CWD, MetaHandle::proc_path(fd).as_str(), flags, Mode::empty())
+}
+
+/// The inode flags of the file at `path`, not following a final symlink.
+pub(super) fn inode_flags_at(path: &BPath) -> Result<u32, Errno> {
+    let node =
+        rustix::fs::openat(CWD, path.as_bytes(), OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(rustix::fs::ioctl_getflags(reopen_for_flags(&node)?)?.bits())
+}
+
+/// Whether a node's extended attributes are exactly `want`.
+pub(super) fn xattrs_equal(h: &MetaHandle<'_>, want: &[Xattr]) -> bool {
+    let Ok(names) = h.list_xattr_names() else { return want.is_empty() };
+    if names.len() != want.len() {
+        return false;
+    }
+    want.iter().all(|x| {
+        names.iter().any(|n| n.as_slice() == x.name.as_bytes())
+            && match h {
+                MetaHandle::Fd(fd) => {
+                    let mut buf = vec![0u8; 65536];
+                    rustix::fs::fgetxattr(fd, x.name.as_bytes(), &mut buf[..]).is_ok_and(|n| buf[..n] == x.value.0[..])
+                }
+                MetaHandle::Node { fd, .. } => {
+                    let mut buf = vec![0u8; 65536];
+                    rustix::fs::getxattr(MetaHandle::proc_path(fd).as_str(), x.name.as_bytes(), &mut buf[..])
+                        .is_ok_and(|n| buf[..n] == x.value.0[..])
+                }
+            }
+    })
+}
+
+pub(super) fn ignore_nodata(r: Result<(), Errno>) -> Result<(), Errno> {
+    match r {
+        Err(Errno::NODATA) => Ok(()),
+        other => other,
+    }
+}
+
+/// Puts a snapshot's metadata back on an open descriptor.
+pub(super) fn set_meta_fd(fd: BorrowedFd<'_>, snap: &Snapshot) -> Option<String> {
+    MetaHandle::Fd(fd).apply(&MetaTarget::of_snapshot(snap))
+}
+
+/// Puts a snapshot's metadata back on `name` in `dir`, never following a symlink.
+pub(super) fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot) -> Option<String> {
+    match MetaHandle::open(dir, name) {
+        Ok(h) => h.apply(&MetaTarget::of_snapshot(snap)),
+        Err(e) => Some(format!("its metadata could not be set back ({})", describe_errno(e))),
+    }
+}
+
+/// Whether the part of the metadata a Meta record is about is already as recorded.
+pub(super) fn meta_already(st: &Stat, m: &MetaBefore, path: &BPath) -> bool {
+    match m.what {
+        MetaKind::Mode => st.st_mode & 0o7777 == m.mode,
+        MetaKind::Owner => st.st_uid == m.uid && st.st_gid == m.gid && st.st_mode & 0o7777 == m.mode,
+        MetaKind::Times => {
+            st.st_mtime == m.mtime[0]
+                && st.st_mtime_nsec as i64 == m.mtime[1]
+                && st.st_atime == m.atime[0]
+                && st.st_atime_nsec as i64 == m.atime[1]
+        }
+        MetaKind::Flags => m.flags.is_some_and(|want| inode_flags_at(path).is_ok_and(|now| now == want)),
+        MetaKind::Xattr => m.xattr.as_ref().is_some_and(|x| {
+            // A minimal access ACL is not stored as an attribute at all: it lives in the mode.
+            let acl_mode_ok = x.name.as_bytes() != b"system.posix_acl_access" || st.st_mode & 0o7777 == m.mode;
+            acl_mode_ok
+                && crate::capture::xattr_value(path.as_bytes(), x.name.as_bytes())
+                    .is_ok_and(|now| now.as_deref() == x.value.as_ref().map(|v| v.0.as_slice()))
+        }),
+    }
+}
+
+pub(super) fn meta_matches(st: &Stat, snap: &Snapshot) -> bool {
+    st.st_mode & 0o7777 == snap.mode && st.st_uid == snap.uid && st.st_gid == snap.gid
+}
+
+/// The verb for a metadata part's name ("times" is plural).
+pub(super) fn is_are(what: MetaKind) -> &'static str {
+    if what == MetaKind::Times { "are" } else { "is" }
+}
+
+impl Executor<'_> {
+    pub(super) fn defer(&self, path: &BPath, meta: DeferredMeta) {
+        self.deferred.borrow_mut().push(Deferred { seq: self.current.get(), path: path.clone(), meta });
+    }
+
+    /// Applies deferred directory metadata, in the order it was queued (newest record first,
+    /// so the oldest, the state before the session, is applied last).
+    pub(super) fn apply_deferred(&self, out: &mut Vec<StepReport>) {
+        for d in self.deferred.take() {
+            let problem = match self.parent_of(&d.path) {
+                Err((_, why)) => Some(why),
+                Ok((dir, name)) => match MetaHandle::open(dir.as_fd(), name) {
+                    Err(e) => Some(format!("the directory cannot be reached ({})", describe_errno(e))),
+                    Ok(h) => match &d.meta {
+                        DeferredMeta::Snapshot(s) => h.apply(&MetaTarget::of_snapshot(s)),
+                        DeferredMeta::Meta(m) => h.apply(&MetaTarget::of_meta(m)),
+                    },
+                },
+            };
+            if let Some(why) = problem {
+                out.push(StepReport {
+                    seq: d.seq,
+                    outcome: Outcome::Failed,
+                    path: Some(d.path),
+                    why: format!("the directory is back, but {why}"),
+                });
+            }
+        }
+    }
+
+    pub(super) fn undo_meta(&self, _seq: Option<u64>, path: &BPath, m: &MetaBefore) -> Done {
+        let what = match m.what {
+            MetaKind::Mode => format!("mode ({:o})", m.mode),
+            MetaKind::Owner => format!("owner ({}:{})", m.uid, m.gid),
+            MetaKind::Times => "times".to_string(),
+            MetaKind::Xattr => {
+                format!("extended attribute {}", m.xattr.as_ref().map(|x| x.name.display_lossy()).unwrap_or_default())
+            }
+            MetaKind::Flags => format!("attributes ({:#x})", m.flags.unwrap_or(0)),
+        };
+        if self.dry_run {
+            return (Outcome::Restored, format!("would set back its {what}"));
+        }
+        let (dir, name) = match self.parent_of(path) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let st = match lstat(dir.as_fd(), name) {
+            Ok(st) => st,
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident) {
+            if let Some(blob) = self.stored_inode(m.ident) {
+                return match MetaHandle::open(self.blobs.as_fd(), blob.as_bytes()) {
+                    Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
+                        None => (
+                            Outcome::Restored,
+                            format!(
+                                "set back its {what} in the captured file (blob {blob}), which an older step puts back"
+                            ),
+                        ),
+                        Some(p) => failed(p),
+                    },
+                    Err(e) => failed(format!("cannot open its captured inode: {}", describe_errno(e))),
+                };
+            }
+        }
+        let Some(st) = st else {
+            return failed(format!("it no longer exists, so its {what} cannot be set back"));
+        };
+        if (file_type(&st) == FileType::Symlink) != m.symlink {
+            return (
+                Outcome::Conflict,
+                format!(
+                    "a different kind of node ({}) now stands there; its {what} {} left alone",
+                    type_name(&st),
+                    if m.what == MetaKind::Times { "were" } else { "was" }
+                ),
+            );
+        }
+        if meta_already(&st, m, path) {
+            return (Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
+        }
+        if file_type(&st) == FileType::Directory {
+            self.defer(path, DeferredMeta::Meta(m.clone()));
+            return (Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));
+        }
+        match MetaHandle::open(dir.as_fd(), name) {
+            Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
+                None => (Outcome::Restored, format!("set back its {what}")),
+                Some(p) => failed(p),
+            },
+            Err(e) => failed(format!("cannot open it to set back its {what}: {}", describe_errno(e))),
+        }
+    }
+}

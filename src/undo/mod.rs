@@ -1,0 +1,89 @@
+//! Planning and executing an undo, and the report it produces.
+//!
+//! Records are replayed newest first. Each one makes its path match the prior state the record
+//! kept, deciding from the file system at undo time what is needed: a rename whose source is
+//! still in place did not take effect; a file recorded [`Before::Absent`] that is not there was
+//! never created. Such steps report [`Outcome::Unchanged`] and do not make the undo incomplete.
+//!
+//! Every target is reached through its parent directory opened with `RESOLVE_NO_SYMLINKS`, and
+//! the final component is never followed: a symlink planted at or above a journaled path after
+//! the session cannot redirect a restore; the step is reported [`Outcome::Conflict`].
+//!
+//! The report names every step. [`Report::complete`] is true only when every step ended
+//! restored, removed, recreated or unchanged, and nothing was unreadable or lost.
+//!
+//! What this module cannot do: reverse what the journal marks irreversible, or restore bytes it
+//! cannot verify. A blob that is missing, or whose content no longer matches its recorded hash,
+//! is never written back: the step fails and says so.
+//!
+//! The parts: `plan` (what to undo, the session's entry points), `execute` (running it),
+//! `restore`, `rename` and `meta` (the actions), `prior` (what each path was before the
+//! session), `fs` (file-system helpers), `report` (what comes out).
+
+use std::collections::{BTreeSet, HashSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
+use rustix::io::Errno;
+
+use crate::bpath::BPath;
+use crate::capture::{hash_fd, ident_of};
+use crate::journal::JournalContents;
+use crate::record::{
+    Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr,
+};
+use crate::seal::{AfterState, Expectation, Seal, expectation};
+
+mod execute;
+mod fs;
+mod meta;
+mod plan;
+mod prior;
+mod rename;
+mod report;
+mod restore;
+#[cfg(test)]
+mod tests;
+
+pub use execute::run_plan;
+pub use fs::open_dir_nofollow;
+pub use plan::{Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_with_progress};
+pub use report::{Outcome, Report, StepReport, Summary};
+
+use meta::Deferred;
+use prior::PriorFacts;
+
+struct Executor<'a> {
+    blobs: OwnedFd,
+    blobs_path: std::path::PathBuf,
+    /// Every inode some record captured by hard link, and the blob holding it.
+    linked: std::collections::HashMap<crate::record::Ident, String>,
+    /// The hash each copied blob was recorded with (by the record that made it).
+    hashed: std::collections::HashMap<String, String>,
+    /// Linked blobs whose content no longer matches the hash sealed with the session (checked
+    /// once, before this undo changes anything).
+    tampered: HashSet<String>,
+    dry_run: bool,
+    force: bool,
+    journal: &'a JournalContents,
+    seal: Option<&'a Seal>,
+    /// The records this undo reverses (`None`: all), and those earlier undos reversed.
+    only: Option<&'a BTreeSet<u64>>,
+    already: &'a HashSet<u64>,
+    /// The drift verdict for every path checked so far (`Some(why)`: changed since).
+    drift: std::cell::RefCell<std::collections::HashMap<BPath, Option<String>>>,
+    /// Directory metadata, applied after every entry has been put back: a read-only or
+    /// freshly timestamped directory must not be changed again by the restores inside it.
+    deferred: std::cell::RefCell<Vec<Deferred>>,
+    /// What each path was before the session, worked out before anything is restored (the
+    /// blobs it reads may be moved back or rewritten by the undo itself).
+    prior: std::cell::RefCell<std::collections::HashMap<BPath, PriorFacts>>,
+    /// The record being undone (for deferred work's report lines).
+    current: std::cell::Cell<Option<u64>>,
+    /// `temp_name` intents no later record completes (see
+    /// [`JournalContents::interrupted_temp_names`]).
+    interrupted: HashSet<u64>,
+}
+
+/// Result of one restore action: outcome and explanation.
+type Done = (Outcome, String);

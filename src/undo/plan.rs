@@ -1,0 +1,141 @@
+//! What to undo: the options, the session's bookkeeping of what earlier undos reversed, and
+//! the entry points that read a session and run its plan.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io;
+use std::path::Path;
+
+use super::{Outcome, Report, StepReport, run_plan};
+use crate::journal::JournalContents;
+use crate::seal::{SEAL_FILE, Seal};
+use crate::select::{Selection, select};
+use crate::session::{Session, SessionError, State};
+
+/// Options for [`undo_session`].
+#[derive(Clone, Debug, Default)]
+pub struct UndoOptions {
+    /// Report what would be done without changing anything.
+    pub dry_run: bool,
+    /// Restore paths that changed since the session ended (by default they are left alone and
+    /// reported as conflicts).
+    pub force: bool,
+    /// Undo only part of the session.
+    pub select: Option<Selection>,
+}
+
+/// File (in the session directory) listing, one per line, the records earlier selective
+/// undos reversed.
+pub const UNDONE_FILE: &str = "undone";
+
+fn read_undone(session: &Session) -> HashSet<u64> {
+    std::fs::read_to_string(session.dir().join(UNDONE_FILE))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let mut f =
+        std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
+    let text: String = seqs.iter().map(|s| format!("{s}\n")).collect();
+    f.write_all(text.as_bytes())
+}
+
+/// Undoes a session, or the selected part of it (or reports what an undo would do). When
+/// every record has been undone and the result is complete, the session is marked undone.
+pub fn undo_session(session: &Session, opts: &UndoOptions) -> Result<Report, SessionError> {
+    undo_session_with_progress(session, opts, &mut |_, _| {})
+}
+
+/// [`undo_session`], calling `progress(done, total)` as steps complete.
+pub fn undo_session_with_progress(
+    session: &Session,
+    opts: &UndoOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Report, SessionError> {
+    match session.state() {
+        State::Undone => {
+            return Ok(Report {
+                complete: true,
+                already_undone: true,
+                dry_run: opts.dry_run,
+                notes: vec!["this session was already undone; nothing was changed".into()],
+                coverage: session.coverage(),
+                ..Default::default()
+            });
+        }
+        State::Kept => {
+            return Err(SessionError::Io {
+                path: session.dir().to_path_buf(),
+                source: io::Error::other(
+                    "this session was kept: its captured contents were released and it cannot be undone",
+                ),
+            });
+        }
+        State::Active => {}
+    }
+    let journal = session.read_journal()?;
+    let blobs = session.blobs_dir();
+    let seal =
+        Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
+    let already = read_undone(session);
+    let only = opts.select.as_ref().map(|sel| select(&journal, sel));
+    let plan = Plan {
+        journal: &journal,
+        blobs_dir: &blobs,
+        opts,
+        seal: seal.as_ref(),
+        already: &already,
+        only: only.as_ref(),
+    };
+    let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    report.coverage = session.coverage();
+    let lost = session.counters().lost_records;
+    if lost > 0 {
+        report.outcomes.push(StepReport {
+            seq: None,
+            outcome: Outcome::Failed,
+            path: None,
+            why: format!(
+                "{lost} step(s) ran without a journal record (the session store could not be written); they cannot be undone"
+            ),
+        });
+        report.complete = false;
+    }
+    if !opts.dry_run {
+        append_undone(session, &report.undone)
+            .map_err(|source| SessionError::Io { path: session.dir().join(UNDONE_FILE), source })?;
+        let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || report.undone.contains(&r.seq));
+        if report.complete && all_done && journal.problems.is_empty() {
+            session.set_state(State::Undone)?;
+        }
+    }
+    Ok(report)
+}
+
+/// What to undo and how.
+pub struct Plan<'a> {
+    /// The journal.
+    pub journal: &'a JournalContents,
+    /// The session's `blobs/` directory.
+    pub blobs_dir: &'a Path,
+    /// Options.
+    pub opts: &'a UndoOptions,
+    /// The session's seal, when it has one.
+    pub seal: Option<&'a Seal>,
+    /// Records undone by an earlier undo.
+    pub already: &'a HashSet<u64>,
+    /// The selected records, for a selective undo.
+    pub only: Option<&'a BTreeSet<u64>>,
+}
+
+/// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
+/// bookkeeping (for tests and tools that manage their own journal).
+pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
+    let none = HashSet::new();
+    run_plan(&Plan { journal, blobs_dir, opts, seal: None, already: &none, only: None }, &mut |_, _| {})
+}

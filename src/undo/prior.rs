@@ -1,0 +1,204 @@
+//! What each path was before the session, worked out before anything is restored, and the
+//! failed steps it lets undo forgive (the path ended exactly as it was, verified).
+
+use super::fs::*;
+use super::*;
+
+/// What is known of a path's state before the session, aspect by aspect (`None`: unknown).
+#[derive(Default)]
+pub(super) struct PriorFacts {
+    body: Option<Body>,
+    mode: Option<u32>,
+    owner: Option<(u32, u32)>,
+}
+
+/// Existence and contents.
+pub(super) enum Body {
+    Absent,
+    /// BLAKE3 hex and size of a regular file.
+    File(String, u64),
+    Symlink(BPath),
+    Dir,
+    /// It existed, but what it held cannot be verified.
+    Unknown,
+}
+
+/// What a step restores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Aspect {
+    Body,
+    Mode,
+    Owner,
+}
+
+impl PriorFacts {
+    /// Whether every aspect in `aspects` is known and is, now, as it was.
+    fn verified(&self, path: &BPath, aspects: &[Aspect]) -> bool {
+        let st = match rustix::fs::lstat(path.as_bytes()) {
+            Ok(st) => Some(st),
+            Err(Errno::NOENT) => None,
+            Err(_) => return false,
+        };
+        if aspects.contains(&Aspect::Body) && matches!(self.body, Some(Body::Absent)) {
+            return st.is_none();
+        }
+        let Some(st) = st else { return false };
+        aspects.iter().all(|a| match a {
+            Aspect::Mode => self.mode.is_some_and(|m| m == st.st_mode & 0o7777 || file_type(&st) == FileType::Symlink),
+            Aspect::Owner => self.owner.is_some_and(|o| o == (st.st_uid, st.st_gid)),
+            Aspect::Body => match &self.body {
+                Some(Body::File(want, size)) => {
+                    file_type(&st) == FileType::RegularFile
+                        && rustix::fs::open(
+                            path.as_bytes(),
+                            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                            Mode::empty(),
+                        )
+                        .ok()
+                        .and_then(|fd| hash_fd(&fd).ok())
+                        .is_some_and(|(h, n)| h == *want && n == *size)
+                }
+                Some(Body::Symlink(target)) => {
+                    file_type(&st) == FileType::Symlink
+                        && rustix::fs::readlink(path.as_bytes(), Vec::new())
+                            .is_ok_and(|t| t.as_bytes() == target.as_bytes())
+                }
+                Some(Body::Dir) => file_type(&st) == FileType::Directory,
+                Some(Body::Absent) | Some(Body::Unknown) | None => false,
+            },
+        })
+    }
+}
+
+impl Executor<'_> {
+    /// Works out, before anything is restored, what every path of the plan was before the
+    /// session (see [`Executor::prior_facts`]).
+    pub(super) fn learn_prior_facts(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>) {
+        if plan.opts.dry_run {
+            return;
+        }
+        let mut by_path: std::collections::HashMap<&BPath, Vec<&Record>> = std::collections::HashMap::new();
+        for r in plan.journal.records.iter().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))) {
+            if failed_calls.contains(&r.seq) {
+                continue;
+            }
+            for p in crate::select::record_paths(r) {
+                by_path.entry(p).or_default().push(r);
+            }
+        }
+        let mut prior = self.prior.borrow_mut();
+        for (path, records) in by_path {
+            prior.insert(path.clone(), self.prior_facts(path, &records));
+        }
+    }
+
+    /// A step can fail because processes of the session raced on one name (its target vanished
+    /// before its turn came), while an older record still puts the path back. What counts is
+    /// the end result: a failed step is forgiven when every aspect it would have restored
+    /// (existence and contents, mode, owner) is, now, verifiably what it was before the session
+    /// (see [`Executor::prior_facts`]).
+    pub(super) fn forgive_superseded(&self, plan: &Plan<'_>, _failed_calls: &HashSet<u64>, report: &mut Report) {
+        let by_seq: std::collections::HashMap<u64, &Record> = plan.journal.records.iter().map(|r| (r.seq, r)).collect();
+        let facts = self.prior.borrow();
+        for o in report.outcomes.iter_mut().filter(|o| o.outcome == Outcome::Failed) {
+            let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
+            let (Some(f), Some(rec)) = (facts.get(path), by_seq.get(&seq)) else { continue };
+            let aspects = match &rec.op {
+                Op::Meta { before, .. } => match before.what {
+                    MetaKind::Mode => vec![Aspect::Mode],
+                    MetaKind::Owner => vec![Aspect::Mode, Aspect::Owner],
+                    MetaKind::Times | MetaKind::Xattr | MetaKind::Flags => continue,
+                },
+                Op::Change { .. } | Op::Rename { .. } => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
+                _ => continue,
+            };
+            if f.verified(path, &aspects) {
+                o.outcome = Outcome::Unchanged;
+                o.why = format!(
+                    "this step could not be replayed ({}), but the path ended exactly as it was before the session (verified)",
+                    o.why
+                );
+                report.undone.push(seq);
+            }
+        }
+    }
+
+    /// What is known, aspect by aspect, about `path` before the session: from its oldest
+    /// records (`records`, oldest first), each aspect from the oldest record that knows it. An
+    /// append's prior length is laid over the oldest full capture after it. A capture by hard
+    /// link proves nothing about prior bytes (the inode may have been changed afterwards
+    /// through a descriptor kept open).
+    pub(super) fn prior_facts(&self, path: &BPath, records: &[&Record]) -> PriorFacts {
+        let mut f = PriorFacts::default();
+        let mut prefix: Option<u64> = None;
+        for r in records {
+            let before = match &r.op {
+                Op::Meta { before, .. } => {
+                    match before.what {
+                        MetaKind::Mode => {
+                            f.mode.get_or_insert(before.mode);
+                        }
+                        MetaKind::Owner => {
+                            f.mode.get_or_insert(before.mode);
+                            f.owner.get_or_insert((before.uid, before.gid));
+                        }
+                        MetaKind::Times | MetaKind::Xattr | MetaKind::Flags => {}
+                    }
+                    continue;
+                }
+                Op::Rename { from, .. } if from == path => {
+                    f.body.get_or_insert(Body::Unknown);
+                    return f;
+                }
+                Op::Change { before, .. } | Op::Rename { to_before: before, .. } => before,
+                _ => continue,
+            };
+            match before {
+                Before::Absent | Before::Exclusive => {
+                    f.body.get_or_insert(if prefix.is_none() { Body::Absent } else { Body::Unknown });
+                    return f;
+                }
+                // Reached first only when the creation it names is not being undone.
+                Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
+                    f.body.get_or_insert(Body::Unknown);
+                    return f;
+                }
+                Before::Contents(s) => {
+                    f.mode.get_or_insert(s.mode);
+                    f.owner.get_or_insert((s.uid, s.gid));
+                    let body = match &s.node {
+                        Node::Prefix { len } => {
+                            prefix.get_or_insert(*len);
+                            continue;
+                        }
+                        Node::File { blob, how: CaptureHow::Link | CaptureHow::Reflink, .. }
+                            if !self.seal.is_some_and(|seal| seal.blob_intact.contains(blob)) =>
+                        {
+                            Body::Unknown
+                        }
+                        Node::File { blob, size, hash, .. } => {
+                            match (self.expected_hash(blob, hash.as_deref()), prefix) {
+                                (None, _) => Body::Unknown,
+                                (Some(h), None) => Body::File(h.to_string(), *size),
+                                (Some(h), Some(len)) => match std::fs::read(self.blobs_path.join(blob)) {
+                                    Ok(bytes)
+                                        if bytes.len() as u64 >= len && blake3::hash(&bytes).to_hex().as_str() == h =>
+                                    {
+                                        Body::File(blake3::hash(&bytes[..len as usize]).to_hex().to_string(), len)
+                                    }
+                                    _ => Body::Unknown,
+                                },
+                            }
+                        }
+                        Node::Symlink { target } if prefix.is_none() => Body::Symlink(target.clone()),
+                        Node::Dir if prefix.is_none() => Body::Dir,
+                        _ => Body::Unknown,
+                    };
+                    f.body.get_or_insert(body);
+                    return f;
+                }
+            }
+        }
+        f
+    }
+}

@@ -1,0 +1,100 @@
+//! Renames undone: a move back, an exchange swapped back.
+
+use super::fs::*;
+use super::*;
+
+impl Executor<'_> {
+    pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32) -> Done {
+        if self.dry_run {
+            return (Outcome::Restored, format!("would move {} back to this name", to.display_lossy()));
+        }
+        let (fdir, fname) = match self.parent_of(from) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let (tdir, tname) = match self.parent_of(to) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let fcur = match lstat(fdir.as_fd(), fname) {
+            Ok(c) => c,
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        if let Some(st) = &fcur {
+            let whiteout = RenameFlags::from_bits_retain(flags).contains(RenameFlags::WHITEOUT)
+                && file_type(st) == FileType::CharacterDevice
+                && st.st_rdev == 0;
+            if !whiteout {
+                return (Outcome::Unchanged, "the source is in place: the rename did not take effect".into());
+            }
+            if let Err(e) = rustix::fs::unlinkat(fdir.as_fd(), fname, AtFlags::empty()) {
+                return failed(format!("cannot remove the whiteout left by the rename: {}", describe_errno(e)));
+            }
+        }
+        match lstat(tdir.as_fd(), tname) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return failed(format!(
+                    "it was renamed to {}, which no longer exists: the renamed file is gone",
+                    to.display_lossy()
+                ));
+            }
+            Err(e) => return failed(format!("cannot examine {}: {}", to.display_lossy(), describe_errno(e))),
+        }
+        match rustix::fs::renameat_with(tdir.as_fd(), tname, fdir.as_fd(), fname, RenameFlags::NOREPLACE) {
+            Ok(()) => (Outcome::Restored, format!("moved back from {}", to.display_lossy())),
+            Err(e) => failed(format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e))),
+        }
+    }
+
+    pub(super) fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {
+        if self.dry_run {
+            return (Outcome::Restored, format!("would exchange it with {} again", b.display_lossy()));
+        }
+        let (adir, aname) = match self.parent_of(a) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let (bdir, bname) = match self.parent_of(b) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        let ast = lstat(adir.as_fd(), aname).ok().flatten();
+        let bst = lstat(bdir.as_fd(), bname).ok().flatten();
+        let Some(moved) = moved else {
+            return failed("the exchanged file's identity was not recorded");
+        };
+        if ast.as_ref().is_some_and(|st| ident_of(st) == *moved) {
+            return (Outcome::Unchanged, "the exchange did not take effect".into());
+        }
+        if !bst.as_ref().is_some_and(|st| ident_of(st) == *moved) {
+            return failed(format!(
+                "neither {} nor {} holds the exchanged file any more",
+                a.display_lossy(),
+                b.display_lossy()
+            ));
+        }
+        match rustix::fs::renameat_with(adir.as_fd(), aname, bdir.as_fd(), bname, RenameFlags::EXCHANGE) {
+            Ok(()) => (Outcome::Restored, format!("exchanged back with {}", b.display_lossy())),
+            Err(e) => failed(format!("cannot exchange it back: {}", describe_errno(e))),
+        }
+    }
+
+    /// Follows a directory that an undo step moved from `now` back to `back` (or exchanged
+    /// with it): its queued metadata, and its entries', move with it.
+    pub(super) fn deferred_moved(&self, now: &BPath, back: &BPath, exchange: bool) {
+        let swap = |p: &BPath, from: &BPath, to: &BPath| -> Option<BPath> {
+            p.starts_with_dir(from.as_bytes()).then(|| {
+                let mut b = to.as_bytes().to_vec();
+                b.extend_from_slice(&p.as_bytes()[from.as_bytes().len()..]);
+                BPath::new(b)
+            })
+        };
+        for d in self.deferred.borrow_mut().iter_mut() {
+            let moved = swap(&d.path, now, back).or_else(|| if exchange { swap(&d.path, back, now) } else { None });
+            if let Some(p) = moved {
+                d.path = p;
+            }
+        }
+    }
+}

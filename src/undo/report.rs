@@ -1,0 +1,151 @@
+//! What an undo reports: an outcome per step, the summary, and the JSON contract.
+
+use serde::Serialize;
+
+use crate::bpath::BPath;
+
+/// What happened to one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The path's prior contents (or node) were put back over what the session left.
+    Restored,
+    /// A path the session created was removed.
+    Removed,
+    /// A path the session deleted was created again.
+    Recreated,
+    /// The path was already in its prior state (the call failed, or an earlier step of this
+    /// undo already put it back).
+    Unchanged,
+    /// The step cannot be reversed (an irreversible record); `why` says what it was.
+    Skipped,
+    /// Reversing the step failed; `why` says how. The path is not in its prior state.
+    Failed,
+    /// The path changed in a way the journal does not explain (a symlink planted in its way);
+    /// it was left alone.
+    Conflict,
+}
+
+impl Outcome {
+    /// Whether the step counts as undone exactly.
+    pub fn is_success(self) -> bool {
+        matches!(self, Outcome::Restored | Outcome::Removed | Outcome::Recreated | Outcome::Unchanged)
+    }
+
+    /// The lower-case name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Restored => "restored",
+            Outcome::Removed => "removed",
+            Outcome::Recreated => "recreated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Skipped => "skipped",
+            Outcome::Failed => "failed",
+            Outcome::Conflict => "conflict",
+        }
+    }
+}
+
+/// The report line for one step (a rename can produce two: the move, and the destination).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepReport {
+    /// The record's sequence number (absent for a record too damaged to name one).
+    pub seq: Option<u64>,
+    /// What happened.
+    pub outcome: Outcome,
+    /// The path concerned.
+    pub path: Option<BPath>,
+    /// What was done, or why it could not be.
+    pub why: String,
+}
+
+/// Counts of outcomes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Steps restored.
+    pub restored: usize,
+    /// Steps removed.
+    pub removed: usize,
+    /// Steps recreated.
+    pub recreated: usize,
+    /// Steps already in their prior state.
+    pub unchanged: usize,
+    /// Irreversible steps.
+    pub skipped: usize,
+    /// Steps that failed.
+    pub failed: usize,
+    /// Steps left alone because of a conflict.
+    pub conflict: usize,
+    /// All report lines.
+    pub total: usize,
+}
+
+/// The result of an undo (or a dry run).
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// True only when every step ended restored, removed, recreated or unchanged.
+    pub complete: bool,
+    /// Nothing was changed: this is what an undo would do.
+    pub dry_run: bool,
+    /// The session had already been undone; nothing was done.
+    pub already_undone: bool,
+    /// One line per step, newest first, then damaged records.
+    pub outcomes: Vec<StepReport>,
+    /// Things worth knowing that are not steps (a torn tail).
+    pub notes: Vec<String>,
+    /// Whether drift was checked against a seal (false: the weaker check, or none with force).
+    pub sealed: bool,
+    /// The records this run undid completely.
+    pub undone: Vec<u64>,
+    /// What the session's journaling could see (from its header).
+    pub coverage: crate::session::Coverage,
+}
+
+impl Report {
+    /// Counts of each outcome.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary { total: self.outcomes.len(), ..Default::default() };
+        for o in &self.outcomes {
+            *match o.outcome {
+                Outcome::Restored => &mut s.restored,
+                Outcome::Removed => &mut s.removed,
+                Outcome::Recreated => &mut s.recreated,
+                Outcome::Unchanged => &mut s.unchanged,
+                Outcome::Skipped => &mut s.skipped,
+                Outcome::Failed => &mut s.failed,
+                Outcome::Conflict => &mut s.conflict,
+            } += 1;
+        }
+        s
+    }
+
+    /// The report as the JSON object `undo --json` prints (a documented contract).
+    pub fn to_json(&self) -> serde_json::Value {
+        let outcomes: Vec<serde_json::Value> = self
+            .outcomes
+            .iter()
+            .map(|o| {
+                let mut v = serde_json::json!({
+                    "seq": o.seq,
+                    "outcome": o.outcome.name(),
+                    "path": o.path.as_ref().map(|p| p.display_lossy()),
+                    "why": o.why,
+                });
+                if let Some(b64) = o.path.as_ref().and_then(|p| p.b64_if_not_utf8()) {
+                    v["path_b64"] = b64.into();
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({
+            "complete": self.complete,
+            "dry_run": self.dry_run,
+            "already_undone": self.already_undone,
+            "outcomes": outcomes,
+            "notes": self.notes,
+            "sealed": self.sealed,
+            "coverage": self.coverage,
+            "summary": self.summary(),
+        })
+    }
+}

@@ -1,0 +1,514 @@
+//! The restore actions: removing what the session created, putting back files, prefixes,
+//! symlinks, directories and special nodes, from the store and verified.
+
+use rustix::io::Errno;
+
+use super::fs::*;
+use super::meta::*;
+use super::*;
+
+impl Executor<'_> {
+    /// The blob holding `ident`, when a hard-link capture put that inode in the store and it is
+    /// still there.
+    pub(super) fn stored_inode(&self, ident: crate::record::Ident) -> Option<&str> {
+        let blob = self.linked.get(&ident)?;
+        let st = lstat(self.blobs.as_fd(), blob.as_bytes()).ok().flatten()?;
+        (ident_of(&st) == ident).then_some(blob.as_str())
+    }
+
+    /// Restores a snapshot into the captured inode that now lives in the store as `stored`.
+    pub(super) fn restore_in_store(&self, stored: &str, snap: &Snapshot) -> Done {
+        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dst = match rustix::fs::openat(self.blobs.as_fd(), stored, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => return failed(format!("cannot open its captured inode (blob {stored}): {}", describe_errno(e))),
+        };
+        let later = format!("in the captured file (blob {stored}), which an older step puts back");
+        match &snap.node {
+            Node::Prefix { len } => {
+                let now = rustix::fs::fstat(&dst).map(|st| st.st_size as u64).unwrap_or(0);
+                if now < *len {
+                    return failed(format!(
+                        "only its length before an append ({len} bytes) was kept, but the file is now shorter ({now} bytes): bytes from before the session are gone"
+                    ));
+                }
+                if let Err(e) = rustix::fs::ftruncate(&dst, *len) {
+                    return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+                }
+                match set_meta_fd(dst.as_fd(), snap) {
+                    None => {
+                        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes) {later}"))
+                    }
+                    Some(p) => failed(format!("truncated back to {len} bytes, but {p}")),
+                }
+            }
+            Node::File { blob, size, hash, .. } => {
+                let ro = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let src = match rustix::fs::openat(self.blobs.as_fd(), blob.as_str(), ro, Mode::empty()) {
+                    Ok(fd) => fd,
+                    Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+                };
+                let verified = hash_fd(&src).ok().is_some_and(|(h, n)| {
+                    n == *size && self.expected_hash(blob, hash.as_deref()).is_none_or(|want| want == h)
+                });
+                if !verified {
+                    return failed(format!(
+                        "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
+                    ));
+                }
+                if let Err(e) = copy_from_start(&src, &dst) {
+                    return failed(format!("writing the captured contents back failed: {e}"));
+                }
+                match set_meta_fd(dst.as_fd(), snap) {
+                    None => {
+                        (Outcome::Restored, format!("wrote back its prior contents ({size} bytes, verified) {later}"))
+                    }
+                    Some(p) => failed(format!("contents restored, but {p}")),
+                }
+            }
+            _ => failed("this kind of capture cannot be restored into the store"),
+        }
+    }
+
+    /// The hash a blob must have: recorded at capture time (by this record, or by the one that
+    /// made a blob this record reuses), or (linked and cloned captures) when the session was
+    /// sealed.
+    pub(super) fn expected_hash<'h>(&'h self, blob: &str, recorded: Option<&'h str>) -> Option<&'h str> {
+        recorded
+            .or_else(|| self.hashed.get(blob).map(String::as_str))
+            .or_else(|| self.seal.and_then(|s| s.blob_hashes.get(blob)).map(String::as_str))
+    }
+
+    pub(super) fn undo_change(&self, path: &BPath, before: &Before) -> Done {
+        match before {
+            Before::Irreversible { reason } => return (Outcome::Skipped, reason.to_string()),
+            Before::Born { created: seq } | Before::Kept { by: seq } => {
+                // What the record that names `seq` is, and what undoing it does.
+                let (what, does) = match before {
+                    Before::Born { .. } => (format!("this session created it (record {seq})"), "removes it"),
+                    _ => (format!("record {seq} kept its state from before the session"), "puts it back"),
+                };
+                return if self.undoes(*seq) {
+                    (Outcome::Unchanged, format!("{what}, and this undo undoes that record, which {does}"))
+                } else {
+                    (
+                        Outcome::Skipped,
+                        format!(
+                            "what it held before this call was not kept: {what}, and only undoing that record {does}"
+                        ),
+                    )
+                };
+            }
+            Before::Absent | Before::Exclusive | Before::Contents(_) => {}
+        }
+        if self.dry_run {
+            return match before {
+                Before::Absent | Before::Exclusive => (Outcome::Removed, "would remove it if it exists".into()),
+                Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
+                Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
+                    unreachable!("handled above")
+                }
+            };
+        }
+        let (dir, name) = match self.parent_of(path) {
+            Ok(x) => x,
+            Err((Outcome::Failed, _)) if matches!(before, Before::Absent | Before::Exclusive) => {
+                return (Outcome::Unchanged, "already absent (its directory is gone too)".into());
+            }
+            Err(done) => return done,
+        };
+        let cur = match lstat(dir.as_fd(), name) {
+            Ok(c) => c,
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        };
+        match before {
+            Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+            Before::Exclusive => match cur.as_ref().and_then(|_| self.born_before_current(dir.as_fd(), name)) {
+                Some(born) => (
+                    Outcome::Conflict,
+                    format!(
+                        "journaled as created by an exclusive open, but what is there was born at {born}, before that \
+                         call: the call must have failed, with the process ended before saying so; it was left in place"
+                    ),
+                ),
+                None => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+            },
+            Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
+            Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => unreachable!("handled above"),
+        }
+    }
+
+    /// When the node at `name` was born, if that was clearly before the record being undone
+    /// was made (see [`Before::Exclusive`]). `None` when it was born after, or when either time
+    /// is unknown (no birth times on this file system).
+    pub(super) fn born_before_current(&self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
+        let seq = self.current.get()?;
+        let rec = &self.journal.records[self.journal.records.binary_search_by_key(&seq, |r| r.seq).ok()?];
+        let made = humantime::parse_rfc3339_weak(&rec.time).ok()?;
+        let sx = rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
+        if sx.stx_mask & StatxFlags::BTIME.bits() == 0 {
+            return None;
+        }
+        let born = std::time::UNIX_EPOCH
+            .checked_add(std::time::Duration::new(u64::try_from(sx.stx_btime.tv_sec).ok()?, sx.stx_btime.tv_nsec))?;
+        let slack = std::time::Duration::from_secs(crate::record::EXCLUSIVE_BIRTH_SLACK_S);
+        (born + slack < made).then(|| humantime::format_rfc3339_nanos(born).to_string())
+    }
+
+    pub(super) fn remove_created(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Done {
+        let Some(st) = cur else {
+            return (Outcome::Unchanged, "already absent".into());
+        };
+        match remove_any(dir, name, st) {
+            Ok(()) => (Outcome::Removed, format!("removed {} the session created", type_name(st))),
+            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
+                let entries = list_some(dir, name);
+                failed(format!(
+                    "the directory was created during the session but still holds entries the journal did not create ({entries}); it was left in place"
+                ))
+            }
+            Err(e) => failed(format!("could not remove it: {}", describe_errno(e))),
+        }
+    }
+
+    pub(super) fn restore(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &BPath,
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+    ) -> Done {
+        // The inode this record captured is no longer at its path but in the store (a later
+        // unlink or rename over it linked it there): restore the inode itself, which the
+        // older step then puts back, with this state in it.
+        let in_place_kind =
+            matches!(&snap.node, Node::Prefix { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. });
+        if in_place_kind && !cur.is_some_and(|st| ident_of(st) == snap.ident) {
+            if let Some(blob) = self.stored_inode(snap.ident) {
+                return self.restore_in_store(blob, snap);
+            }
+        }
+        match &snap.node {
+            Node::File { blob, size, hash, how, .. } => {
+                self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
+            }
+            Node::Prefix { len } => self.restore_prefix(dir, name, cur, snap, *len),
+            Node::Symlink { target } => self.restore_symlink(dir, name, cur, snap, target),
+            Node::Dir => self.restore_dir(dir, name, path, cur, snap),
+            Node::Special { kind, rdev } => self.restore_special(dir, name, cur, snap, *kind, *rdev),
+        }
+    }
+
+    /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
+    pub(super) fn clear(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
+        let Some(st) = cur else { return Ok(false) };
+        match remove_any(dir, name, st) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed(format!(
+                "a non-empty directory now stands where it was ({}); it was left in place",
+                list_some(dir, name)
+            ))),
+            Err(e) => Err(failed(format!("could not remove {} in its place: {}", type_name(st), describe_errno(e)))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn restore_file(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        blob: &str,
+        size: u64,
+        hash: Option<&str>,
+        how: CaptureHow,
+    ) -> Done {
+        if how == CaptureHow::Link {
+            if cur.is_some_and(|st| ident_of(st) == snap.ident) {
+                return (Outcome::Unchanged, "the original file is still in place".into());
+            }
+            let bst = match lstat(self.blobs.as_fd(), blob.as_bytes()) {
+                Ok(Some(st)) => st,
+                Ok(None) => return failed(format!("its captured contents (blob {blob}) are missing from the store")),
+                Err(e) => return failed(format!("cannot examine blob {blob}: {}", describe_errno(e))),
+            };
+            if ident_of(&bst) != snap.ident || file_type(&bst) != FileType::RegularFile {
+                return failed(format!(
+                    "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
+                ));
+            }
+            if self.tampered.contains(blob) {
+                return failed(format!(
+                    "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
+                ));
+            }
+            let replaced = match cur {
+                Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
+                    Ok(_) => true,
+                    Err(done) => return done,
+                },
+                Some(_) => true,
+                None => false,
+            };
+            return match rustix::fs::renameat(self.blobs.as_fd(), blob, dir, name) {
+                Ok(()) => {
+                    // A descriptor the program kept open may have changed the inode's metadata
+                    // after it was unlinked (where no record can name it): set it back.
+                    let times_match = bst.st_mtime == snap.mtime[0] && bst.st_mtime_nsec as i64 == snap.mtime[1];
+                    if !(meta_matches(&bst, snap) && times_match) {
+                        if let Some(problem) = set_meta_at(dir, name, snap) {
+                            return failed(format!("put the original file back, but {problem}"));
+                        }
+                    }
+                    if replaced {
+                        (
+                            Outcome::Restored,
+                            format!("put the original file back over what the session left ({size} bytes)"),
+                        )
+                    } else {
+                        (Outcome::Recreated, format!("put the original file back ({size} bytes)"))
+                    }
+                }
+                Err(e) => failed(format!("could not move the captured file back: {}", describe_errno(e))),
+            };
+        }
+
+        let src = match rustix::fs::openat(
+            self.blobs.as_fd(),
+            blob,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
+                return failed(format!("its captured contents (blob {blob}) are missing from the store"));
+            }
+            Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+        };
+        let (blob_hash, blob_len) = match hash_fd(&src) {
+            Ok(x) => x,
+            Err(e) => return failed(format!("cannot read blob {blob}: {e}")),
+        };
+        let hash = self.expected_hash(blob, hash);
+        if blob_len != size || hash.is_some_and(|h| h != blob_hash) {
+            return failed(format!(
+                "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
+                &blob_hash[..16],
+                hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
+            ));
+        }
+        // Already identical? Then only the metadata may need setting back.
+        if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
+            let same = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .ok()
+            .and_then(|fd| hash_fd(&fd).ok())
+            .is_some_and(|(h, _)| h == blob_hash);
+            if same {
+                let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
+                let handle = match MetaHandle::open(dir, name) {
+                    Ok(h) => h,
+                    Err(e) => return failed(format!("cannot open it: {}", describe_errno(e))),
+                };
+                let xattrs_match = snap.xattrs.as_ref().is_none_or(|want| xattrs_equal(&handle, want));
+                if meta_matches(st, snap) && times_match && xattrs_match {
+                    return (Outcome::Unchanged, "its contents and metadata are already as before".into());
+                }
+                return match handle.apply(&MetaTarget::of_snapshot(snap)) {
+                    None => (Outcome::Restored, "its contents were already as before; set back its metadata".into()),
+                    Some(p) => failed(format!("its contents are as before, but {p}")),
+                };
+            }
+        }
+        // Write in place when a regular file is there (keeps its inode and hard links),
+        // otherwise create it afresh.
+        let (dst, outcome) = match cur {
+            Some(st) if file_type(st) == FileType::RegularFile => match open_write_in_place(dir, name, st) {
+                Ok(fd) => (fd, Outcome::Restored),
+                Err(e) => return failed(format!("cannot open it for writing: {}", describe_errno(e))),
+            },
+            other => {
+                let replaced = match self.clear(dir, name, other) {
+                    Ok(r) => r,
+                    Err(done) => return done,
+                };
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                match rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)) {
+                    Ok(fd) => (fd, if replaced { Outcome::Restored } else { Outcome::Recreated }),
+                    Err(e) => return failed(format!("cannot create it: {}", describe_errno(e))),
+                }
+            }
+        };
+        if let Err(e) = copy_from_start(&src, &dst) {
+            return failed(format!("writing the captured contents back failed: {e}"));
+        }
+        if let Some(problem) = set_meta_fd(dst.as_fd(), snap) {
+            return failed(format!("contents restored ({size} bytes), but {problem}"));
+        }
+        let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
+        (outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
+    }
+
+    pub(super) fn restore_prefix(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        len: u64,
+    ) -> Done {
+        let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile) else {
+            return failed(format!(
+                "only its length before an append ({len} bytes) was kept, and it is no longer a regular file; its contents cannot be restored"
+            ));
+        };
+        let now = st.st_size as u64;
+        if now < len {
+            return failed(format!(
+                "only its length before an append ({len} bytes) was kept, but it is now shorter ({now} bytes): bytes from before the session are gone"
+            ));
+        }
+        if now == len
+            && st.st_mtime == snap.mtime[0]
+            && st.st_mtime_nsec as i64 == snap.mtime[1]
+            && meta_matches(st, snap)
+        {
+            return (Outcome::Unchanged, format!("already {len} bytes long, as before the append"));
+        }
+        let fd = match open_write_in_place(dir, name, st) {
+            Ok(fd) => fd,
+            Err(e) => return failed(format!("cannot open it for truncation: {}", describe_errno(e))),
+        };
+        if let Err(e) = rustix::fs::ftruncate(&fd, len) {
+            return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+        }
+        if let Some(problem) = set_meta_fd(fd.as_fd(), snap) {
+            return failed(format!("truncated back to {len} bytes, but {problem}"));
+        }
+        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes)"))
+    }
+
+    pub(super) fn restore_symlink(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        target: &BPath,
+    ) -> Done {
+        if let Some(st) = cur.filter(|st| file_type(st) == FileType::Symlink) {
+            let same = rustix::fs::readlinkat(dir, name, Vec::new()).is_ok_and(|t| t.as_bytes() == target.as_bytes());
+            if same && st.st_uid == snap.uid && st.st_gid == snap.gid {
+                return (Outcome::Unchanged, "the symlink is already as before".into());
+            }
+        }
+        let replaced = match self.clear(dir, name, cur) {
+            Ok(r) => r,
+            Err(done) => return done,
+        };
+        if let Err(e) = rustix::fs::symlinkat(target.as_bytes(), dir, name) {
+            return failed(format!("cannot recreate the symlink: {}", describe_errno(e)));
+        }
+        if let Some(problem) = set_meta_at(dir, name, snap) {
+            return failed(format!("symlink recreated, but {problem}"));
+        }
+        let what = format!("symlink to {} put back", target.display_lossy());
+        (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+    }
+
+    pub(super) fn restore_dir(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &BPath,
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+    ) -> Done {
+        match cur {
+            Some(st) if file_type(st) == FileType::Directory => {
+                let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
+                if meta_matches(st, snap) && times_match && snap.xattrs.is_none() {
+                    return (Outcome::Unchanged, "the directory is already there, as before".into());
+                }
+                self.defer(path, DeferredMeta::Snapshot(snap.clone()));
+                (
+                    Outcome::Restored,
+                    format!(
+                        "the directory is there; its mode ({:o}), owner and times are set back at the end",
+                        snap.mode
+                    ),
+                )
+            }
+            other => {
+                let replaced = match self.clear(dir, name, other) {
+                    Ok(r) => r,
+                    Err(done) => return done,
+                };
+                // Created owner-writable so that its entries can be restored into it; its own
+                // mode, owner, attributes and times are set at the end.
+                if let Err(e) = rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+                    return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
+                }
+                self.defer(path, DeferredMeta::Snapshot(snap.clone()));
+                let what = format!("recreated the directory (mode {:o})", snap.mode);
+                (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+            }
+        }
+    }
+
+    pub(super) fn restore_special(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        cur: Option<&Stat>,
+        snap: &Snapshot,
+        kind: SpecialKind,
+        rdev: u64,
+    ) -> Done {
+        let ft = match kind {
+            SpecialKind::Fifo => FileType::Fifo,
+            SpecialKind::Socket => FileType::Socket,
+            SpecialKind::Char => FileType::CharacterDevice,
+            SpecialKind::Block => FileType::BlockDevice,
+        };
+        if let Some(st) = cur.filter(|st| file_type(st) == ft && st.st_rdev == rdev) {
+            if meta_matches(st, snap) {
+                return (Outcome::Unchanged, format!("the {} is already there", kind.name()));
+            }
+        }
+        let replaced = match self.clear(dir, name, cur) {
+            Ok(r) => r,
+            Err(done) => return done,
+        };
+        if let Err(e) = rustix::fs::mknodat(dir, name, ft, Mode::from_raw_mode(0o600), rdev) {
+            return failed(format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
+        }
+        if let Some(problem) = set_meta_at(dir, name, snap) {
+            return failed(format!("{} recreated, but {problem}", kind.name()));
+        }
+        (if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
+    }
+}
+
+pub(super) fn describe_node(node: &Node) -> String {
+    match node {
+        Node::File { size, how, .. } => format!(
+            "its prior contents ({size} bytes, {})",
+            match how {
+                CaptureHow::Link => "the original file",
+                CaptureHow::Copy => "a copy",
+                CaptureHow::Reflink => "a clone",
+            }
+        ),
+        Node::Prefix { len } => format!("its length before the append ({len} bytes)"),
+        Node::Symlink { target } => format!("the symlink to {}", target.display_lossy()),
+        Node::Dir => "the directory".into(),
+        Node::Special { kind, .. } => format!("the {}", kind.name()),
+    }
+}

@@ -1,0 +1,583 @@
+//! Unit tests of undo, on journals made by the capture code itself.
+
+use super::*;
+use crate::capture::tests::TestCounters;
+use crate::capture::{Capturer, Intent};
+use crate::config::Budget;
+use crate::journal::JournalContents;
+use crate::record::{RECORD_VERSION, Reason};
+use crate::select::{Selection, select};
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+
+struct Fixture {
+    _t: tempfile::TempDir,
+    work: PathBuf,
+    blobs: PathBuf,
+    counters: TestCounters,
+    records: Vec<Record>,
+}
+
+use std::path::PathBuf;
+
+impl Fixture {
+    fn new() -> Fixture {
+        let t = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(t.path()).unwrap();
+        fs::create_dir(root.join("blobs")).unwrap();
+        fs::create_dir(root.join("work")).unwrap();
+        Fixture {
+            work: root.join("work"),
+            blobs: root.join("blobs"),
+            _t: t,
+            counters: TestCounters::default(),
+            records: vec![],
+        }
+    }
+    fn p(&self, name: &str) -> PathBuf {
+        self.work.join(name)
+    }
+    fn bp(&self, name: &str) -> BPath {
+        BPath::from(self.p(name).as_path())
+    }
+    /// Captures `name` (in the work directory) as the shim would before a call with `intent`.
+    fn capture(&self, name: &[u8], intent: Intent) -> Before {
+        let blobs = fs::File::open(&self.blobs).unwrap();
+        let work = fs::File::open(&self.work).unwrap();
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &self.counters,
+            sync: false,
+            index: None,
+            calls: &crate::capture::Direct,
+        };
+        cap.capture(work.as_fd(), name, intent)
+    }
+    /// Captures `name` as the shim would before a call with `intent`, and journals it.
+    fn change(&mut self, name: &str, intent: Intent) {
+        let before = self.capture(name.as_bytes(), intent);
+        let path = self.bp(name);
+        self.push(Op::Change { path, before });
+    }
+    fn push(&mut self, op: Op) {
+        let seq = self.records.len() as u64 + 1;
+        self.records.push(Record {
+            v: RECORD_VERSION,
+            seq,
+            time: String::new(),
+            pid: 1,
+            ppid: 0,
+            prog: BPath::from("/bin/test"),
+            call: "test".into(),
+            op,
+        });
+    }
+    fn undo(&self) -> Report {
+        let j = JournalContents { records: self.records.clone(), ..Default::default() };
+        undo_records(&j, &self.blobs, &UndoOptions::default()).unwrap()
+    }
+    /// Every blob file in the store (inside its shard directory).
+    fn blob_files(&self) -> Vec<PathBuf> {
+        let mut out = vec![];
+        for shard in fs::read_dir(&self.blobs).unwrap() {
+            for b in fs::read_dir(shard.unwrap().path()).unwrap() {
+                out.push(b.unwrap().path());
+            }
+        }
+        out
+    }
+    fn outcomes(r: &Report) -> Vec<Outcome> {
+        r.outcomes.iter().map(|o| o.outcome).collect()
+    }
+}
+
+#[test]
+fn an_overwritten_file_is_restored_in_place_with_its_mode() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"old").unwrap();
+    fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+    f.change("a", Intent::Overwrite);
+    fs::write(f.p("a"), b"new and longer").unwrap();
+    fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o777)).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored]);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"old");
+    assert_eq!(fs::metadata(f.p("a")).unwrap().permissions().mode() & 0o7777, 0o640);
+}
+
+#[test]
+fn a_created_file_is_removed_and_a_never_created_one_is_unchanged() {
+    let mut f = Fixture::new();
+    f.change("new", Intent::Overwrite);
+    f.change("never", Intent::Overwrite);
+    fs::write(f.p("new"), b"x").unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Removed]);
+    assert!(!f.p("new").exists());
+}
+
+#[test]
+fn a_deleted_file_is_recreated_as_the_same_inode() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"keep me").unwrap();
+    let ino = fs::metadata(f.p("a")).unwrap().ino();
+    f.change("a", Intent::Destroy);
+    fs::remove_file(f.p("a")).unwrap();
+    let r = f.undo();
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated]);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"keep me");
+    assert_eq!(fs::metadata(f.p("a")).unwrap().ino(), ino);
+    assert_eq!(f.blob_files().len(), 0, "the blob was moved back, not copied");
+    // A second run finds it in place.
+    let r2 = f.undo();
+    assert_eq!(Fixture::outcomes(&r2), vec![Outcome::Unchanged]);
+}
+
+use std::os::unix::fs::MetadataExt;
+
+#[test]
+fn a_removed_directory_tree_comes_back_in_order() {
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("d")).unwrap();
+    fs::set_permissions(f.p("d"), fs::Permissions::from_mode(0o751)).unwrap();
+    fs::write(f.p("d/x"), b"1").unwrap();
+    std::os::unix::fs::symlink("x", f.p("d/l")).unwrap();
+    // rm -rf order: children, then the directory.
+    f.change("d/x", Intent::Destroy);
+    fs::remove_file(f.p("d/x")).unwrap();
+    f.change("d/l", Intent::Destroy);
+    fs::remove_file(f.p("d/l")).unwrap();
+    f.change("d", Intent::Destroy);
+    fs::remove_dir(f.p("d")).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated; 3]);
+    assert_eq!(fs::metadata(f.p("d")).unwrap().permissions().mode() & 0o7777, 0o751);
+    assert_eq!(fs::read(f.p("d/x")).unwrap(), b"1");
+    assert_eq!(fs::read_link(f.p("d/l")).unwrap(), PathBuf::from("x"));
+}
+
+#[test]
+fn a_rename_over_a_file_is_moved_back_and_the_target_restored() {
+    let mut f = Fixture::new();
+    fs::write(f.p("tmp"), b"new").unwrap();
+    fs::write(f.p("dst"), b"old").unwrap();
+    let to_before = f.capture(b"dst", Intent::Destroy);
+    let moved = Some(ident_of(&rustix::fs::stat(f.p("tmp")).unwrap()));
+    let (from, to) = (f.bp("tmp"), f.bp("dst"));
+    f.push(Op::Rename { from, to, flags: 0, moved, to_before });
+    fs::rename(f.p("tmp"), f.p("dst")).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored, Outcome::Recreated]);
+    assert_eq!(fs::read(f.p("tmp")).unwrap(), b"new");
+    assert_eq!(fs::read(f.p("dst")).unwrap(), b"old");
+}
+
+#[test]
+fn a_rename_that_failed_leaves_both_names_alone() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"a").unwrap();
+    fs::write(f.p("b"), b"b").unwrap();
+    let (from, to) = (f.bp("a"), f.bp("b"));
+    // e.g. renameat2(RENAME_NOREPLACE) that failed with EEXIST
+    f.push(Op::Rename { from, to, flags: 1, moved: None, to_before: Before::Absent });
+    let r = f.undo();
+    assert!(r.complete);
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
+    assert_eq!(fs::read(f.p("b")).unwrap(), b"b");
+}
+
+#[test]
+fn an_irreversible_step_is_skipped_with_its_reason_and_makes_the_undo_incomplete() {
+    let mut f = Fixture::new();
+    let path = f.bp("big");
+    f.push(Op::Change { path, before: Before::Irreversible { reason: Reason::OverFileBudget { size: 9, limit: 1 } } });
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(r.outcomes[0].outcome, Outcome::Skipped);
+    assert!(r.outcomes[0].why.contains("budget"), "{}", r.outcomes[0].why);
+}
+
+#[test]
+fn a_tampered_blob_is_never_written_back() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"original").unwrap();
+    f.change("a", Intent::Overwrite);
+    fs::write(f.p("a"), b"changed").unwrap();
+    let blob = f.blob_files().remove(0);
+    fs::write(&blob, b"evil!!!!").unwrap();
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
+    assert!(r.outcomes[0].why.contains("tampered"), "{}", r.outcomes[0].why);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"changed");
+}
+
+#[test]
+fn a_missing_blob_fails_that_step_and_the_others_are_still_undone() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"1").unwrap();
+    f.change("a", Intent::Overwrite);
+    f.change("b", Intent::Overwrite);
+    fs::write(f.p("a"), b"2").unwrap();
+    fs::write(f.p("b"), b"2").unwrap();
+    for b in f.blob_files() {
+        fs::remove_file(b).unwrap();
+    }
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Removed, Outcome::Failed]);
+    assert!(r.outcomes[1].why.contains("missing"));
+    assert!(!f.p("b").exists());
+}
+
+#[test]
+fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
+    let mut f = Fixture::new();
+    // #1 creates `out`, #2 rewrites it without a capture (born), #3 rewrites it again.
+    f.push(Op::Change { path: f.bp("out"), before: Before::Absent });
+    f.push(Op::Change { path: f.bp("out"), before: Before::Born { created: 1 } });
+    f.push(Op::Change { path: f.bp("out"), before: Before::Born { created: 1 } });
+    fs::write(f.p("out"), b"third").unwrap();
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let opts = UndoOptions::default();
+    let plan = |only: &BTreeSet<u64>, already: &HashSet<u64>| {
+        let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already, only: Some(only) };
+        run_plan(&plan, &mut |_, _| {}).unwrap()
+    };
+    // The newest record alone: what `out` held before it was not kept.
+    let r = plan(&select(&j, &Selection::Last(1)), &HashSet::new());
+    assert!(!r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+    assert!(r.outcomes[0].why.contains("not kept") && r.outcomes[0].why.contains("record 1"), "{r:?}");
+    assert_eq!(fs::read(f.p("out")).unwrap(), b"third", "nothing was made up");
+    // The rewrites, after an earlier undo already reversed the creation: nothing left to do.
+    fs::remove_file(f.p("out")).unwrap();
+    let r = plan(&BTreeSet::from([2, 3]), &HashSet::from([1]));
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged]);
+    fs::write(f.p("out"), b"third").unwrap();
+    // The whole session: the rewrites need nothing, the creation removes the file.
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged, Outcome::Removed]);
+    assert!(!f.p("out").exists());
+}
+
+#[test]
+fn a_rewrite_kept_by_an_earlier_copy_is_undone_only_with_that_copy() {
+    let mut f = Fixture::new();
+    fs::write(f.p("db"), b"before the session").unwrap();
+    f.change("db", Intent::Overwrite); // #1: the copy
+    fs::write(f.p("db"), b"first rewrite").unwrap();
+    f.push(Op::Change { path: f.bp("db"), before: Before::Kept { by: 1 } }); // #2
+    fs::write(f.p("db"), b"second rewrite").unwrap();
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let opts = UndoOptions::default();
+    let only = BTreeSet::from([2]);
+    let none = HashSet::new();
+    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &none, only: Some(&only) };
+    let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+    assert!(!r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+    assert!(r.outcomes[0].why.contains("record 1"), "{r:?}");
+    assert_eq!(fs::read(f.p("db")).unwrap(), b"second rewrite", "nothing was made up");
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Restored]);
+    assert_eq!(fs::read(f.p("db")).unwrap(), b"before the session");
+}
+
+#[test]
+fn an_exclusive_create_removes_only_what_was_born_after_its_record() {
+    use std::time::{Duration, SystemTime};
+    let stamp = |t: SystemTime| humantime::format_rfc3339_nanos(t).to_string();
+    let mut f = Fixture::new();
+    fs::write(f.p("old"), b"there before the session").unwrap();
+    // A process killed between its exclusive open's EEXIST and the call_failed record:
+    // the record stands alone, and the file at its path is older than it.
+    f.push(Op::Change { path: f.bp("old"), before: Before::Exclusive });
+    f.records.last_mut().unwrap().time = stamp(SystemTime::now() + Duration::from_secs(60));
+    // An exclusive open that did create its file: born after the record.
+    f.push(Op::Change { path: f.bp("new"), before: Before::Exclusive });
+    f.records.last_mut().unwrap().time = stamp(SystemTime::now());
+    fs::write(f.p("new"), b"made in the session").unwrap();
+    let r = f.undo();
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Removed, Outcome::Conflict], "{r:?}");
+    assert!(!r.complete, "a step left in place is never a complete undo");
+    assert!(r.outcomes[1].why.contains("born at"), "{r:?}");
+    assert!(!f.p("new").exists());
+    assert_eq!(fs::read(f.p("old")).unwrap(), b"there before the session", "nothing that was there is removed");
+}
+
+#[test]
+fn a_symlink_planted_above_a_path_is_a_conflict_and_is_not_followed() {
+    let mut f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    fs::create_dir(f.p("d")).unwrap();
+    fs::write(f.p("d/a"), b"1").unwrap();
+    f.change("d/a", Intent::Overwrite);
+    // After the session, someone swaps d for a symlink pointing elsewhere.
+    fs::remove_file(f.p("d/a")).unwrap();
+    fs::remove_dir(f.p("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.p("d")).unwrap();
+    let r = f.undo();
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Conflict]);
+    assert!(fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was written through the symlink");
+}
+
+#[test]
+fn a_temporary_name_whose_record_never_came_makes_the_undo_incomplete_and_names_what_is_there() {
+    let mut f = Fixture::new();
+    // Completed: the intent, then the created name (removed by undo).
+    f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+    f.push(Op::Change { path: f.bp("tmpAb12Cd"), before: Before::Absent });
+    fs::write(f.p("tmpAb12Cd"), b"").unwrap();
+    // Failed: the intent, then its call_failed.
+    f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+    f.push(Op::CallFailed { of_seq: 3, errno: 17 }); // EEXIST
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert!(!f.p("tmpAb12Cd").exists());
+    // Interrupted: the process died between the call and the record naming its file.
+    f.push(Op::TempName { template: f.bp("tmpXXXXXX") });
+    fs::write(f.p("tmpZz99Yy"), b"").unwrap();
+    fs::write(f.p("other-name"), b"").unwrap();
+    let r = f.undo();
+    assert!(!r.complete);
+    let step = r.outcomes.iter().find(|o| o.seq == Some(5)).expect("the interrupted intent is reported");
+    assert_eq!(step.outcome, Outcome::Skipped);
+    assert!(step.why.contains("tmpZz99Yy") && !step.why.contains("other-name"), "{}", step.why);
+    assert!(f.p("tmpZz99Yy").exists(), "a name undo cannot prove the session made is never removed");
+}
+
+#[test]
+fn only_a_later_record_of_the_same_process_completes_a_temporary_name() {
+    let template = BPath::from("/d/tmpXXXXXX");
+    let rec = |seq: u64, pid: u32, op: Op| Record {
+        v: RECORD_VERSION,
+        seq,
+        time: String::new(),
+        pid,
+        ppid: 0,
+        prog: BPath::from("/bin/test"),
+        call: "mkstemp".into(),
+        op,
+    };
+    let absent = |p: &str| Op::Change { path: BPath::from(p), before: Before::Absent };
+    let j = |records: Vec<Record>| JournalContents { records, ..Default::default() };
+    let t = || Op::TempName { template: template.clone() };
+    // Another process's file, a name in another directory, a name of another length.
+    let interrupted = j(vec![
+        rec(1, 10, t()),
+        rec(2, 11, absent("/d/tmpabcdef")),
+        rec(3, 10, absent("/e/tmpabcdef")),
+        rec(4, 10, absent("/d/tmpabcdefg")),
+    ])
+    .interrupted_temp_names();
+    assert_eq!(interrupted, HashSet::from([1]));
+    // Two intents of one process, one completion: one stays open.
+    let interrupted =
+        j(vec![rec(1, 10, t()), rec(2, 10, t()), rec(3, 10, absent("/d/tmpabcdef"))]).interrupted_temp_names();
+    assert_eq!(interrupted.len(), 1);
+    assert!(j(vec![rec(1, 10, t()), rec(2, 10, absent("/d/tmpQ1w2E3"))]).interrupted_temp_names().is_empty());
+}
+
+#[test]
+fn an_append_is_undone_by_truncating_to_the_prior_length() {
+    let mut f = Fixture::new();
+    fs::write(f.p("log"), b"line1\n").unwrap();
+    f.change("log", Intent::Append);
+    fs::OpenOptions::new().append(true).open(f.p("log")).unwrap().write_all(b"line2\n").unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(fs::read(f.p("log")).unwrap(), b"line1\n");
+    assert_eq!(f.counters.bytes_kept(), 0);
+}
+
+use crate::capture::Counters;
+use std::io::Write;
+
+#[test]
+fn a_created_directory_with_foreign_entries_is_reported_not_deleted() {
+    let mut f = Fixture::new();
+    f.change("d", Intent::Overwrite);
+    fs::create_dir(f.p("d")).unwrap();
+    fs::write(f.p("d/user-file"), b"not journaled").unwrap();
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
+    assert!(r.outcomes[0].why.contains("user-file"), "{}", r.outcomes[0].why);
+    assert!(f.p("d/user-file").exists());
+}
+
+#[test]
+fn non_utf8_names_are_restored_exactly() {
+    let mut f = Fixture::new();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9\nname");
+    fs::write(f.work.join(name), b"x").unwrap();
+    let before = f.capture(name.as_bytes(), Intent::Destroy);
+    let path = BPath::from(f.work.join(name).as_path());
+    f.push(Op::Change { path, before });
+    fs::remove_file(f.work.join(name)).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(fs::read(f.work.join(name)).unwrap(), b"x");
+    let json = r.to_json();
+    assert!(json["outcomes"][0]["path_b64"].is_string(), "{json}");
+}
+
+#[test]
+fn an_unobserved_process_is_skipped_unless_its_call_failed() {
+    use crate::record::UnobservedReason;
+    let mut f = Fixture::new();
+    let reason = UnobservedReason::CredentialsChanged { uid: 65534, store_owner: 0 };
+    f.push(Op::Unobserved { program: BPath::from("/usr/bin/setpriv"), reason: reason.clone() });
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
+    assert!(r.outcomes[0].why.contains("uid 65534"), "{}", r.outcomes[0].why);
+    f.push(Op::CallFailed { of_seq: 1, errno: 1 });
+    let r = f.undo();
+    assert!(r.complete, "the switch failed, so nothing ran unobserved: {r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
+}
+
+fn meta(f: &mut Fixture, name: &str, what: crate::record::MetaKind, xattr: Option<&str>) {
+    let path = f.bp(name);
+    let st = rustix::fs::lstat(f.p(name)).unwrap();
+    let xattr = xattr.map(|n| crate::record::XattrBefore {
+        name: BPath::from(n),
+        value: crate::capture::xattr_value(path.as_bytes(), n.as_bytes()).unwrap().map(crate::record::Bytes),
+    });
+    f.push(Op::Meta { path, before: crate::capture::meta_before(&st, what, xattr) });
+}
+
+#[test]
+fn mode_times_and_xattr_changes_are_set_back_and_only_those() {
+    use crate::record::MetaKind;
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"x").unwrap();
+    fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+    rustix::fs::setxattr(f.p("a").as_path(), "user.keep", b"v1", rustix::fs::XattrFlags::empty()).unwrap();
+    let mtime = fs::metadata(f.p("a")).unwrap().modified().unwrap();
+    meta(&mut f, "a", MetaKind::Mode, None);
+    fs::set_permissions(f.p("a"), fs::Permissions::from_mode(0o777)).unwrap();
+    meta(&mut f, "a", MetaKind::Times, None);
+    fs::File::options().write(true).open(f.p("a")).unwrap().set_modified(std::time::UNIX_EPOCH).unwrap();
+    meta(&mut f, "a", MetaKind::Xattr, Some("user.keep"));
+    rustix::fs::setxattr(f.p("a").as_path(), "user.keep", b"v2", rustix::fs::XattrFlags::empty()).unwrap();
+    meta(&mut f, "a", MetaKind::Xattr, Some("user.new"));
+    rustix::fs::setxattr(f.p("a").as_path(), "user.new", b"n", rustix::fs::XattrFlags::empty()).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Restored; 4]);
+    assert_eq!(fs::metadata(f.p("a")).unwrap().permissions().mode() & 0o7777, 0o640);
+    assert_eq!(fs::metadata(f.p("a")).unwrap().modified().unwrap(), mtime);
+    assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.keep").unwrap().unwrap(), b"v1");
+    assert_eq!(crate::capture::xattr_value(f.bp("a").as_bytes(), b"user.new").unwrap(), None);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"x", "contents untouched by metadata undo");
+}
+
+#[test]
+fn a_directory_created_and_removed_within_the_session_leaves_no_failed_metadata() {
+    let mut f = Fixture::new();
+    // mkdir d; mkdir d/sub; rm -rf d: the undo recreates both, then removes both.
+    f.change("d", Intent::Overwrite);
+    fs::create_dir(f.p("d")).unwrap();
+    f.change("d/sub", Intent::Overwrite);
+    fs::create_dir(f.p("d/sub")).unwrap();
+    fs::set_permissions(f.p("d/sub"), fs::Permissions::from_mode(0o750)).unwrap();
+    f.change("d/sub", Intent::Destroy);
+    fs::remove_dir(f.p("d/sub")).unwrap();
+    f.change("d", Intent::Destroy);
+    fs::remove_dir(f.p("d")).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(Fixture::outcomes(&r), vec![Outcome::Recreated, Outcome::Recreated, Outcome::Removed, Outcome::Removed]);
+    assert!(!f.p("d").exists());
+}
+
+#[test]
+fn a_directory_moved_back_takes_its_pending_mode_with_it() {
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("d")).unwrap();
+    fs::set_permissions(f.p("d"), fs::Permissions::from_mode(0o751)).unwrap();
+    // mv d e; chmod 700 e
+    let moved = Some(ident_of(&rustix::fs::stat(f.p("d")).unwrap()));
+    f.push(Op::Rename { from: f.bp("d"), to: f.bp("e"), flags: 0, moved, to_before: Before::Absent });
+    fs::rename(f.p("d"), f.p("e")).unwrap();
+    let before = crate::capture::meta_before(&rustix::fs::lstat(f.p("e")).unwrap(), MetaKind::Mode, None);
+    f.push(Op::Meta { path: f.bp("e"), before });
+    fs::set_permissions(f.p("e"), fs::Permissions::from_mode(0o700)).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert!(!f.p("e").exists());
+    assert_eq!(fs::metadata(f.p("d")).unwrap().permissions().mode() & 0o7777, 0o751);
+}
+
+#[test]
+fn a_recreated_directory_gets_its_mode_and_times_only_after_its_entries() {
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("ro")).unwrap();
+    fs::write(f.p("ro/inner"), b"1").unwrap();
+    rustix::fs::setxattr(f.p("ro").as_path(), "user.dir", b"d", rustix::fs::XattrFlags::empty()).unwrap();
+    f.change("ro/inner", Intent::Destroy);
+    fs::remove_file(f.p("ro/inner")).unwrap();
+    fs::set_permissions(f.p("ro"), fs::Permissions::from_mode(0o555)).unwrap();
+    // What the rmdir capture sees, and what must be reinstated once `inner` is back.
+    let mtime = fs::metadata(f.p("ro")).unwrap().modified().unwrap();
+    f.change("ro", Intent::Destroy);
+    fs::remove_dir(f.p("ro")).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    let md = fs::metadata(f.p("ro")).unwrap();
+    assert_eq!(md.permissions().mode() & 0o7777, 0o555);
+    assert_eq!(md.modified().unwrap(), mtime, "directory mtime set after its entries were put back");
+    assert_eq!(fs::read(f.p("ro/inner")).unwrap(), b"1");
+    assert_eq!(crate::capture::xattr_value(f.bp("ro").as_bytes(), b"user.dir").unwrap().unwrap(), b"d");
+}
+
+#[test]
+fn a_failed_step_superseded_by_an_exact_older_restore_is_forgiven() {
+    let mut f = Fixture::new();
+    fs::write(f.p("log"), b"orig").unwrap();
+    f.change("log", Intent::Overwrite); // a full, hashed copy of "orig"
+    fs::write(f.p("log"), b"rewritten").unwrap();
+    f.change("log", Intent::Append); // only the length: 9
+    // The file then vanishes in a way the journal does not explain step by step (a race).
+    fs::remove_file(f.p("log")).unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{r:?}");
+    assert_eq!(fs::read(f.p("log")).unwrap(), b"orig");
+    assert_eq!(r.outcomes[0].outcome, Outcome::Unchanged);
+    assert!(r.outcomes[0].why.contains("could not be replayed") && r.outcomes[0].why.contains("verified"), "{r:?}");
+}
+
+#[test]
+fn a_failed_step_is_not_forgiven_when_the_prior_state_cannot_be_verified() {
+    let mut f = Fixture::new();
+    fs::write(f.p("log"), b"orig").unwrap();
+    f.change("log", Intent::Append); // only the length is known: nothing to verify against
+    fs::write(f.p("log"), b"o").unwrap(); // bytes from before the session are gone
+    let r = f.undo();
+    assert!(!r.complete);
+    assert_eq!(r.outcomes[0].outcome, Outcome::Failed);
+}
+
+#[test]
+fn a_dry_run_changes_nothing() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"old").unwrap();
+    f.change("a", Intent::Overwrite);
+    fs::write(f.p("a"), b"new").unwrap();
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let r = undo_records(&j, &f.blobs, &UndoOptions { dry_run: true, ..Default::default() }).unwrap();
+    assert!(r.dry_run && r.complete);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"new");
+}

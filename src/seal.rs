@@ -54,6 +54,11 @@ pub enum AfterState {
         uid: u32,
         /// Group.
         gid: u32,
+        /// Change time, `[seconds, nanoseconds]`, when known (seals made before it was kept
+        /// have none): a file whose identity, size, mode, owner and change time are all as
+        /// sealed is unchanged without reading it (no call sets a change time back).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ctime: Option<[i64; 2]>,
     },
     /// A directory.
     Dir {
@@ -136,13 +141,38 @@ impl AfterState {
                     }
                     Err(e) => return Err(e.into()),
                 };
-                AfterState::File { ident, size, hash, mode, uid, gid }
+                AfterState::File {
+                    ident,
+                    size,
+                    hash,
+                    mode,
+                    uid,
+                    gid,
+                    ctime: Some([st.st_ctime, st.st_ctime_nsec as i64]),
+                }
             }
             FileType::Directory => AfterState::Dir { ident, mode, uid, gid },
             FileType::Symlink => {
                 AfterState::Symlink { target: BPath::new(rustix::fs::readlinkat(dir, path, Vec::new())?.into_bytes()) }
             }
             _ => AfterState::Other { ident, mode },
+        })
+    }
+
+    /// Whether `path` is, by its `lstat` alone, certainly still this sealed regular file: the
+    /// same identity, size, mode, owner and change time. `false` says nothing (look closer).
+    /// It relies on every change after the seal moving the change time: true on kernels with
+    /// multigrain timestamps (6.13+, where the seal's own `stat` makes the next change
+    /// fine-grained); on older kernels a change of the same size within one clock tick of the
+    /// seal would go unseen.
+    pub fn unchanged_by_stat(&self, path: &[u8]) -> bool {
+        let AfterState::File { ident, size, mode, uid, gid, ctime: Some(ctime), .. } = self else { return false };
+        rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                && ident_of(&st) == *ident
+                && st.st_size as u64 == *size
+                && (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (*mode, *uid, *gid)
+                && [st.st_ctime, st.st_ctime_nsec as i64] == *ctime
         })
     }
 
@@ -159,8 +189,8 @@ impl AfterState {
         match (self, now) {
             (Absent, Absent) => None,
             (
-                File { ident: i1, hash: h1, size: s1, mode: m1, uid: u1, gid: g1 },
-                File { ident: i2, hash: h2, size: s2, mode: m2, uid: u2, gid: g2 },
+                File { ident: i1, hash: h1, size: s1, mode: m1, uid: u1, gid: g1, .. },
+                File { ident: i2, hash: h2, size: s2, mode: m2, uid: u2, gid: g2, .. },
             ) => {
                 let mut what = Vec::new();
                 if h1 != h2 {
@@ -217,12 +247,23 @@ pub struct Seal {
     /// kept open could otherwise have changed the inode after it was captured).
     #[serde(default)]
     pub blob_intact: std::collections::BTreeSet<String>,
+    /// Where each path is in `paths`, built on first use (a scan per path made an undo of
+    /// 100,000 records quadratic).
+    #[serde(skip)]
+    index: std::sync::OnceLock<std::collections::HashMap<BPath, usize>>,
 }
 
 impl Seal {
     /// The sealed after-state of a path.
     pub fn state_of(&self, path: &BPath) -> Option<&AfterState> {
-        self.paths.iter().find(|(p, _)| p == path).map(|(_, s)| s)
+        let index = self.index.get_or_init(|| {
+            let mut m = std::collections::HashMap::with_capacity(self.paths.len());
+            for (i, (p, _)) in self.paths.iter().enumerate() {
+                m.entry(p.clone()).or_insert(i);
+            }
+            m
+        });
+        index.get(path).map(|&i| &self.paths[i].1)
     }
 
     /// Reads a session's seal, if it has one.
@@ -311,7 +352,32 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
             blob_hashes.insert(blob, h);
         }
     }
-    Seal { version: SEAL_VERSION, sealed: crate::session::now_rfc3339_seconds(), paths, blob_hashes, blob_intact }
+    Seal {
+        version: SEAL_VERSION,
+        sealed: crate::session::now_rfc3339_seconds(),
+        paths,
+        blob_hashes,
+        blob_intact,
+        index: Default::default(),
+    }
+}
+
+/// What each of `paths` is now, looked at on every CPU, each directory opened once: for a
+/// caller that changes none of them meanwhile (undo's check of every path before it acts).
+/// `None` for a path `seal` holds as a regular file that its `lstat` alone shows unchanged
+/// ([`AfterState::unchanged_by_stat`]): it is not read.
+pub fn states_of(paths: &[&BPath], seal: Option<&Seal>) -> Vec<Option<io::Result<AfterState>>> {
+    let states = in_parallel(paths, |p| {
+        if seal.and_then(|s| s.state_of(p)).is_some_and(|s| s.unchanged_by_stat(p.as_bytes())) {
+            return Some(None);
+        }
+        Some(Some(AfterState::of_sealing(p.as_bytes())))
+    });
+    forget_parent();
+    states
+        .into_iter()
+        .map(|s| s.unwrap_or_else(|| Some(Err(io::Error::other("the check of this path panicked")))))
+        .collect()
 }
 
 /// Closes the directory [`AfterState::of_sealing`] keeps open on this thread.
@@ -354,17 +420,19 @@ pub enum Expectation {
     },
 }
 
-/// The expectation the newest record touching `path` implies (the weaker check for unsealed
-/// sessions).
-pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
+/// For every path the journal names, the expectation the newest record touching it implies
+/// (the weaker check for unsealed sessions), in one pass over the records.
+pub fn expectations(journal: &JournalContents) -> std::collections::HashMap<BPath, Expectation> {
     let ident_of_before = |b: &Before| match b {
         Before::Contents(s) => Some(s.ident),
         _ => None,
     };
+    let mut out = std::collections::HashMap::new();
+    // Newest first: the first record met for a path is the one that counts.
     for r in journal.records.iter().rev() {
         match &r.op {
-            Op::Change { path: p, before } if p == path => {
-                return match ident_of_before(before) {
+            Op::Change { path, before } => {
+                out.entry(path.clone()).or_insert_with(|| match ident_of_before(before) {
                     // Written in place (same inode), removed, or the call failed (same inode);
                     // or, for a file moved aside, the empty twin left in its place.
                     Some(id) => {
@@ -379,27 +447,30 @@ pub fn expectation(journal: &JournalContents, path: &BPath) -> Expectation {
                         Expectation::Allowed { idents, may_be_absent: true }
                     }
                     None => Expectation::Unknown,
-                };
+                });
             }
-            Op::Meta { path: p, before } if p == path => {
-                return Expectation::Allowed { idents: vec![before.ident], may_be_absent: false };
+            Op::Meta { path, before } => {
+                out.entry(path.clone())
+                    .or_insert_with(|| Expectation::Allowed { idents: vec![before.ident], may_be_absent: false });
             }
-            Op::Rename { from, to, moved, flags, to_before } if to == path || from == path => {
+            Op::Rename { from, to, moved, flags, to_before } => {
                 if rustix::fs::RenameFlags::from_bits_retain(*flags).contains(rustix::fs::RenameFlags::EXCHANGE) {
-                    return Expectation::Unknown;
+                    out.entry(to.clone()).or_insert(Expectation::Unknown);
+                    out.entry(from.clone()).or_insert(Expectation::Unknown);
+                    continue;
                 }
-                let mut idents: Vec<Ident> = moved.iter().copied().collect();
-                if to == path {
+                let moved: Vec<Ident> = moved.iter().copied().collect();
+                out.entry(to.clone()).or_insert_with(|| {
+                    let mut idents = moved.clone();
                     idents.extend(ident_of_before(to_before));
-                    let may_be_absent = ident_of_before(to_before).is_none();
-                    return Expectation::Allowed { idents, may_be_absent };
-                }
-                return Expectation::Allowed { idents, may_be_absent: true };
+                    Expectation::Allowed { idents, may_be_absent: ident_of_before(to_before).is_none() }
+                });
+                out.entry(from.clone()).or_insert(Expectation::Allowed { idents: moved, may_be_absent: true });
             }
             _ => {}
         }
     }
-    Expectation::Unknown
+    out
 }
 
 #[cfg(test)]
@@ -431,6 +502,24 @@ mod tests {
         for (p, s) in paths.iter().zip(states) {
             assert_eq!(s, AfterState::of(p.as_os_str().as_bytes()).ok(), "{}", p.display());
         }
+    }
+
+    #[test]
+    fn a_file_rewritten_to_the_same_size_and_mtime_is_never_taken_as_unchanged_by_its_stat() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, b"before").unwrap();
+        let pb = p.as_os_str().as_bytes();
+        let sealed = AfterState::of(pb).unwrap();
+        assert!(sealed.unchanged_by_stat(pb), "untouched");
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p, b"after!").unwrap();
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), mtime, "same size, same mtime");
+        assert!(!sealed.unchanged_by_stat(pb), "its change time moved");
+        assert!(sealed.difference(&AfterState::of(pb).unwrap()).unwrap().contains("contents changed"));
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         current: Default::default(),
         drift: Default::default(),
         interrupted: plan.journal.interrupted_temp_names(),
+        expected: Default::default(),
+        parent: Default::default(),
     };
     let failed_calls = plan.journal.failed_calls();
     let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
@@ -75,12 +77,21 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
     let total = todo.len();
     // Every path is compared with the seal before anything is restored: a restore through one
     // name (a hard link) must not make another look changed.
-    for rec in todo.iter().filter(|r| !plan.already.contains(&r.seq)) {
-        if matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. }) {
-            continue;
-        }
-        for p in crate::select::record_paths(rec) {
-            exec.drift_of(p);
+    // The paths are looked at on every CPU, each directory opened once (nothing changes yet).
+    if !plan.opts.force {
+        let mut seen = HashSet::new();
+        let paths: Vec<&BPath> = todo
+            .iter()
+            .filter(|r| !plan.already.contains(&r.seq))
+            .filter(|r| !matches!(&r.op, Op::Change { before: Before::Irreversible { .. }, .. }))
+            .flat_map(|r| crate::select::record_paths(r))
+            .filter(|p| seen.insert(*p))
+            .collect();
+        let states = crate::seal::states_of(&paths, plan.seal);
+        let mut drift = exec.drift.borrow_mut();
+        for (p, now) in paths.into_iter().zip(states) {
+            // None: unchanged since the seal, by its lstat alone.
+            drift.insert(p.clone(), now.and_then(|now| exec.drift_verdict(p, now)));
         }
     }
     exec.learn_prior_facts(plan, &failed_calls);
@@ -256,7 +267,12 @@ impl Executor<'_> {
     }
 
     pub(super) fn check_drift(&self, path: &BPath) -> Option<String> {
-        let now = match AfterState::of(path.as_bytes()) {
+        self.drift_verdict(path, AfterState::of(path.as_bytes()))
+    }
+
+    /// [`Executor::check_drift`] for a path found to be `now`.
+    pub(super) fn drift_verdict(&self, path: &BPath, now: io::Result<AfterState>) -> Option<String> {
+        let now = match now {
             Ok(now) => now,
             Err(e) => return Some(format!("it cannot be examined ({e}); left alone")),
         };
@@ -276,7 +292,8 @@ impl Executor<'_> {
                 Some(*ident)
             }
         };
-        match (expectation(self.journal, path), &now) {
+        let expected = self.expected.get_or_init(|| expectations(self.journal));
+        match (expected.get(path).unwrap_or(&Expectation::Unknown), &now) {
             (Expectation::Unknown, _) => None,
             (Expectation::Allowed { may_be_absent: false, .. }, AfterState::Absent) => weak("it no longer exists"),
             (Expectation::Allowed { idents, .. }, _)
@@ -288,12 +305,24 @@ impl Executor<'_> {
         }
     }
 
-    pub(super) fn parent_of<'p>(&self, path: &'p BPath) -> Result<(OwnedFd, &'p [u8]), Done> {
+    /// The directory `path` is in, opened without following a symlink at or above it, and
+    /// its name there. The last one opened is kept for the next step in the same directory
+    /// until this undo changes the tree's directories ([`Executor::forget_parent`]).
+    pub(super) fn parent_of<'p>(&self, path: &'p BPath) -> Result<(std::rc::Rc<OwnedFd>, &'p [u8]), Done> {
         let Some((parent, name)) = path.split_parent() else {
             return Err(failed("the path has no parent directory"));
         };
+        if let Some((p, fd)) = self.parent.borrow().as_ref() {
+            if p.as_slice() == parent {
+                return Ok((fd.clone(), name));
+            }
+        }
         match open_dir_nofollow(parent) {
-            Ok(fd) => Ok((fd, name)),
+            Ok(fd) => {
+                let fd = std::rc::Rc::new(fd);
+                *self.parent.borrow_mut() = Some((parent.to_vec(), fd.clone()));
+                Ok((fd, name))
+            }
             Err(Errno::LOOP) | Err(Errno::XDEV) => Err((
                 Outcome::Conflict,
                 format!(
@@ -310,12 +339,20 @@ impl Executor<'_> {
         }
     }
 
+    /// Forgets the directory [`Executor::parent_of`] keeps: this undo is about to move, make or
+    /// remove a directory, after which a name may lead elsewhere.
+    pub(super) fn forget_parent(&self) {
+        self.parent.borrow_mut().take();
+    }
+
     /// Undoes a change and keeps the deferred directory metadata true to the tree: when the
     /// step took away a directory that newer steps had put back (it did not exist before the
     /// session, or something else stood there), the metadata queued for it and for
     /// everything inside it has nowhere to go and no longer applies.
     pub(super) fn undo_changed_path(&self, path: &BPath, before: &Before) -> Done {
-        let dir_before = if self.dry_run { None } else { self.directory_at(path) };
+        // Only worth a look when metadata is queued at or under the path.
+        let queued = self.deferred.borrow().iter().any(|d| d.path.starts_with_dir(path.as_bytes()));
+        let dir_before = if self.dry_run || !queued { None } else { self.directory_at(path) };
         let done = self.undo_change(path, before);
         if let Some(old) = dir_before {
             if matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)

@@ -32,7 +32,7 @@ use crate::journal::JournalContents;
 use crate::record::{
     Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, Snapshot, SpecialKind, Xattr,
 };
-use crate::seal::{AfterState, Expectation, Seal, expectation};
+use crate::seal::{AfterState, Expectation, Seal, expectations};
 
 mod execute;
 mod fs;
@@ -83,6 +83,11 @@ struct Executor<'a> {
     /// `temp_name` intents no later record completes (see
     /// [`JournalContents::interrupted_temp_names`]).
     interrupted: HashSet<u64>,
+    /// What the newest record of each path implies it is now, for an unsealed session (built
+    /// on first use).
+    expected: std::cell::OnceCell<std::collections::HashMap<BPath, Expectation>>,
+    /// The directory the last step's path was in, open (see [`Executor::parent_of`]).
+    parent: std::cell::RefCell<Option<(Vec<u8>, std::rc::Rc<OwnedFd>)>>,
 }
 
 /// Result of one restore action: outcome and explanation.

@@ -109,7 +109,8 @@ pub fn undo_session_with_progress(
     if !opts.dry_run {
         append_undone(session, &report.undone)
             .map_err(|source| SessionError::Io { path: session.dir().join(UNDONE_FILE), source })?;
-        let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || report.undone.contains(&r.seq));
+        let undone: HashSet<u64> = report.undone.iter().copied().collect();
+        let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || undone.contains(&r.seq));
         if report.complete && all_done && journal.problems.is_empty() {
             session.set_state(State::Undone)?;
         }

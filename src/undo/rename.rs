@@ -5,6 +5,8 @@ use super::*;
 
 impl Executor<'_> {
     pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32) -> Done {
+        // What moves may be a directory.
+        self.forget_parent();
         if self.dry_run {
             return (Outcome::Restored, format!("would move {} back to this name", to.display_lossy()));
         }
@@ -48,6 +50,7 @@ impl Executor<'_> {
     }
 
     pub(super) fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {
+        self.forget_parent();
         if self.dry_run {
             return (Outcome::Restored, format!("would exchange it with {} again", b.display_lossy()));
         }

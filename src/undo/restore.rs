@@ -159,6 +159,9 @@ impl Executor<'_> {
         let Some(st) = cur else {
             return (Outcome::Unchanged, "already absent".into());
         };
+        if file_type(st) == FileType::Directory {
+            self.forget_parent();
+        }
         match remove_any(dir, name, st) {
             Ok(()) => (Outcome::Removed, format!("removed {} the session created", type_name(st))),
             Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
@@ -203,6 +206,9 @@ impl Executor<'_> {
     /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
     pub(super) fn clear(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
         let Some(st) = cur else { return Ok(false) };
+        if file_type(st) == FileType::Directory {
+            self.forget_parent();
+        }
         match remove_any(dir, name, st) {
             Ok(()) => Ok(true),
             Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed(format!(
@@ -452,6 +458,7 @@ impl Executor<'_> {
                 };
                 // Created owner-writable so that its entries can be restored into it; its own
                 // mode, owner, attributes and times are set at the end.
+                self.forget_parent();
                 if let Err(e) = rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
                     return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
                 }

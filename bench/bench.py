@@ -318,7 +318,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM,UNDO)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--mode", choices=("preload", "run"), default="preload",
                     help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")
@@ -451,6 +451,58 @@ def main():
         rows.append("| supervisor peak RSS, session of %d records (KiB) | | %d | | | %d | <= 16384 KiB | %s |" % (
             records, peak, records, "meets" if peak <= 16384 else "MISSES"))
         results["SUPMEM"] = {"peak_kib": peak, "records": records}
+        rmtree(session)
+        rmtree(d)
+    if not only or "UNDO" in only:
+        # Undo and its dry run of a session of 100,000 creations, against `rm -rf` of the same
+        # files made bare, paired in each round; then the undo's peak memory for 1,000,000.
+        rounds = max(3, a.runs)
+        d = os.path.join(a.dir, "undo")
+        make = "seq 1 %d | xargs touch"
+        print("UNDO: %d rounds of a 100,000-creation session (rm -rf, dry run, undo)..." % rounds, file=sys.stderr)
+        t = {"rm -rf": [], "undo --dry-run": [], "undo": []}
+        bare_env, _ = runner.env(False)
+
+        def session_of(n):
+            rmtree(d)
+            os.makedirs(d)
+            cmd, env, session = runner.command(variants[1], make % n)
+            timed(cmd, d, env)
+            return session
+
+        def undo(session, *args, cpu=None):
+            argv = [cli, "undo", "--journal", session, *args]
+            p = subprocess.Popen(argv, env=bare_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            t0 = time.perf_counter()
+            err = p.stderr.read()
+            _, status, ru = os.wait4(p.pid, 0)
+            took = time.perf_counter() - t0
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit("bench: %r failed: %s" % (argv, err.decode(errors="replace")))
+            if os.listdir(d) and not args:
+                raise SystemExit("bench: the undo left %d files" % len(os.listdir(d)))
+            return took, ru.ru_maxrss
+
+        for i in range(rounds):
+            session = session_of(100000)
+            t["undo --dry-run"].append(undo(session, "--dry-run")[0])
+            t["undo"].append(undo(session)[0])
+            rmtree(session)
+            timed(make % 100000, d, bare_env)
+            t["rm -rf"].append(timed("rm -rf " + d, a.dir, bare_env))
+        for k in ("undo --dry-run", "undo"):
+            ratios = [x / y for x, y in zip(t[k], t["rm -rf"])]
+            rows.append("| %s of 100,000 creations (%s) vs rm -rf | %s | %s | %s | | 100000 | <= 1.00 | %s |" % (
+                k, a.mode, spread(t["rm -rf"], "%.3f"), spread(t[k], "%.3f"), spread(ratios, "%.2f"),
+                "meets" if max(ratios) <= 1 else ("median meets" if statistics.median(ratios) <= 1 else "MISSES")))
+        print("UNDO: the undo's memory for 1,000,000 creations...", file=sys.stderr)
+        session = session_of(1000000)
+        records = journal_records(session)
+        _, dry_kib = undo(session, "--dry-run")
+        took, kib = undo(session)
+        rows.append("| peak RSS of undo, session of %d records (KiB; dry run %d KiB; undo took %.1f s) | | %d | | | %d | <= 204800 KiB | %s |" % (
+            records, dry_kib, took, kib, records, "meets" if max(kib, dry_kib) <= 204800 else "MISSES"))
+        results["UNDO"] = {**t, "undo_1m_kib": kib, "dry_run_1m_kib": dry_kib, "records_1m": records}
         rmtree(session)
         rmtree(d)
     if not only or "RSS" in only:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The performance suite in one command:
 #
-#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM]
+#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM,UNDO]
 #                     [--json FILE]
 #
 # Builds the release shim and the helper programs, makes a fresh loop-mounted ext4 (with a
@@ -37,7 +37,7 @@ if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
   mountpoint -q "$mnt" && umount "$mnt"
   rm -f "$img"
   truncate -s "${BENCH_SIZE:-12G}" "$img"
-  mkfs.ext4 -q -F "$img"
+  mkfs.ext4 -q -F -N 3000000 "$img"  # room for UNDO's 1,000,000 files
   mount -o loop "$img" "$mnt"
   mounted=1
   echo "bench: fresh ext4 (with journal) on $mnt" >&2

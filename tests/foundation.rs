@@ -42,6 +42,22 @@ fn mv_over_an_existing_file_is_undone() {
 }
 
 #[test]
+fn the_dry_run_says_already_absent_of_a_file_the_session_created_that_is_gone() {
+    let s = Scratch::new("the_dry_run_says_already_absent_of_a_file_the_session_created_that_is_gone");
+    let session = s.session("session");
+    // Unsealed (a bare LD_PRELOAD session): a created file gone since is no conflict.
+    bash_with_raw_preload(&s, "echo x > f", Some(session.to_str().unwrap()));
+    std::fs::remove_file(s.path("f")).unwrap();
+    let dry =
+        s.cli(&["undo".as_ref(), "--dry-run".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let dry: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(dry["outcomes"][0]["outcome"], "unchanged", "{dry}");
+    assert_eq!(dry["outcomes"][0]["why"], "already absent", "{dry}");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+}
+
+#[test]
 fn mv_of_a_directory_is_undone_by_moving_it_back() {
     let s = Scratch::new("mv_of_a_directory_is_undone_by_moving_it_back");
     s.sh("mkdir -p d/sub; echo x > d/sub/f; mkdir dest");

@@ -162,8 +162,9 @@ fn undo_of_one_path_restores_only_that_path() {
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo a2 > a && echo b2 > b && echo c > c"]);
     let after_session = manifest(&s.tree());
-    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), j(&session), s.path("a").as_os_str()]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let a = s.path("a");
+    let (code, r) = s.undo_json_with(&session, &[a.to_str().unwrap()]);
+    assert_eq!(code, 0, "{r}");
     let now = manifest(&s.tree());
     assert_eq!(std::fs::read(s.path("a")).unwrap(), b"a1\n");
     assert_eq!(now[&b"b".to_vec()], after_session[&b"b".to_vec()], "b untouched");
@@ -186,19 +187,13 @@ fn undo_of_a_subtree_brings_back_the_directories_a_later_step_removed() {
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo edited > proj/src/main.c && rm -rf proj && echo changed > other"]);
     // Only the source file: its directories come back because it needs them.
-    let (code, r) = cli_json(
-        &s,
-        &["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session), s.path("proj/src/main.c").as_os_str()],
-    );
+    let (code, r) = s.undo_json_with(&session, &[s.path("proj/src/main.c").to_str().unwrap()]);
     assert_eq!(code, 0, "{r}");
     assert_eq!(std::fs::read(s.path("proj/src/main.c")).unwrap(), b"code\n");
     assert!(!s.path("proj/docs").exists(), "docs were not selected");
     assert_eq!(std::fs::read(s.path("other")).unwrap(), b"changed\n");
     // Then the rest of the subtree.
-    let (code, r) = cli_json(
-        &s,
-        &["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session), s.path("proj").as_os_str()],
-    );
+    let (code, r) = s.undo_json_with(&session, &[s.path("proj").to_str().unwrap()]);
     assert_eq!(code, 0, "{r}");
     let mut expected = before.clone();
     expected.insert(b"other".to_vec(), manifest(&s.tree())[&b"other".to_vec()].clone());
@@ -219,8 +214,8 @@ fn undo_last_n_reverses_only_the_newest_records() {
         .take_while(|r| r["op"]["path"] != s.path("two").to_str().unwrap())
         .count()
         + 1;
-    let out = s.cli(&["undo".as_ref(), "--last".as_ref(), n.to_string().as_ref(), "--journal".as_ref(), j(&session)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let (code, r) = s.undo_json_with(&session, &["--last", &n.to_string()]);
+    assert_eq!(code, 0, "{r}");
     assert!(s.path("one").exists());
     assert!(!s.path("two").exists() && !s.path("three").exists());
 }
@@ -240,8 +235,8 @@ fn undo_pid_reverses_what_one_process_and_its_descendants_did() {
         .map(|r| r["pid"].as_u64().unwrap())
         .unwrap();
     let before_kept = std::fs::read(s.path("kept")).unwrap();
-    let out = s.cli(&["undo".as_ref(), "--pid".as_ref(), pid.to_string().as_ref(), "--journal".as_ref(), j(&session)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let (code, r) = s.undo_json_with(&session, &["--pid", &pid.to_string()]);
+    assert_eq!(code, 0, "{r}");
     assert_eq!(std::fs::read(s.path("undone")).unwrap(), b"orig\n");
     assert!(!s.path("deep").exists(), "the descendant's change went too");
     assert_eq!(std::fs::read(s.path("kept")).unwrap(), before_kept, "the parent's change stays");
@@ -263,9 +258,8 @@ fn a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced()
     assert_eq!(std::fs::read(s.path("f")).unwrap(), b"the user's own edit\n", "the edit is kept");
     assert_eq!(std::fs::read(s.path("g")).unwrap(), b"original\n", "the rest is undone");
     assert_eq!(r["sealed"], true);
-    let out = s.cli(&["undo".as_ref(), "--force".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_complete(out.status.code().unwrap(), &r);
+    let (code, r) = s.undo_json_with(&session, &["--force"]);
+    assert_complete(code, &r);
     assert_eq!(std::fs::read(s.path("f")).unwrap(), b"original\n");
 }
 

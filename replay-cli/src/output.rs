@@ -521,6 +521,9 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     };
     let _ = writeln!(out, "{verb} session {} ({})", h.id, s.dir().display());
     let _ = writeln!(out, "coverage: {}", r.coverage.describe());
+    if r.dry_run {
+        let _ = writeln!(out, "each step as the undo would report it, acting on the tree as it is now:");
+    }
     for o in &r.outcomes {
         let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
         let path = o.path.as_ref().map(escape).unwrap_or_default();

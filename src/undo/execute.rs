@@ -11,6 +11,11 @@ use super::*;
 /// Executes a plan.
 pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
     let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    // A dry run acts on an overlay; its made-up nodes start from a real status.
+    let sim = match plan.opts.dry_run {
+        true => Some(std::rc::Rc::new(Sim::new(rustix::fs::fstat(&blobs)?))),
+        false => None,
+    };
     let mut linked = std::collections::HashMap::new();
     let mut hashed = std::collections::HashMap::new();
     for r in &plan.journal.records {
@@ -50,13 +55,14 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
             }
         }
     }
+    use std::os::unix::ffi::OsStrExt;
     let exec = Executor {
-        blobs,
+        blobs: Dir::real(plan.blobs_dir.as_os_str().as_bytes(), blobs, sim.clone()),
+        sim,
         blobs_path: plan.blobs_dir.to_path_buf(),
         linked,
         hashed,
         tampered,
-        dry_run: plan.opts.dry_run,
         force: plan.opts.force,
         journal: plan.journal,
         seal: plan.seal,
@@ -129,9 +135,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
     exec.apply_deferred(&mut report.outcomes);
     let failed_dirs: HashSet<u64> = report.outcomes[before..].iter().filter_map(|o| o.seq).collect();
     report.undone.retain(|s| !failed_dirs.contains(s));
-    if !plan.opts.dry_run {
-        exec.forgive_superseded(plan, &failed_calls, &mut report);
-    }
+    exec.forgive_superseded(plan, &failed_calls, &mut report);
     if plan.only.is_none() {
         for p in &plan.journal.problems {
             report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
@@ -188,7 +192,7 @@ impl Executor<'_> {
                     self.undo_move(from, to, *flags)
                 };
                 let moved_back = outcome == Outcome::Restored;
-                if moved_back && !self.dry_run {
+                if moved_back {
                     self.deferred_moved(to, from, exchange);
                 }
                 out.push(StepReport { seq, outcome, path: Some(from.clone()), why });
@@ -308,7 +312,7 @@ impl Executor<'_> {
     /// The directory `path` is in, opened without following a symlink at or above it, and
     /// its name there. The last one opened is kept for the next step in the same directory
     /// until this undo changes the tree's directories ([`Executor::forget_parent`]).
-    pub(super) fn parent_of<'p>(&self, path: &'p BPath) -> Result<(std::rc::Rc<OwnedFd>, &'p [u8]), Done> {
+    pub(super) fn parent_of<'p>(&self, path: &'p BPath) -> Result<(Dir, &'p [u8]), Done> {
         let Some((parent, name)) = path.split_parent() else {
             return Err(failed("the path has no parent directory"));
         };
@@ -317,11 +321,10 @@ impl Executor<'_> {
                 return Ok((fd.clone(), name));
             }
         }
-        match open_dir_nofollow(parent) {
-            Ok(fd) => {
-                let fd = std::rc::Rc::new(fd);
-                *self.parent.borrow_mut() = Some((parent.to_vec(), fd.clone()));
-                Ok((fd, name))
+        match Dir::open(parent, self.sim.as_ref()) {
+            Ok(dir) => {
+                *self.parent.borrow_mut() = Some((parent.to_vec(), dir.clone()));
+                Ok((dir, name))
             }
             Err(Errno::LOOP) | Err(Errno::XDEV) => Err((
                 Outcome::Conflict,
@@ -352,7 +355,7 @@ impl Executor<'_> {
     pub(super) fn undo_changed_path(&self, path: &BPath, before: &Before) -> Done {
         // Only worth a look when metadata is queued at or under the path.
         let queued = self.deferred.borrow().iter().any(|d| d.path.starts_with_dir(path.as_bytes()));
-        let dir_before = if self.dry_run || !queued { None } else { self.directory_at(path) };
+        let dir_before = if !queued { None } else { self.directory_at(path) };
         let done = self.undo_change(path, before);
         if let Some(old) = dir_before {
             if matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)
@@ -367,7 +370,7 @@ impl Executor<'_> {
     /// The identity of the directory standing at `path`, if one does.
     pub(super) fn directory_at(&self, path: &BPath) -> Option<crate::record::Ident> {
         let (dir, name) = self.parent_of(path).ok()?;
-        let st = lstat(dir.as_fd(), name).ok().flatten()?;
+        let st = dir.lstat(name).ok().flatten()?;
         (file_type(&st) == FileType::Directory).then(|| ident_of(&st))
     }
 

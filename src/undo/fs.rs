@@ -62,12 +62,6 @@ pub(super) fn type_name(st: &Stat) -> &'static str {
     }
 }
 
-/// Removes whatever non-directory or empty directory is at `name`.
-pub(super) fn remove_any(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Result<(), Errno> {
-    let flags = if file_type(st) == FileType::Directory { AtFlags::REMOVEDIR } else { AtFlags::empty() };
-    rustix::fs::unlinkat(dir, name, flags)
-}
-
 pub(super) fn timestamps(atime: [i64; 2], mtime: [i64; 2]) -> Timestamps {
     Timestamps {
         last_access: rustix::fs::Timespec { tv_sec: atime[0], tv_nsec: atime[1] as _ },
@@ -103,28 +97,17 @@ pub(super) fn copy_from_start(src: &OwnedFd, dst: &OwnedFd) -> io::Result<()> {
     }
 }
 
-pub(super) fn list_some(dir: BorrowedFd<'_>, name: &[u8]) -> String {
-    let Ok(fd) = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return "unreadable".into();
-    };
-    let Ok(mut d) = rustix::fs::Dir::read_from(&fd) else { return "unreadable".into() };
+/// The names in directory `name` of `dir` (not following a symlink), `None` if unreadable.
+pub(super) fn entries_of(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).ok()?;
+    let mut d = rustix::fs::Dir::read_from(&fd).ok()?;
     let mut names = Vec::new();
-    let mut more = 0;
     while let Some(Ok(e)) = d.read() {
         let n = e.file_name().to_bytes();
-        if n == b"." || n == b".." {
-            continue;
-        }
-        if names.len() < 5 {
-            names.push(String::from_utf8_lossy(n).into_owned());
-        } else {
-            more += 1;
+        if n != b"." && n != b".." {
+            names.push(n.to_vec());
         }
     }
-    if more > 0 { format!("{} and {more} more", names.join(", ")) } else { names.join(", ") }
+    Some(names)
 }

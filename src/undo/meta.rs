@@ -74,17 +74,41 @@ impl<'a> MetaTarget<'a> {
 
 /// A node metadata can be set on: an open descriptor, or a node opened `O_PATH | O_NOFOLLOW`
 /// relative to its verified parent (reached through `/proc/self/fd`, so never through a
-/// symlink planted in its place).
+/// symlink planted in its place), or a node of a dry run (see [`super::tree`]).
 pub(super) enum MetaHandle<'a> {
     Fd(BorrowedFd<'a>),
     Node { dir: BorrowedFd<'a>, name: &'a [u8], fd: OwnedFd, symlink: bool },
+    Sim { sim: &'a Sim, path: Vec<u8>, real: Option<Vec<u8>>, symlink: bool },
 }
 
 impl<'a> MetaHandle<'a> {
-    pub(super) fn open(dir: BorrowedFd<'a>, name: &'a [u8]) -> Result<MetaHandle<'a>, Errno> {
+    pub(super) fn open(dir: &'a Dir, name: &'a [u8]) -> Result<MetaHandle<'a>, Errno> {
+        if let Some(sim) = dir.sim() {
+            let st = dir.lstat(name)?.ok_or(Errno::NOENT)?;
+            let symlink = file_type(&st) == FileType::Symlink;
+            return Ok(MetaHandle::Sim { sim, path: dir.child(name), real: dir.real_path(name), symlink });
+        }
+        let dir = dir.borrowed()?;
         let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
         let symlink = rustix::fs::fstat(&fd).map(|st| file_type(&st) == FileType::Symlink)?;
         Ok(MetaHandle::Node { dir, name, fd, symlink })
+    }
+
+    /// The handle for a node opened for its contents.
+    pub(super) fn of(h: &'a Handle) -> MetaHandle<'a> {
+        match h {
+            Handle::Fd(fd) => MetaHandle::Fd(fd.as_fd()),
+            Handle::Sim(sim, path) => MetaHandle::Sim {
+                sim,
+                path: path.clone(),
+                real: match sim.resolve(path) {
+                    Ok(super::tree::Where::Real(r)) => Some(r),
+                    Ok(super::tree::Where::Node(n)) => n.real,
+                    _ => None,
+                },
+                symlink: false,
+            },
+        }
     }
 
     fn proc_path(fd: &OwnedFd) -> String {
@@ -96,6 +120,7 @@ impl<'a> MetaHandle<'a> {
         match self {
             MetaHandle::Fd(fd) => rustix::fs::fstat(fd),
             MetaHandle::Node { fd, .. } => rustix::fs::fstat(fd),
+            MetaHandle::Sim { sim, path, .. } => sim.lstat(path)?.ok_or(Errno::NOENT),
         }
     }
 
@@ -104,6 +129,10 @@ impl<'a> MetaHandle<'a> {
         match self {
             MetaHandle::Fd(fd) => rustix::fs::fchown(fd, o, g),
             MetaHandle::Node { fd, .. } => rustix::fs::chownat(fd, "", o, g, AtFlags::EMPTY_PATH),
+            MetaHandle::Sim { sim, path, .. } => sim.update(path, |n| {
+                n.st.st_uid = uid;
+                n.st.st_gid = gid;
+            }),
         }
     }
 
@@ -111,8 +140,9 @@ impl<'a> MetaHandle<'a> {
         match self {
             MetaHandle::Fd(fd) => rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)),
             // Linux has no mode for symlinks.
-            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. } => Ok(()),
             MetaHandle::Node { fd, .. } => rustix::fs::chmod(Self::proc_path(fd).as_str(), Mode::from_raw_mode(mode)),
+            MetaHandle::Sim { sim, path, .. } => sim.update(path, |n| n.st.st_mode = (n.st.st_mode & !0o7777) | mode),
         }
     }
 
@@ -125,6 +155,7 @@ impl<'a> MetaHandle<'a> {
             MetaHandle::Node { fd, .. } => {
                 rustix::fs::utimensat(CWD, Self::proc_path(fd).as_str(), ts, AtFlags::empty())
             }
+            MetaHandle::Sim { sim, path, .. } => sim.set_times(path, ts),
         }
     }
 
@@ -134,17 +165,47 @@ impl<'a> MetaHandle<'a> {
         let set = |fd: BorrowedFd<'_>| rustix::fs::ioctl_setflags(fd, rustix::fs::IFlags::from_bits_retain(flags));
         match self {
             MetaHandle::Fd(fd) => set(*fd),
-            MetaHandle::Node { symlink: true, .. } => Ok(()),
+            MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. } => Ok(()),
             MetaHandle::Node { fd, .. } => set(reopen_for_flags(fd)?.as_fd()),
+            MetaHandle::Sim { sim, path, .. } => sim.update(path, |n| n.flags = Some(flags)),
         }
+    }
+
+    /// Every extended attribute, name and value (what a dry run starts from).
+    fn xattr_list(&self) -> Result<Vec<super::tree::XattrPair>, Errno> {
+        let names = self.list_xattr_names()?;
+        Ok(names.into_iter().filter_map(|n| self.xattr(&n).map(|v| (n, v))).collect())
+    }
+
+    fn xattr(&self, name: &[u8]) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 65536];
+        let n = match self {
+            MetaHandle::Fd(fd) => rustix::fs::fgetxattr(fd, name, &mut buf[..]).ok()?,
+            MetaHandle::Node { fd, .. } => {
+                rustix::fs::getxattr(Self::proc_path(fd).as_str(), name, &mut buf[..]).ok()?
+            }
+            MetaHandle::Sim { sim, path, real, .. } => {
+                if let Some(list) = sim.xattrs(path) {
+                    return list.into_iter().find(|(n, _)| n == name).map(|(_, v)| v);
+                }
+                rustix::fs::lgetxattr(real.as_deref()?, name, &mut buf[..]).ok()?
+            }
+        };
+        buf.truncate(n);
+        Some(buf)
     }
 
     fn list_xattr_names(&self) -> Result<Vec<Vec<u8>>, Errno> {
         let mut buf = vec![0u8; 65536];
         let n = match self {
             MetaHandle::Fd(fd) => rustix::fs::flistxattr(fd, &mut buf[..])?,
-            MetaHandle::Node { symlink: true, .. } => 0,
+            MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. } => 0,
             MetaHandle::Node { fd, .. } => rustix::fs::listxattr(Self::proc_path(fd).as_str(), &mut buf[..])?,
+            MetaHandle::Sim { sim, path, real, .. } => match (sim.xattrs(path), real) {
+                (Some(list), _) => return Ok(list.into_iter().map(|(n, _)| n).collect()),
+                (None, Some(r)) => rustix::fs::llistxattr(r.as_slice(), &mut buf[..])?,
+                (None, None) => 0,
+            },
         };
         Ok(buf[..n].split(|&b| b == 0).filter(|n| !n.is_empty()).map(<[u8]>::to_vec).collect())
     }
@@ -152,7 +213,7 @@ impl<'a> MetaHandle<'a> {
     fn set_xattr(&self, name: &[u8], value: Option<&[u8]>) -> Result<(), Errno> {
         let flags = rustix::fs::XattrFlags::empty();
         match (self, value) {
-            (MetaHandle::Node { symlink: true, .. }, _) => Ok(()),
+            (MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. }, _) => Ok(()),
             (MetaHandle::Fd(fd), Some(v)) => rustix::fs::fsetxattr(fd, name, v, flags),
             (MetaHandle::Fd(fd), None) => ignore_nodata(rustix::fs::fremovexattr(fd, name)),
             (MetaHandle::Node { fd, .. }, Some(v)) => {
@@ -160,6 +221,14 @@ impl<'a> MetaHandle<'a> {
             }
             (MetaHandle::Node { fd, .. }, None) => {
                 ignore_nodata(rustix::fs::removexattr(Self::proc_path(fd).as_str(), name))
+            }
+            (MetaHandle::Sim { sim, path, .. }, value) => {
+                let mut list = self.xattr_list().unwrap_or_default();
+                list.retain(|(n, _)| n != name);
+                if let Some(v) = value {
+                    list.push((name.to_vec(), v.to_vec()));
+                }
+                sim.update(path, |n| n.xattrs = Some(list))
             }
         }
     }
@@ -250,17 +319,7 @@ pub(super) fn xattrs_equal(h: &MetaHandle<'_>, want: &[Xattr]) -> bool {
     }
     want.iter().all(|x| {
         names.iter().any(|n| n.as_slice() == x.name.as_bytes())
-            && match h {
-                MetaHandle::Fd(fd) => {
-                    let mut buf = vec![0u8; 65536];
-                    rustix::fs::fgetxattr(fd, x.name.as_bytes(), &mut buf[..]).is_ok_and(|n| buf[..n] == x.value.0[..])
-                }
-                MetaHandle::Node { fd, .. } => {
-                    let mut buf = vec![0u8; 65536];
-                    rustix::fs::getxattr(MetaHandle::proc_path(fd).as_str(), x.name.as_bytes(), &mut buf[..])
-                        .is_ok_and(|n| buf[..n] == x.value.0[..])
-                }
-            }
+            && h.xattr(x.name.as_bytes()).is_some_and(|v| v == x.value.0)
     })
 }
 
@@ -271,13 +330,13 @@ pub(super) fn ignore_nodata(r: Result<(), Errno>) -> Result<(), Errno> {
     }
 }
 
-/// Puts a snapshot's metadata back on an open descriptor.
-pub(super) fn set_meta_fd(fd: BorrowedFd<'_>, snap: &Snapshot) -> Option<String> {
-    MetaHandle::Fd(fd).apply(&MetaTarget::of_snapshot(snap))
+/// Puts a snapshot's metadata back on a node opened for its contents.
+pub(super) fn set_meta_fd(h: &Handle, snap: &Snapshot) -> Option<String> {
+    MetaHandle::of(h).apply(&MetaTarget::of_snapshot(snap))
 }
 
 /// Puts a snapshot's metadata back on `name` in `dir`, never following a symlink.
-pub(super) fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot) -> Option<String> {
+pub(super) fn set_meta_at(dir: &Dir, name: &[u8], snap: &Snapshot) -> Option<String> {
     match MetaHandle::open(dir, name) {
         Ok(h) => h.apply(&MetaTarget::of_snapshot(snap)),
         Err(e) => Some(format!("its metadata could not be set back ({})", describe_errno(e))),
@@ -285,7 +344,7 @@ pub(super) fn set_meta_at(dir: BorrowedFd<'_>, name: &[u8], snap: &Snapshot) -> 
 }
 
 /// Whether the part of the metadata a Meta record is about is already as recorded.
-pub(super) fn meta_already(st: &Stat, m: &MetaBefore, path: &BPath) -> bool {
+pub(super) fn meta_already(st: &Stat, m: &MetaBefore, dir: &Dir, name: &[u8]) -> bool {
     match m.what {
         MetaKind::Mode => st.st_mode & 0o7777 == m.mode,
         MetaKind::Owner => st.st_uid == m.uid && st.st_gid == m.gid && st.st_mode & 0o7777 == m.mode,
@@ -295,13 +354,26 @@ pub(super) fn meta_already(st: &Stat, m: &MetaBefore, path: &BPath) -> bool {
                 && st.st_atime == m.atime[0]
                 && st.st_atime_nsec as i64 == m.atime[1]
         }
-        MetaKind::Flags => m.flags.is_some_and(|want| inode_flags_at(path).is_ok_and(|now| now == want)),
+        MetaKind::Flags => m.flags.is_some_and(|want| {
+            let now = match dir.sim().and_then(|sim| sim.flags(&dir.child(name))) {
+                Some(set) => Ok(set),
+                None => dir.real_path(name).ok_or(Errno::NOENT).and_then(|p| inode_flags_at(&BPath::new(p))),
+            };
+            now.is_ok_and(|now| now == want)
+        }),
         MetaKind::Xattr => m.xattr.as_ref().is_some_and(|x| {
             // A minimal access ACL is not stored as an attribute at all: it lives in the mode.
             let acl_mode_ok = x.name.as_bytes() != b"system.posix_acl_access" || st.st_mode & 0o7777 == m.mode;
+            let want = x.value.as_ref().map(|v| v.0.as_slice());
             acl_mode_ok
-                && crate::capture::xattr_value(path.as_bytes(), x.name.as_bytes())
-                    .is_ok_and(|now| now.as_deref() == x.value.as_ref().map(|v| v.0.as_slice()))
+                && match dir.sim().and_then(|sim| sim.xattrs(&dir.child(name))) {
+                    Some(list) => {
+                        list.iter().find(|(n, _)| n.as_slice() == x.name.as_bytes()).map(|(_, v)| v.as_slice()) == want
+                    }
+                    None => dir.real_path(name).is_some_and(|p| {
+                        crate::capture::xattr_value(&p, x.name.as_bytes()).is_ok_and(|now| now.as_deref() == want)
+                    }),
+                }
         }),
     }
 }
@@ -326,7 +398,7 @@ impl Executor<'_> {
         for d in self.deferred.take() {
             let problem = match self.parent_of(&d.path) {
                 Err((_, why)) => Some(why),
-                Ok((dir, name)) => match MetaHandle::open(dir.as_fd(), name) {
+                Ok((dir, name)) => match MetaHandle::open(&dir, name) {
                     Err(e) => Some(format!("the directory cannot be reached ({})", describe_errno(e))),
                     Ok(h) => match &d.meta {
                         DeferredMeta::Snapshot(s) => h.apply(&MetaTarget::of_snapshot(s)),
@@ -355,20 +427,17 @@ impl Executor<'_> {
             }
             MetaKind::Flags => format!("attributes ({:#x})", m.flags.unwrap_or(0)),
         };
-        if self.dry_run {
-            return (Outcome::Restored, format!("would set back its {what}"));
-        }
         let (dir, name) = match self.parent_of(path) {
             Ok(x) => x,
             Err(done) => return done,
         };
-        let st = match lstat(dir.as_fd(), name) {
+        let st = match dir.lstat(name) {
             Ok(st) => st,
             Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
         };
         if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident) {
             if let Some(blob) = self.stored_inode(m.ident) {
-                return match MetaHandle::open(self.blobs.as_fd(), blob.as_bytes()) {
+                return match MetaHandle::open(&self.blobs, blob.as_bytes()) {
                     Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
                         None => (
                             Outcome::Restored,
@@ -395,14 +464,14 @@ impl Executor<'_> {
                 ),
             );
         }
-        if meta_already(&st, m, path) {
+        if meta_already(&st, m, &dir, name) {
             return (Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
         }
         if file_type(&st) == FileType::Directory {
             self.defer(path, DeferredMeta::Meta(m.clone()));
             return (Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));
         }
-        match MetaHandle::open(dir.as_fd(), name) {
+        match MetaHandle::open(&dir, name) {
             Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
                 None => (Outcome::Restored, format!("set back its {what}")),
                 Some(p) => failed(p),

@@ -23,8 +23,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
-use rustix::io::Errno;
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, Timestamps};
 
 use crate::bpath::BPath;
 use crate::capture::{hash_fd, ident_of};
@@ -44,6 +43,7 @@ mod report;
 mod restore;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 pub use execute::run_plan;
 pub use fs::open_dir_nofollow;
@@ -52,9 +52,13 @@ pub use report::{Outcome, Report, StepReport, Summary};
 
 use meta::Deferred;
 use prior::PriorFacts;
+use tree::{Dir, Handle, Sim};
 
 struct Executor<'a> {
-    blobs: OwnedFd,
+    /// The session's `blobs/` directory.
+    blobs: Dir,
+    /// For a dry run, the overlay its steps act on instead of the file system.
+    sim: Option<std::rc::Rc<Sim>>,
     blobs_path: std::path::PathBuf,
     /// Every inode some record captured by hard link, and the blob holding it.
     linked: std::collections::HashMap<crate::record::Ident, String>,
@@ -63,7 +67,6 @@ struct Executor<'a> {
     /// Linked blobs whose content no longer matches the hash sealed with the session (checked
     /// once, before this undo changes anything).
     tampered: HashSet<String>,
-    dry_run: bool,
     force: bool,
     journal: &'a JournalContents,
     seal: Option<&'a Seal>,
@@ -87,7 +90,7 @@ struct Executor<'a> {
     /// on first use).
     expected: std::cell::OnceCell<std::collections::HashMap<BPath, Expectation>>,
     /// The directory the last step's path was in, open (see [`Executor::parent_of`]).
-    parent: std::cell::RefCell<Option<(Vec<u8>, std::rc::Rc<OwnedFd>)>>,
+    parent: std::cell::RefCell<Option<(Vec<u8>, Dir)>>,
 }
 
 /// Result of one restore action: outcome and explanation.

@@ -33,11 +33,15 @@ pub(super) enum Aspect {
 
 impl PriorFacts {
     /// Whether every aspect in `aspects` is known and is, now, as it was.
-    fn verified(&self, path: &BPath, aspects: &[Aspect]) -> bool {
-        let st = match rustix::fs::lstat(path.as_bytes()) {
-            Ok(st) => Some(st),
-            Err(Errno::NOENT) => None,
-            Err(_) => return false,
+    fn verified(&self, at: Option<(&Dir, &[u8])>, aspects: &[Aspect]) -> bool {
+        let st = match at.map(|(dir, name)| dir.lstat(name)) {
+            Some(Ok(st)) => st,
+            // Its directory is gone: so is it.
+            None => None,
+            Some(Err(_)) => return false,
+        };
+        let Some((dir, name)) = at else {
+            return aspects.contains(&Aspect::Body) && matches!(self.body, Some(Body::Absent));
         };
         if aspects.contains(&Aspect::Body) && matches!(self.body, Some(Body::Absent)) {
             return st.is_none();
@@ -49,19 +53,14 @@ impl PriorFacts {
             Aspect::Body => match &self.body {
                 Some(Body::File(want, size)) => {
                     file_type(&st) == FileType::RegularFile
-                        && rustix::fs::open(
-                            path.as_bytes(),
-                            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-                            Mode::empty(),
-                        )
-                        .ok()
-                        .and_then(|fd| hash_fd(&fd).ok())
-                        .is_some_and(|(h, n)| h == *want && n == *size)
+                        && dir
+                            .open_read(name)
+                            .ok()
+                            .and_then(|h| h.hash().ok())
+                            .is_some_and(|(h, n)| h == *want && n == *size)
                 }
                 Some(Body::Symlink(target)) => {
-                    file_type(&st) == FileType::Symlink
-                        && rustix::fs::readlink(path.as_bytes(), Vec::new())
-                            .is_ok_and(|t| t.as_bytes() == target.as_bytes())
+                    file_type(&st) == FileType::Symlink && dir.readlink(name).is_ok_and(|t| t == target.as_bytes())
                 }
                 Some(Body::Dir) => file_type(&st) == FileType::Directory,
                 Some(Body::Absent) | Some(Body::Unknown) | None => false,
@@ -74,9 +73,6 @@ impl Executor<'_> {
     /// Works out, before anything is restored, what every path of the plan was before the
     /// session (see [`Executor::prior_facts`]).
     pub(super) fn learn_prior_facts(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>) {
-        if plan.opts.dry_run {
-            return;
-        }
         let mut by_path: std::collections::HashMap<&BPath, Vec<&Record>> = std::collections::HashMap::new();
         for r in plan.journal.records.iter().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))) {
             if failed_calls.contains(&r.seq) {
@@ -112,7 +108,9 @@ impl Executor<'_> {
                 Op::Change { .. } | Op::Rename { .. } => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
                 _ => continue,
             };
-            if f.verified(path, &aspects) {
+            self.forget_parent();
+            let at = self.parent_of(path).ok();
+            if f.verified(at.as_ref().map(|(d, n)| (d, *n)), &aspects) {
                 o.outcome = Outcome::Unchanged;
                 o.why = format!(
                     "this step could not be replayed ({}), but the path ended exactly as it was before the session (verified)",

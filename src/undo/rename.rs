@@ -7,9 +7,6 @@ impl Executor<'_> {
     pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32) -> Done {
         // What moves may be a directory.
         self.forget_parent();
-        if self.dry_run {
-            return (Outcome::Restored, format!("would move {} back to this name", to.display_lossy()));
-        }
         let (fdir, fname) = match self.parent_of(from) {
             Ok(x) => x,
             Err(done) => return done,
@@ -18,7 +15,7 @@ impl Executor<'_> {
             Ok(x) => x,
             Err(done) => return done,
         };
-        let fcur = match lstat(fdir.as_fd(), fname) {
+        let fcur = match fdir.lstat(fname) {
             Ok(c) => c,
             Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
         };
@@ -29,11 +26,11 @@ impl Executor<'_> {
             if !whiteout {
                 return (Outcome::Unchanged, "the source is in place: the rename did not take effect".into());
             }
-            if let Err(e) = rustix::fs::unlinkat(fdir.as_fd(), fname, AtFlags::empty()) {
+            if let Err(e) = fdir.remove(fname, st) {
                 return failed(format!("cannot remove the whiteout left by the rename: {}", describe_errno(e)));
             }
         }
-        match lstat(tdir.as_fd(), tname) {
+        match tdir.lstat(tname) {
             Ok(Some(_)) => {}
             Ok(None) => {
                 return failed(format!(
@@ -43,7 +40,7 @@ impl Executor<'_> {
             }
             Err(e) => return failed(format!("cannot examine {}: {}", to.display_lossy(), describe_errno(e))),
         }
-        match rustix::fs::renameat_with(tdir.as_fd(), tname, fdir.as_fd(), fname, RenameFlags::NOREPLACE) {
+        match tdir.rename(tname, &fdir, fname, RenameFlags::NOREPLACE) {
             Ok(()) => (Outcome::Restored, format!("moved back from {}", to.display_lossy())),
             Err(e) => failed(format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e))),
         }
@@ -51,9 +48,6 @@ impl Executor<'_> {
 
     pub(super) fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {
         self.forget_parent();
-        if self.dry_run {
-            return (Outcome::Restored, format!("would exchange it with {} again", b.display_lossy()));
-        }
         let (adir, aname) = match self.parent_of(a) {
             Ok(x) => x,
             Err(done) => return done,
@@ -62,8 +56,8 @@ impl Executor<'_> {
             Ok(x) => x,
             Err(done) => return done,
         };
-        let ast = lstat(adir.as_fd(), aname).ok().flatten();
-        let bst = lstat(bdir.as_fd(), bname).ok().flatten();
+        let ast = adir.lstat(aname).ok().flatten();
+        let bst = bdir.lstat(bname).ok().flatten();
         let Some(moved) = moved else {
             return failed("the exchanged file's identity was not recorded");
         };
@@ -77,7 +71,7 @@ impl Executor<'_> {
                 b.display_lossy()
             ));
         }
-        match rustix::fs::renameat_with(adir.as_fd(), aname, bdir.as_fd(), bname, RenameFlags::EXCHANGE) {
+        match adir.rename(aname, &bdir, bname, RenameFlags::EXCHANGE) {
             Ok(()) => (Outcome::Restored, format!("exchanged back with {}", b.display_lossy())),
             Err(e) => failed(format!("cannot exchange it back: {}", describe_errno(e))),
         }

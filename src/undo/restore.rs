@@ -12,30 +12,29 @@ impl Executor<'_> {
     /// still there.
     pub(super) fn stored_inode(&self, ident: crate::record::Ident) -> Option<&str> {
         let blob = self.linked.get(&ident)?;
-        let st = lstat(self.blobs.as_fd(), blob.as_bytes()).ok().flatten()?;
+        let st = self.blobs.lstat(blob.as_bytes()).ok().flatten()?;
         (ident_of(&st) == ident).then_some(blob.as_str())
     }
 
     /// Restores a snapshot into the captured inode that now lives in the store as `stored`.
     pub(super) fn restore_in_store(&self, stored: &str, snap: &Snapshot) -> Done {
-        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let dst = match rustix::fs::openat(self.blobs.as_fd(), stored, flags, Mode::empty()) {
+        let dst = match self.blobs.open_wronly(stored.as_bytes()) {
             Ok(fd) => fd,
             Err(e) => return failed(format!("cannot open its captured inode (blob {stored}): {}", describe_errno(e))),
         };
         let later = format!("in the captured file (blob {stored}), which an older step puts back");
         match &snap.node {
             Node::Prefix { len } => {
-                let now = rustix::fs::fstat(&dst).map(|st| st.st_size as u64).unwrap_or(0);
+                let now = dst.stat().map(|st| st.st_size as u64).unwrap_or(0);
                 if now < *len {
                     return failed(format!(
                         "only its length before an append ({len} bytes) was kept, but the file is now shorter ({now} bytes): bytes from before the session are gone"
                     ));
                 }
-                if let Err(e) = rustix::fs::ftruncate(&dst, *len) {
+                if let Err(e) = dst.truncate(*len) {
                     return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
                 }
-                match set_meta_fd(dst.as_fd(), snap) {
+                match set_meta_fd(&dst, snap) {
                     None => {
                         (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes) {later}"))
                     }
@@ -43,12 +42,11 @@ impl Executor<'_> {
                 }
             }
             Node::File { blob, size, hash, .. } => {
-                let ro = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                let src = match rustix::fs::openat(self.blobs.as_fd(), blob.as_str(), ro, Mode::empty()) {
+                let src = match self.blobs.open_read(blob.as_bytes()) {
                     Ok(fd) => fd,
                     Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
                 };
-                let verified = hash_fd(&src).ok().is_some_and(|(h, n)| {
+                let verified = src.hash().ok().is_some_and(|(h, n)| {
                     n == *size && self.expected_hash(blob, hash.as_deref()).is_none_or(|want| want == h)
                 });
                 if !verified {
@@ -56,10 +54,10 @@ impl Executor<'_> {
                         "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
                     ));
                 }
-                if let Err(e) = copy_from_start(&src, &dst) {
+                if let Err(e) = dst.copy_from(&src) {
                     return failed(format!("writing the captured contents back failed: {e}"));
                 }
-                match set_meta_fd(dst.as_fd(), snap) {
+                match set_meta_fd(&dst, snap) {
                     None => {
                         (Outcome::Restored, format!("wrote back its prior contents ({size} bytes, verified) {later}"))
                     }
@@ -101,15 +99,6 @@ impl Executor<'_> {
             }
             Before::Absent | Before::Exclusive | Before::Contents(_) => {}
         }
-        if self.dry_run {
-            return match before {
-                Before::Absent | Before::Exclusive => (Outcome::Removed, "would remove it if it exists".into()),
-                Before::Contents(s) => (Outcome::Restored, format!("would restore {}", describe_node(&s.node))),
-                Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => {
-                    unreachable!("handled above")
-                }
-            };
-        }
         let (dir, name) = match self.parent_of(path) {
             Ok(x) => x,
             Err((Outcome::Failed, _)) if matches!(before, Before::Absent | Before::Exclusive) => {
@@ -117,13 +106,13 @@ impl Executor<'_> {
             }
             Err(done) => return done,
         };
-        let cur = match lstat(dir.as_fd(), name) {
+        let cur = match dir.lstat(name) {
             Ok(c) => c,
             Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
         };
         match before {
-            Before::Absent => self.remove_created(dir.as_fd(), name, cur.as_ref()),
-            Before::Exclusive => match cur.as_ref().and_then(|_| self.born_before_current(dir.as_fd(), name)) {
+            Before::Absent => self.remove_created(&dir, name, cur.as_ref()),
+            Before::Exclusive => match cur.as_ref().and_then(|_| self.born_before_current(&dir, name)) {
                 Some(born) => (
                     Outcome::Conflict,
                     format!(
@@ -131,9 +120,9 @@ impl Executor<'_> {
                          call: the call must have failed, with the process ended before saying so; it was left in place"
                     ),
                 ),
-                None => self.remove_created(dir.as_fd(), name, cur.as_ref()),
+                None => self.remove_created(&dir, name, cur.as_ref()),
             },
-            Before::Contents(snap) => self.restore(dir.as_fd(), name, path, cur.as_ref(), snap),
+            Before::Contents(snap) => self.restore(&dir, name, path, cur.as_ref(), snap),
             Before::Irreversible { .. } | Before::Born { .. } | Before::Kept { .. } => unreachable!("handled above"),
         }
     }
@@ -141,31 +130,27 @@ impl Executor<'_> {
     /// When the node at `name` was born, if that was clearly before the record being undone
     /// was made (see [`Before::Exclusive`]). `None` when it was born after, or when either time
     /// is unknown (no birth times on this file system).
-    pub(super) fn born_before_current(&self, dir: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
+    pub(super) fn born_before_current(&self, dir: &Dir, name: &[u8]) -> Option<String> {
         let seq = self.current.get()?;
         let rec = &self.journal.records[self.journal.records.binary_search_by_key(&seq, |r| r.seq).ok()?];
         let made = humantime::parse_rfc3339_weak(&rec.time).ok()?;
-        let sx = rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
-        if sx.stx_mask & StatxFlags::BTIME.bits() == 0 {
-            return None;
-        }
-        let born = std::time::UNIX_EPOCH
-            .checked_add(std::time::Duration::new(u64::try_from(sx.stx_btime.tv_sec).ok()?, sx.stx_btime.tv_nsec))?;
+        let (sec, nsec) = dir.birth(name)?;
+        let born = std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(u64::try_from(sec).ok()?, nsec))?;
         let slack = std::time::Duration::from_secs(crate::record::EXCLUSIVE_BIRTH_SLACK_S);
         (born + slack < made).then(|| humantime::format_rfc3339_nanos(born).to_string())
     }
 
-    pub(super) fn remove_created(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Done {
+    pub(super) fn remove_created(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>) -> Done {
         let Some(st) = cur else {
             return (Outcome::Unchanged, "already absent".into());
         };
         if file_type(st) == FileType::Directory {
             self.forget_parent();
         }
-        match remove_any(dir, name, st) {
+        match dir.remove(name, st) {
             Ok(()) => (Outcome::Removed, format!("removed {} the session created", type_name(st))),
             Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
-                let entries = list_some(dir, name);
+                let entries = dir.list_some(name);
                 failed(format!(
                     "the directory was created during the session but still holds entries the journal did not create ({entries}); it was left in place"
                 ))
@@ -174,14 +159,7 @@ impl Executor<'_> {
         }
     }
 
-    pub(super) fn restore(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &[u8],
-        path: &BPath,
-        cur: Option<&Stat>,
-        snap: &Snapshot,
-    ) -> Done {
+    pub(super) fn restore(&self, dir: &Dir, name: &[u8], path: &BPath, cur: Option<&Stat>, snap: &Snapshot) -> Done {
         // The inode this record captured is no longer at its path but in the store (a later
         // unlink or rename over it linked it there): restore the inode itself, which the
         // older step then puts back, with this state in it.
@@ -204,16 +182,16 @@ impl Executor<'_> {
     }
 
     /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
-    pub(super) fn clear(&self, dir: BorrowedFd<'_>, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
+    pub(super) fn clear(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
         let Some(st) = cur else { return Ok(false) };
         if file_type(st) == FileType::Directory {
             self.forget_parent();
         }
-        match remove_any(dir, name, st) {
+        match dir.remove(name, st) {
             Ok(()) => Ok(true),
             Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed(format!(
                 "a non-empty directory now stands where it was ({}); it was left in place",
-                list_some(dir, name)
+                dir.list_some(name)
             ))),
             Err(e) => Err(failed(format!("could not remove {} in its place: {}", type_name(st), describe_errno(e)))),
         }
@@ -222,7 +200,7 @@ impl Executor<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn restore_file(
         &self,
-        dir: BorrowedFd<'_>,
+        dir: &Dir,
         name: &[u8],
         cur: Option<&Stat>,
         snap: &Snapshot,
@@ -235,7 +213,7 @@ impl Executor<'_> {
             if cur.is_some_and(|st| ident_of(st) == snap.ident) {
                 return (Outcome::Unchanged, "the original file is still in place".into());
             }
-            let bst = match lstat(self.blobs.as_fd(), blob.as_bytes()) {
+            let bst = match self.blobs.lstat(blob.as_bytes()) {
                 Ok(Some(st)) => st,
                 Ok(None) => return failed(format!("its captured contents (blob {blob}) are missing from the store")),
                 Err(e) => return failed(format!("cannot examine blob {blob}: {}", describe_errno(e))),
@@ -258,7 +236,7 @@ impl Executor<'_> {
                 Some(_) => true,
                 None => false,
             };
-            return match rustix::fs::renameat(self.blobs.as_fd(), blob, dir, name) {
+            return match self.blobs.rename(blob.as_bytes(), dir, name, RenameFlags::empty()) {
                 Ok(()) => {
                     // A descriptor the program kept open may have changed the inode's metadata
                     // after it was unlinked (where no record can name it): set it back.
@@ -281,19 +259,14 @@ impl Executor<'_> {
             };
         }
 
-        let src = match rustix::fs::openat(
-            self.blobs.as_fd(),
-            blob,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        let src = match self.blobs.open_read(blob.as_bytes()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
                 return failed(format!("its captured contents (blob {blob}) are missing from the store"));
             }
             Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
         };
-        let (blob_hash, blob_len) = match hash_fd(&src) {
+        let (blob_hash, blob_len) = match src.hash() {
             Ok(x) => x,
             Err(e) => return failed(format!("cannot read blob {blob}: {e}")),
         };
@@ -307,15 +280,7 @@ impl Executor<'_> {
         }
         // Already identical? Then only the metadata may need setting back.
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
-            let same = rustix::fs::openat(
-                dir,
-                name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-                Mode::empty(),
-            )
-            .ok()
-            .and_then(|fd| hash_fd(&fd).ok())
-            .is_some_and(|(h, _)| h == blob_hash);
+            let same = dir.open_read(name).ok().and_then(|h| h.hash().ok()).is_some_and(|(h, _)| h == blob_hash);
             if same {
                 let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
                 let handle = match MetaHandle::open(dir, name) {
@@ -335,7 +300,7 @@ impl Executor<'_> {
         // Write in place when a regular file is there (keeps its inode and hard links),
         // otherwise create it afresh.
         let (dst, outcome) = match cur {
-            Some(st) if file_type(st) == FileType::RegularFile => match open_write_in_place(dir, name, st) {
+            Some(st) if file_type(st) == FileType::RegularFile => match dir.open_write(name, st) {
                 Ok(fd) => (fd, Outcome::Restored),
                 Err(e) => return failed(format!("cannot open it for writing: {}", describe_errno(e))),
             },
@@ -344,31 +309,23 @@ impl Executor<'_> {
                     Ok(r) => r,
                     Err(done) => return done,
                 };
-                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                match rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)) {
+                match dir.create(name, 0o600) {
                     Ok(fd) => (fd, if replaced { Outcome::Restored } else { Outcome::Recreated }),
                     Err(e) => return failed(format!("cannot create it: {}", describe_errno(e))),
                 }
             }
         };
-        if let Err(e) = copy_from_start(&src, &dst) {
+        if let Err(e) = dst.copy_from(&src) {
             return failed(format!("writing the captured contents back failed: {e}"));
         }
-        if let Some(problem) = set_meta_fd(dst.as_fd(), snap) {
+        if let Some(problem) = set_meta_fd(&dst, snap) {
             return failed(format!("contents restored ({size} bytes), but {problem}"));
         }
         let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
         (outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
     }
 
-    pub(super) fn restore_prefix(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &[u8],
-        cur: Option<&Stat>,
-        snap: &Snapshot,
-        len: u64,
-    ) -> Done {
+    pub(super) fn restore_prefix(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>, snap: &Snapshot, len: u64) -> Done {
         let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile) else {
             return failed(format!(
                 "only its length before an append ({len} bytes) was kept, and it is no longer a regular file; its contents cannot be restored"
@@ -387,14 +344,14 @@ impl Executor<'_> {
         {
             return (Outcome::Unchanged, format!("already {len} bytes long, as before the append"));
         }
-        let fd = match open_write_in_place(dir, name, st) {
+        let fd = match dir.open_write(name, st) {
             Ok(fd) => fd,
             Err(e) => return failed(format!("cannot open it for truncation: {}", describe_errno(e))),
         };
-        if let Err(e) = rustix::fs::ftruncate(&fd, len) {
+        if let Err(e) = fd.truncate(len) {
             return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
         }
-        if let Some(problem) = set_meta_fd(fd.as_fd(), snap) {
+        if let Some(problem) = set_meta_fd(&fd, snap) {
             return failed(format!("truncated back to {len} bytes, but {problem}"));
         }
         (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes)"))
@@ -402,14 +359,14 @@ impl Executor<'_> {
 
     pub(super) fn restore_symlink(
         &self,
-        dir: BorrowedFd<'_>,
+        dir: &Dir,
         name: &[u8],
         cur: Option<&Stat>,
         snap: &Snapshot,
         target: &BPath,
     ) -> Done {
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::Symlink) {
-            let same = rustix::fs::readlinkat(dir, name, Vec::new()).is_ok_and(|t| t.as_bytes() == target.as_bytes());
+            let same = dir.readlink(name).is_ok_and(|t| t == target.as_bytes());
             if same && st.st_uid == snap.uid && st.st_gid == snap.gid {
                 return (Outcome::Unchanged, "the symlink is already as before".into());
             }
@@ -418,7 +375,7 @@ impl Executor<'_> {
             Ok(r) => r,
             Err(done) => return done,
         };
-        if let Err(e) = rustix::fs::symlinkat(target.as_bytes(), dir, name) {
+        if let Err(e) = dir.symlink(target.as_bytes(), name) {
             return failed(format!("cannot recreate the symlink: {}", describe_errno(e)));
         }
         if let Some(problem) = set_meta_at(dir, name, snap) {
@@ -430,7 +387,7 @@ impl Executor<'_> {
 
     pub(super) fn restore_dir(
         &self,
-        dir: BorrowedFd<'_>,
+        dir: &Dir,
         name: &[u8],
         path: &BPath,
         cur: Option<&Stat>,
@@ -459,7 +416,7 @@ impl Executor<'_> {
                 // Created owner-writable so that its entries can be restored into it; its own
                 // mode, owner, attributes and times are set at the end.
                 self.forget_parent();
-                if let Err(e) = rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+                if let Err(e) = dir.mkdir(name, 0o700) {
                     return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
                 }
                 self.defer(path, DeferredMeta::Snapshot(snap.clone()));
@@ -471,7 +428,7 @@ impl Executor<'_> {
 
     pub(super) fn restore_special(
         &self,
-        dir: BorrowedFd<'_>,
+        dir: &Dir,
         name: &[u8],
         cur: Option<&Stat>,
         snap: &Snapshot,
@@ -493,29 +450,12 @@ impl Executor<'_> {
             Ok(r) => r,
             Err(done) => return done,
         };
-        if let Err(e) = rustix::fs::mknodat(dir, name, ft, Mode::from_raw_mode(0o600), rdev) {
+        if let Err(e) = dir.mknod(name, ft, 0o600, rdev) {
             return failed(format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
         }
         if let Some(problem) = set_meta_at(dir, name, snap) {
             return failed(format!("{} recreated, but {problem}", kind.name()));
         }
         (if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
-    }
-}
-
-pub(super) fn describe_node(node: &Node) -> String {
-    match node {
-        Node::File { size, how, .. } => format!(
-            "its prior contents ({size} bytes, {})",
-            match how {
-                CaptureHow::Link => "the original file",
-                CaptureHow::Copy => "a copy",
-                CaptureHow::Reflink => "a clone",
-            }
-        ),
-        Node::Prefix { len } => format!("its length before the append ({len} bytes)"),
-        Node::Symlink { target } => format!("the symlink to {}", target.display_lossy()),
-        Node::Dir => "the directory".into(),
-        Node::Special { kind, .. } => format!("the {}", kind.name()),
     }
 }

@@ -143,17 +143,36 @@ impl Scratch {
         cmd.output().expect("run aether-journal")
     }
 
-    /// `undo --journal <session> --json`: exit code and parsed report.
+    /// `undo --journal <session> --json`: exit code and parsed report. Every undo a test takes
+    /// this way is preceded by `undo --dry-run` of the same session, which must predict it:
+    /// the same exit code, completeness, and outcome for every step and path.
     pub fn undo_json(&self, session: &Path) -> (i32, serde_json::Value) {
-        let out = self.cli(&["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
-        let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "undo --json printed no JSON ({e})\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out.status.code().unwrap_or(-1), json)
+        self.undo_json_with(session, &[])
+    }
+
+    /// [`Scratch::undo_json`] with more arguments (`--force`, a selection), dry run included.
+    pub fn undo_json_with(&self, session: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+        let undo = |dry: bool| {
+            let mut args: Vec<&OsStr> = vec!["undo".as_ref(), "--json".as_ref()];
+            if dry {
+                args.push("--dry-run".as_ref());
+            }
+            args.extend(extra.iter().map(OsStr::new));
+            args.extend(["--journal".as_ref(), session.as_os_str()]);
+            let out = self.cli(&args);
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "undo --json printed no JSON ({e})\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+            (out.status.code().unwrap_or(-1), json)
+        };
+        let predicted = undo(true);
+        let done = undo(false);
+        assert_dry_run_predicts(&predicted, &done);
+        done
     }
 
     /// `log --journal <session> --json`.
@@ -171,6 +190,26 @@ impl Drop for Scratch {
             let _ = std::fs::remove_dir_all(&self.root);
         }
     }
+}
+
+/// Requires a dry run's report to predict the undo's: exit code, completeness, and the
+/// outcome of every step, path by path, in order (the explanations may differ in tense).
+pub fn assert_dry_run_predicts(dry: &(i32, serde_json::Value), undo: &(i32, serde_json::Value)) {
+    let steps = |r: &serde_json::Value| -> Vec<(serde_json::Value, serde_json::Value, serde_json::Value)> {
+        r["outcomes"]
+            .as_array()
+            .map(|a| a.iter().map(|o| (o["seq"].clone(), o["path"].clone(), o["outcome"].clone())).collect())
+            .unwrap_or_default()
+    };
+    let show = |r: &(i32, serde_json::Value)| serde_json::to_string_pretty(&r.1).unwrap_or_default();
+    assert!(
+        dry.0 == undo.0 && dry.1["complete"] == undo.1["complete"] && steps(&dry.1) == steps(&undo.1),
+        "the dry run (exit {}) did not predict the undo (exit {})\ndry run:\n{}\nundo:\n{}",
+        dry.0,
+        undo.0,
+        show(dry),
+        show(undo)
+    );
 }
 
 /// Keeps test sessions out of the user's real state directory.

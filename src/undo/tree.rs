@@ -1,0 +1,620 @@
+//! Where an undo's actions look and act: the file system itself, or, for a dry run, the file
+//! system as the steps taken so far would have left it.
+//!
+//! A dry run executes the very same actions as an undo; only the calls that would change
+//! something go to [`Sim`], an overlay of names over the real tree, which is then only read. A
+//! name the dry run removed is absent from the overlay, a node it moved answers from where it
+//! really is, a directory it moved takes its entries along, and a node it made has the type,
+//! mode, owner, times, size and content it was given. So the dry run meets the same conflicts,
+//! the same "already absent", the same non-empty directories, and reports what the undo would.
+//!
+//! What it cannot do: foresee what other processes change meanwhile, or a failure only the
+//! write itself meets (a full disk, a read-only mount, an `EPERM` from a file system that
+//! refuses an owner or an attribute). A node the dry run makes has a made-up identity (no
+//! real inode has it), and an append it truncates has content no hash matches.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::rc::Rc;
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
+use rustix::io::Errno;
+
+use crate::capture::hash_fd;
+
+/// A directory an action works in: its path, and, when it really exists, its descriptor
+/// (opened without following a symlink). In a dry run it also carries the overlay.
+#[derive(Clone)]
+pub(super) struct Dir {
+    pub(super) path: Rc<[u8]>,
+    fd: Option<Rc<OwnedFd>>,
+    sim: Option<Rc<Sim>>,
+}
+
+/// A node opened for reading or writing contents.
+pub(super) enum Handle {
+    Fd(OwnedFd),
+    /// A node of a dry run, by its path (what the overlay holds for it).
+    Sim(Rc<Sim>, Vec<u8>),
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    crate::bpath::join(dir, name)
+}
+
+fn parent(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&c| c == b'/') {
+        Some(0) => b"/",
+        Some(i) => &path[..i],
+        None => b"",
+    }
+}
+
+impl Dir {
+    /// A real directory, already open.
+    pub(super) fn real(path: &[u8], fd: OwnedFd, sim: Option<Rc<Sim>>) -> Dir {
+        Dir { path: path.into(), fd: Some(Rc::new(fd)), sim }
+    }
+
+    /// Opens the directory at `path` (absolute) without following a symlink on the way, as the
+    /// tree is now (in a dry run: as the overlay shows it).
+    pub(super) fn open(path: &[u8], sim: Option<&Rc<Sim>>) -> Result<Dir, Errno> {
+        let Some(sim) = sim else {
+            return Ok(Dir::real(path, super::fs::open_dir_nofollow(path)?, None));
+        };
+        let fd = match sim.resolve(path)? {
+            Where::Real(r) => Some(Rc::new(super::fs::open_dir_nofollow(&r)?)),
+            Where::Missing => return Err(Errno::NOENT),
+            Where::Node(n) if FileType::from_raw_mode(n.st.st_mode) != FileType::Directory => {
+                return Err(if FileType::from_raw_mode(n.st.st_mode) == FileType::Symlink {
+                    Errno::LOOP
+                } else {
+                    Errno::NOTDIR
+                });
+            }
+            Where::Node(n) => match &n.real {
+                Some(r) => Some(Rc::new(super::fs::open_dir_nofollow(r)?)),
+                None => None,
+            },
+        };
+        Ok(Dir { path: path.into(), fd, sim: Some(sim.clone()) })
+    }
+
+    fn fd(&self) -> Result<BorrowedFd<'_>, Errno> {
+        self.fd.as_deref().map(|fd| fd.as_fd()).ok_or(Errno::NOENT)
+    }
+
+    /// The real directory's descriptor (outside a dry run, always there).
+    pub(super) fn borrowed(&self) -> Result<BorrowedFd<'_>, Errno> {
+        self.fd()
+    }
+
+    pub(super) fn sim(&self) -> Option<&Rc<Sim>> {
+        self.sim.as_ref()
+    }
+
+    pub(super) fn child(&self, name: &[u8]) -> Vec<u8> {
+        join(&self.path, name)
+    }
+
+    /// `lstat` of `name`; `None` when nothing is there.
+    pub(super) fn lstat(&self, name: &[u8]) -> Result<Option<Stat>, Errno> {
+        match &self.sim {
+            None => super::fs::lstat(self.fd()?, name),
+            Some(sim) => sim.lstat(&self.child(name)),
+        }
+    }
+
+    /// Removes whatever non-directory or empty directory is at `name` (`st` says which).
+    pub(super) fn remove(&self, name: &[u8], st: &Stat) -> Result<(), Errno> {
+        let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        match &self.sim {
+            None => rustix::fs::unlinkat(self.fd()?, name, if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() }),
+            Some(sim) => {
+                let p = self.child(name);
+                if sim.lstat(&p)?.is_none() {
+                    return Err(Errno::NOENT);
+                }
+                if dir && !sim.entries(&p).is_empty() {
+                    return Err(Errno::NOTEMPTY);
+                }
+                // What the overlay held inside a removed directory went with it.
+                sim.move_slots(&p, &p);
+                sim.set(&p, Slot::Absent);
+                Ok(())
+            }
+        }
+    }
+
+    /// A few of the names in directory `name`, for a message.
+    pub(super) fn list_some(&self, name: &[u8]) -> String {
+        let names = match &self.sim {
+            None => match self.fd() {
+                Ok(fd) => super::fs::entries_of(fd, name),
+                Err(_) => None,
+            },
+            Some(sim) => Some(sim.entries(&self.child(name))),
+        };
+        let Some(mut names) = names else { return "unreadable".into() };
+        names.sort();
+        let more = names.len().saturating_sub(5);
+        let shown: Vec<String> = names.iter().take(5).map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+        if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+    }
+
+    /// Renames `name` here to `to_name` in `to` (`NOREPLACE`, `EXCHANGE` or none).
+    pub(super) fn rename(&self, name: &[u8], to: &Dir, to_name: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        match &self.sim {
+            None => rustix::fs::renameat_with(self.fd()?, name, to.fd()?, to_name, flags),
+            Some(sim) => sim.rename(&self.child(name), &to.child(to_name), flags),
+        }
+    }
+
+    pub(super) fn mkdir(&self, name: &[u8], mode: u32) -> Result<(), Errno> {
+        match &self.sim {
+            None => rustix::fs::mkdirat(self.fd()?, name, Mode::from_raw_mode(mode)),
+            Some(sim) => sim.make(&self.child(name), FileType::Directory, mode, 0, None),
+        }
+    }
+
+    pub(super) fn symlink(&self, target: &[u8], name: &[u8]) -> Result<(), Errno> {
+        match &self.sim {
+            None => rustix::fs::symlinkat(target, self.fd()?, name),
+            Some(sim) => sim.make(&self.child(name), FileType::Symlink, 0o777, 0, Some(target.to_vec())),
+        }
+    }
+
+    pub(super) fn mknod(&self, name: &[u8], ft: FileType, mode: u32, rdev: u64) -> Result<(), Errno> {
+        match &self.sim {
+            None => rustix::fs::mknodat(self.fd()?, name, ft, Mode::from_raw_mode(mode), rdev),
+            Some(sim) => sim.make(&self.child(name), ft, mode, rdev, None),
+        }
+    }
+
+    /// Creates a regular file at `name`, which must not exist.
+    pub(super) fn create(&self, name: &[u8], mode: u32) -> Result<Handle, Errno> {
+        match &self.sim {
+            None => {
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                rustix::fs::openat(self.fd()?, name, flags, Mode::from_raw_mode(mode)).map(Handle::Fd)
+            }
+            Some(sim) => {
+                let p = self.child(name);
+                sim.make(&p, FileType::RegularFile, mode, 0, None)?;
+                Ok(Handle::Sim(sim.clone(), p))
+            }
+        }
+    }
+
+    /// Opens `name` for writing as it is (a blob in the store).
+    pub(super) fn open_wronly(&self, name: &[u8]) -> Result<Handle, Errno> {
+        match &self.sim {
+            None => {
+                rustix::fs::openat(self.fd()?, name, OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                    .map(Handle::Fd)
+            }
+            Some(sim) => self.sim_open(sim, name),
+        }
+    }
+
+    /// Opens an existing regular file for rewriting without following a symlink, making it
+    /// writable for the moment if its owner's mode forbids writing (undo sets the mode back).
+    pub(super) fn open_write(&self, name: &[u8], st: &Stat) -> Result<Handle, Errno> {
+        match &self.sim {
+            None => super::fs::open_write_in_place(self.fd()?, name, st).map(Handle::Fd),
+            Some(sim) => self.sim_open(sim, name),
+        }
+    }
+
+    /// Opens `name` for reading, without following a symlink or blocking on a FIFO.
+    pub(super) fn open_read(&self, name: &[u8]) -> Result<Handle, Errno> {
+        match &self.sim {
+            None => rustix::fs::openat(
+                self.fd()?,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .map(Handle::Fd),
+            Some(sim) => self.sim_open(sim, name),
+        }
+    }
+
+    fn sim_open(&self, sim: &Rc<Sim>, name: &[u8]) -> Result<Handle, Errno> {
+        let p = self.child(name);
+        match sim.lstat(&p)? {
+            None => Err(Errno::NOENT),
+            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => Err(Errno::LOOP),
+            Some(_) => Ok(Handle::Sim(sim.clone(), p)),
+        }
+    }
+
+    pub(super) fn readlink(&self, name: &[u8]) -> Result<Vec<u8>, Errno> {
+        match &self.sim {
+            None => rustix::fs::readlinkat(self.fd()?, name, Vec::new()).map(|t| t.into_bytes()),
+            Some(sim) => sim.readlink(&self.child(name)),
+        }
+    }
+
+    /// When the node at `name` was born, `[seconds, nanoseconds]`, if the file system keeps it
+    /// (a node a dry run made was born now).
+    pub(super) fn birth(&self, name: &[u8]) -> Option<(i64, u32)> {
+        let real = match &self.sim {
+            None => None,
+            Some(sim) => match sim.resolve(&self.child(name)).ok()? {
+                Where::Real(r) => Some(r),
+                Where::Node(n) => Some(n.real.clone()?),
+                Where::Missing => return None,
+            },
+        };
+        let sx = match &real {
+            None => rustix::fs::statx(self.fd().ok()?, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME),
+            Some(r) => rustix::fs::statx(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME),
+        }
+        .ok()?;
+        (sx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some((sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec))
+    }
+
+    /// The real path of `name`, when it is a real node (for reads by path: inode flags,
+    /// extended attributes); `None` for a node a dry run made.
+    pub(super) fn real_path(&self, name: &[u8]) -> Option<Vec<u8>> {
+        match &self.sim {
+            None => Some(self.child(name)),
+            Some(sim) => match sim.resolve(&self.child(name)).ok()? {
+                Where::Real(r) => Some(r),
+                Where::Node(n) => n.real.clone(),
+                Where::Missing => None,
+            },
+        }
+    }
+}
+
+impl Handle {
+    pub(super) fn stat(&self) -> Result<Stat, Errno> {
+        match self {
+            Handle::Fd(fd) => rustix::fs::fstat(fd),
+            Handle::Sim(sim, p) => sim.lstat(p)?.ok_or(Errno::NOENT),
+        }
+    }
+
+    /// BLAKE3 hex and length of the contents.
+    pub(super) fn hash(&self) -> io::Result<(String, u64)> {
+        match self {
+            Handle::Fd(fd) => hash_fd(fd),
+            Handle::Sim(sim, p) => sim.content(p),
+        }
+    }
+
+    /// Replaces the contents with `src`'s.
+    pub(super) fn copy_from(&self, src: &Handle) -> io::Result<()> {
+        match (self, src) {
+            (Handle::Fd(dst), Handle::Fd(src)) => super::fs::copy_from_start(src, dst),
+            (Handle::Sim(sim, p), src) => {
+                let (hash, len) = src.hash()?;
+                sim.update(p, |n| {
+                    n.content = Some((hash, len));
+                    n.st.st_size = len as _;
+                })?;
+                Ok(())
+            }
+            (Handle::Fd(_), Handle::Sim(..)) => Err(io::Error::other("a dry run's node copied into a real file")),
+        }
+    }
+
+    pub(super) fn truncate(&self, len: u64) -> Result<(), Errno> {
+        match self {
+            Handle::Fd(fd) => rustix::fs::ftruncate(fd, len),
+            Handle::Sim(sim, p) => {
+                let was = sim.content(p).ok();
+                sim.update(p, |n| {
+                    if was.as_ref().is_none_or(|(_, l)| *l != len) {
+                        // What the first `len` bytes hash to is not known without reading them:
+                        // a name no real hash can equal.
+                        n.content = Some((format!("truncated to {len} bytes"), len));
+                    }
+                    n.st.st_size = len as _;
+                })
+            }
+        }
+    }
+}
+
+/// An extended attribute: name and value.
+pub(super) type XattrPair = (Vec<u8>, Vec<u8>);
+
+/// What a dry run holds at one name.
+#[derive(Clone)]
+pub(super) enum Slot {
+    /// Nothing is there (removed, or moved away).
+    Absent,
+    /// This node is there.
+    Node(Box<SimNode>),
+}
+
+/// A node as a dry run left it.
+#[derive(Clone)]
+pub(super) struct SimNode {
+    /// Where the node really is, when it is a real one (moved or changed by the dry run);
+    /// `None` when the dry run made it.
+    pub(super) real: Option<Vec<u8>>,
+    /// Its status as the dry run left it.
+    pub(super) st: Stat,
+    /// Contents (hash, length), when the dry run wrote them.
+    content: Option<(String, u64)>,
+    /// Symlink target, for a symlink the dry run made.
+    target: Option<Vec<u8>>,
+    /// Extended attributes, once the dry run changed them.
+    pub(super) xattrs: Option<Vec<XattrPair>>,
+    /// Inode flags, once the dry run set them.
+    pub(super) flags: Option<u32>,
+}
+
+/// Where a path leads in a dry run.
+pub(super) enum Where {
+    /// To the real node at this path.
+    Real(Vec<u8>),
+    /// To nothing.
+    Missing,
+    /// To a node the overlay holds.
+    Node(Box<SimNode>),
+}
+
+/// The overlay of a dry run (see the module documentation).
+pub(super) struct Sim {
+    slots: RefCell<HashMap<Vec<u8>, Slot>>,
+    /// The names with a slot, by parent directory.
+    kids: RefCell<HashMap<Vec<u8>, HashSet<Vec<u8>>>>,
+    next_ino: Cell<u64>,
+    /// A real status whose every field the dry run overwrites for a node it makes.
+    template: Stat,
+}
+
+impl Sim {
+    pub(super) fn new(template: Stat) -> Sim {
+        Sim { slots: Default::default(), kids: Default::default(), next_ino: Cell::new(0), template }
+    }
+
+    /// Where `path` leads: the nearest slot at or above it decides.
+    pub(super) fn resolve(&self, path: &[u8]) -> Result<Where, Errno> {
+        let slots = self.slots.borrow();
+        if slots.is_empty() {
+            return Ok(Where::Real(path.to_vec()));
+        }
+        let mut at = path;
+        loop {
+            if let Some(slot) = slots.get(at) {
+                let rest = &path[at.len()..];
+                return Ok(match (slot, rest.is_empty()) {
+                    (Slot::Absent, _) => Where::Missing,
+                    (Slot::Node(n), true) => Where::Node(n.clone()),
+                    (Slot::Node(n), false) => match FileType::from_raw_mode(n.st.st_mode) {
+                        FileType::Directory => match &n.real {
+                            Some(r) => {
+                                let mut p = r.clone();
+                                p.extend_from_slice(rest);
+                                Where::Real(p)
+                            }
+                            // A directory the dry run made holds only what has a slot.
+                            None => Where::Missing,
+                        },
+                        FileType::Symlink => return Err(Errno::LOOP),
+                        _ => return Err(Errno::NOTDIR),
+                    },
+                });
+            }
+            if at.len() <= 1 {
+                return Ok(Where::Real(path.to_vec()));
+            }
+            at = parent(at);
+        }
+    }
+
+    pub(super) fn lstat(&self, path: &[u8]) -> Result<Option<Stat>, Errno> {
+        match self.resolve(path)? {
+            Where::Real(r) => match rustix::fs::statat(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Ok(Some(st)),
+                Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Where::Missing => Ok(None),
+            Where::Node(n) => Ok(Some(n.st)),
+        }
+    }
+
+    /// The node at `path` as the overlay's own (a real one is taken in as it is now).
+    fn node(&self, path: &[u8]) -> Result<Option<Box<SimNode>>, Errno> {
+        Ok(match self.resolve(path)? {
+            Where::Real(r) => match rustix::fs::statat(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(Box::new(SimNode {
+                    real: Some(r),
+                    st,
+                    content: None,
+                    target: None,
+                    xattrs: None,
+                    flags: None,
+                })),
+                Err(Errno::NOENT) | Err(Errno::NOTDIR) => None,
+                Err(e) => return Err(e),
+            },
+            Where::Missing => None,
+            Where::Node(n) => Some(n),
+        })
+    }
+
+    pub(super) fn set(&self, path: &[u8], slot: Slot) {
+        self.kids.borrow_mut().entry(parent(path).to_vec()).or_default().insert(path.to_vec());
+        self.slots.borrow_mut().insert(path.to_vec(), slot);
+    }
+
+    /// Changes the node at `path` (taken into the overlay first).
+    pub(super) fn update(&self, path: &[u8], f: impl FnOnce(&mut SimNode)) -> Result<(), Errno> {
+        let mut n = self.node(path)?.ok_or(Errno::NOENT)?;
+        f(&mut n);
+        self.set(path, Slot::Node(n));
+        Ok(())
+    }
+
+    /// The names in directory `path`, as the overlay shows it.
+    pub(super) fn entries(&self, path: &[u8]) -> Vec<Vec<u8>> {
+        let mut names: HashSet<Vec<u8>> = HashSet::new();
+        let real = match self.resolve(path) {
+            Ok(Where::Real(r)) => Some(r),
+            Ok(Where::Node(n)) => n.real,
+            _ => None,
+        };
+        if let Some(r) = real {
+            if let Ok(fd) = super::fs::open_dir_nofollow(&r) {
+                for n in super::fs::entries_of(fd.as_fd(), b".").unwrap_or_default() {
+                    names.insert(n);
+                }
+            }
+        }
+        if let Some(kids) = self.kids.borrow().get(path) {
+            for k in kids {
+                names.extend(k.rsplit(|&c| c == b'/').next().map(<[u8]>::to_vec));
+            }
+        }
+        let mut present: Vec<Vec<u8>> =
+            names.into_iter().filter(|n| self.lstat(&join(path, n)).is_ok_and(|st| st.is_some())).collect();
+        present.sort();
+        present
+    }
+
+    fn make(&self, path: &[u8], ft: FileType, mode: u32, rdev: u64, target: Option<Vec<u8>>) -> Result<(), Errno> {
+        if self.lstat(path)?.is_some() {
+            return Err(Errno::EXIST);
+        }
+        let parent_st = self.lstat(parent(path))?.ok_or(Errno::NOENT)?;
+        let mut st = self.template;
+        let ino = self.next_ino.get() + 1;
+        self.next_ino.set(ino);
+        st.st_dev = parent_st.st_dev;
+        // No real inode has this number.
+        st.st_ino = u64::MAX - ino;
+        st.st_mode = ft.as_raw_mode() | (mode & 0o7777);
+        st.st_nlink = if ft == FileType::Directory { 2 } else { 1 };
+        st.st_uid = rustix::process::geteuid().as_raw();
+        st.st_gid = rustix::process::getegid().as_raw();
+        st.st_rdev = rdev as _;
+        st.st_size = target.as_ref().map_or(0, |t| t.len() as _);
+        self.move_slots(path, path);
+        let content = (ft == FileType::RegularFile).then(|| (blake3::hash(b"").to_hex().to_string(), 0));
+        self.set(path, Slot::Node(Box::new(SimNode { real: None, st, content, target, xattrs: None, flags: None })));
+        Ok(())
+    }
+
+    fn readlink(&self, path: &[u8]) -> Result<Vec<u8>, Errno> {
+        match self.resolve(path)? {
+            Where::Real(r) => rustix::fs::readlink(r.as_slice(), Vec::new()).map(|t| t.into_bytes()),
+            Where::Missing => Err(Errno::NOENT),
+            Where::Node(n) => match (n.target, n.real) {
+                (Some(t), _) => Ok(t),
+                (None, Some(r)) => rustix::fs::readlink(r.as_slice(), Vec::new()).map(|t| t.into_bytes()),
+                (None, None) => Err(Errno::INVAL),
+            },
+        }
+    }
+
+    fn content(&self, path: &[u8]) -> io::Result<(String, u64)> {
+        let n = self.node(path)?.ok_or_else(|| io::Error::from(Errno::NOENT))?;
+        if let Some(c) = n.content {
+            return Ok(c);
+        }
+        let r = n.real.ok_or_else(|| io::Error::other("no contents"))?;
+        let fd = rustix::fs::open(
+            r.as_slice(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        hash_fd(&fd)
+    }
+
+    /// Takes every slot under directory `from` out of the overlay and returns them keyed under
+    /// `to` (`from` itself to drop them).
+    fn move_slots(&self, from: &[u8], to: &[u8]) -> Vec<(Vec<u8>, Slot)> {
+        // Every slot below `from`, through the index by parent (never a scan of the overlay).
+        let mut below = Vec::new();
+        let mut dirs = vec![from.to_vec()];
+        while let Some(d) = dirs.pop() {
+            if let Some(kids) = self.kids.borrow_mut().remove(&d) {
+                for k in kids {
+                    dirs.push(k.clone());
+                    below.push(k);
+                }
+            }
+        }
+        let mut slots = self.slots.borrow_mut();
+        below
+            .into_iter()
+            .filter_map(|k| {
+                let slot = slots.remove(&k)?;
+                let mut nk = to.to_vec();
+                nk.extend_from_slice(&k[from.len()..]);
+                Some((nk, slot))
+            })
+            .collect()
+    }
+
+    fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        let src = self.node(from)?.ok_or(Errno::NOENT)?;
+        let dst = self.node(to)?;
+        if flags.contains(RenameFlags::EXCHANGE) {
+            let dst = dst.ok_or(Errno::NOENT)?;
+            let a = self.move_slots(from, to);
+            let b = self.move_slots(to, from);
+            self.set(to, Slot::Node(src));
+            self.set(from, Slot::Node(dst));
+            for (k, s) in a.into_iter().chain(b) {
+                self.set(&k, s);
+            }
+            return Ok(());
+        }
+        if let Some(d) = &dst {
+            if flags.contains(RenameFlags::NOREPLACE) {
+                return Err(Errno::EXIST);
+            }
+            let (sd, dd) = (
+                FileType::from_raw_mode(src.st.st_mode) == FileType::Directory,
+                FileType::from_raw_mode(d.st.st_mode) == FileType::Directory,
+            );
+            match (sd, dd) {
+                (false, true) => return Err(Errno::ISDIR),
+                (true, false) => return Err(Errno::NOTDIR),
+                (true, true) if !self.entries(to).is_empty() => return Err(Errno::NOTEMPTY),
+                _ => {}
+            }
+        }
+        let moved = self.move_slots(from, to);
+        // Whatever was inside the directory replaced is gone.
+        self.move_slots(to, to);
+        self.set(to, Slot::Node(src));
+        self.set(from, Slot::Absent);
+        for (k, s) in moved {
+            self.set(&k, s);
+        }
+        Ok(())
+    }
+
+    /// The extended attributes of the node at `path` as the overlay shows them (`None`: the
+    /// real node's, read by the caller from [`Dir::real_path`]).
+    pub(super) fn xattrs(&self, path: &[u8]) -> Option<Vec<XattrPair>> {
+        self.node(path).ok().flatten().and_then(|n| n.xattrs)
+    }
+
+    /// The inode flags the dry run set on the node at `path`, if it set any.
+    pub(super) fn flags(&self, path: &[u8]) -> Option<u32> {
+        self.node(path).ok().flatten().and_then(|n| n.flags)
+    }
+
+    /// Sets times on the node at `path`.
+    pub(super) fn set_times(&self, path: &[u8], ts: &Timestamps) -> Result<(), Errno> {
+        self.update(path, |n| {
+            n.st.st_atime = ts.last_access.tv_sec;
+            n.st.st_atime_nsec = ts.last_access.tv_nsec as _;
+            n.st.st_mtime = ts.last_modification.tv_sec;
+            n.st.st_mtime_nsec = ts.last_modification.tv_nsec as _;
+        })
+    }
+}

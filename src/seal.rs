@@ -266,6 +266,26 @@ impl Seal {
         index.get(path).map(|&i| &self.paths[i].1)
     }
 
+    /// Sets the after-state of `path` (an undo that changed it makes what it left the state
+    /// later changes are measured against).
+    pub fn set_state(&mut self, path: &BPath, state: AfterState) {
+        // state_of builds the index.
+        let at = self.state_of(path).and_then(|_| self.index.get()?.get(path).copied());
+        match at {
+            Some(i) => self.paths[i].1 = state,
+            None => {
+                self.paths.push((path.clone(), state));
+                self.index = Default::default();
+            }
+        }
+    }
+
+    /// Writes the seal into `session_dir`, atomically.
+    pub fn write(&self, session_dir: &Path) -> io::Result<()> {
+        let body = serde_json::to_vec(self).map_err(io::Error::other)?;
+        crate::session::write_atomically(&session_dir.join(SEAL_FILE), &body)
+    }
+
     /// Reads a session's seal, if it has one.
     pub fn read(session_dir: &Path) -> io::Result<Option<Seal>> {
         match std::fs::read(session_dir.join(SEAL_FILE)) {

@@ -571,6 +571,37 @@ impl Session {
             .unwrap_or(State::Active)
     }
 
+    /// The processes that still hold a file of this session open or mapped (its journal, a
+    /// segment, its counters): a process of the session still running (a dev server or a
+    /// watcher left behind by `run`, or the command itself while an undo is taken). Found in
+    /// `/proc`, among the processes this user may inspect; this process excluded.
+    ///
+    /// What it cannot see: a process of the session that has not journaled anything yet
+    /// (it has opened nothing here), or one owned by another user.
+    pub fn live_processes(&self) -> Vec<u32> {
+        use std::os::unix::ffi::OsStrExt;
+        let me = std::process::id();
+        let Ok(dir) = fs::canonicalize(&self.dir) else { return Vec::new() };
+        let mut prefix = dir.as_os_str().as_bytes().to_vec();
+        prefix.push(b'/');
+        let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
+        let mut live: Vec<u32> = procs
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me)
+            .filter(|pid| {
+                let fds = fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+                let by_fd = fds
+                    .filter_map(|fd| fs::read_link(fd.path()).ok())
+                    .any(|target| target.as_os_str().as_bytes().starts_with(&prefix));
+                by_fd
+                    || fs::read(format!("/proc/{pid}/maps"))
+                        .is_ok_and(|maps| maps.split(|&c| c == b'\n').any(|l| memfind(l, &prefix)))
+            })
+            .collect();
+        live.sort_unstable();
+        live
+    }
+
     /// Records a new lifecycle state.
     pub fn set_state(&self, state: State) -> Result<(), SessionError> {
         let p = self.dir.join(STATE_FILE);
@@ -783,6 +814,11 @@ pub fn check_ownership(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether `needle` occurs in `hay`.
+fn memfind(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]

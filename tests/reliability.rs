@@ -859,3 +859,66 @@ fn a_thread_s_arena_goes_back_to_the_system_when_the_thread_ends() {
     assert_same_tree(&before, &manifest(&s.tree()));
     assert_complete(code, &r);
 }
+
+/// Waits (at most 20 s) until `path` exists and then until no process holds `session` open.
+fn wait_for_leftover(s: &Scratch, session: &std::path::Path, path: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !s.path(path).exists() {
+        assert!(std::time::Instant::now() < deadline, "the process left running never wrote {path}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let me = aether_journal::session::Session::open(session).expect("open the session");
+    while !me.live_processes().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the process left running never ended");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn undo_refuses_while_a_process_of_the_session_still_runs_and_undoes_what_it_wrote_once_it_ended() {
+    let s = Scratch::new("undo_refuses_while_a_process_of_the_session_still_runs");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let popen = "import subprocess; open('early', 'w').write('e'); subprocess.Popen(['sh', '-c', 'sleep 2; echo late > late'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
+    s.run_ok(&session, &[python(), "-c", popen]);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert!(r["outcomes"][0]["why"].as_str().unwrap().contains("still running"), "{r}");
+    assert!(s.path("early").exists(), "nothing was undone");
+    wait_for_leftover(&s, &session, "late");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn a_record_journaled_after_a_forced_undo_of_a_running_session_is_undone_by_the_next_undo() {
+    let s = Scratch::new("a_record_journaled_after_a_forced_undo_of_a_running_session");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let popen = "import subprocess; open('early', 'w').write('e'); subprocess.Popen(['sh', '-c', 'sleep 2; echo late > late'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
+    s.run_ok(&session, &[python(), "-c", popen]);
+    let (code, r) = s.undo_json_with(&session, &["--force"]);
+    assert_complete(code, &r);
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("still running")), "{r}");
+    assert!(!s.path("early").exists());
+    wait_for_leftover(&s, &session, "late");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_eq!(r["already_undone"], false, "{r}");
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn undo_after_a_selective_undo_is_exact_with_no_conflict_against_its_own_work() {
+    let s = Scratch::new("undo_after_a_selective_undo_is_exact_with_no_conflict_against_its_own_work");
+    s.sh("echo x > f && chmod 644 f");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo y > f && chmod 600 f"]);
+    let (code, r) = s.undo_json_with(&session, &["--last", "1"]);
+    assert_eq!(code, 0, "{r}");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}

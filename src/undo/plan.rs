@@ -57,17 +57,9 @@ pub fn undo_session_with_progress(
     opts: &UndoOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Report, SessionError> {
+    let undone_before = session.state() == State::Undone;
     match session.state() {
-        State::Undone => {
-            return Ok(Report {
-                complete: true,
-                already_undone: true,
-                dry_run: opts.dry_run,
-                notes: vec!["this session was already undone; nothing was changed".into()],
-                coverage: session.coverage(),
-                ..Default::default()
-            });
-        }
+        State::Undone | State::Active => {}
         State::Kept => {
             return Err(SessionError::Io {
                 path: session.dir().to_path_buf(),
@@ -76,13 +68,48 @@ pub fn undo_session_with_progress(
                 ),
             });
         }
-        State::Active => {}
     }
+    let mut notes_live = None;
     let journal = session.read_journal()?;
+    let already = read_undone(session);
+    // Undone is per record: what a process of the session journaled after an earlier undo is
+    // undone by this one.
+    if undone_before && journal.records.iter().all(|r| already.contains(&r.seq)) {
+        return Ok(Report {
+            complete: true,
+            already_undone: true,
+            dry_run: opts.dry_run,
+            notes: vec!["this session was already undone; nothing was changed".into()],
+            coverage: session.coverage(),
+            ..Default::default()
+        });
+    }
+    let live = session.live_processes();
+    if !live.is_empty() {
+        let pids = live.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        if !opts.force {
+            return Ok(Report {
+                complete: false,
+                dry_run: opts.dry_run,
+                outcomes: vec![StepReport {
+                    seq: None,
+                    outcome: Outcome::Conflict,
+                    path: None,
+                    why: format!(
+                        "the session is still running: process(es) {pids} still have its journal open; nothing was undone (stop them first, or use --force to undo what is journaled so far)"
+                    ),
+                }],
+                coverage: session.coverage(),
+                ..Default::default()
+            });
+        }
+        notes_live = Some(format!(
+            "the session was still running (process(es) {pids}): what they journal after this undo is undone by the next one"
+        ));
+    }
     let blobs = session.blobs_dir();
     let seal =
         Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
-    let already = read_undone(session);
     let only = opts.select.as_ref().map(|sel| select(&journal, sel));
     let plan = Plan {
         journal: &journal,
@@ -94,6 +121,7 @@ pub fn undo_session_with_progress(
     };
     let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
     report.coverage = session.coverage();
+    report.notes.extend(notes_live);
     let lost = session.counters().lost_records;
     if lost > 0 {
         report.outcomes.push(StepReport {
@@ -109,6 +137,13 @@ pub fn undo_session_with_progress(
     if !opts.dry_run {
         append_undone(session, &report.undone)
             .map_err(|source| SessionError::Io { path: session.dir().join(UNDONE_FILE), source })?;
+        if let Some(mut seal) = seal.clone() {
+            // What this undo left is what a later undo compares against: its own work is no
+            // change since the session.
+            reseal(&mut seal, &journal, &report.undone);
+            seal.write(session.dir())
+                .map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
+        }
         let undone: HashSet<u64> = report.undone.iter().copied().collect();
         let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || undone.contains(&r.seq));
         if report.complete && all_done && journal.problems.is_empty() {
@@ -139,4 +174,23 @@ pub struct Plan<'a> {
 pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
     let none = HashSet::new();
     run_plan(&Plan { journal, blobs_dir, opts, seal: None, already: &none, only: None }, &mut |_, _| {})
+}
+
+/// Takes into `seal` the state, now, of every path the records `undone` name.
+fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64]) {
+    let undone: HashSet<u64> = undone.iter().copied().collect();
+    let mut seen = HashSet::new();
+    let paths: Vec<&crate::bpath::BPath> = journal
+        .records
+        .iter()
+        .filter(|r| undone.contains(&r.seq))
+        .flat_map(crate::select::record_paths)
+        .filter(|p| seen.insert(*p))
+        .collect();
+    let states = crate::seal::states_of(&paths, None);
+    for (p, st) in paths.into_iter().zip(states) {
+        if let Some(Ok(st)) = st {
+            seal.set_state(p, st);
+        }
+    }
 }

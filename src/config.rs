@@ -12,6 +12,10 @@ use std::fmt;
 pub const ENV_DIR: &str = "AETHER_JOURNAL_DIR";
 /// `off` disables the shim entirely.
 pub const ENV_SWITCH: &str = "AETHER_JOURNAL";
+/// Set (to `1`) with `AETHER_JOURNAL=off` by `aether-journal` when it re-executes itself
+/// without the shim inside a session: that exec is a nested session (or tool), not a program
+/// whose caller switched journaling off.
+pub const ENV_NESTED: &str = "AETHER_JOURNAL_NESTED";
 /// Per-file capture budget (bytes, with optional K/M/G/T suffix). Default 1G.
 pub const ENV_MAX_FILE: &str = "AETHER_JOURNAL_MAX_FILE";
 /// Per-session capture budget. Default 16G.

@@ -65,6 +65,88 @@ pub fn check(path: &[u8], creds: Creds) -> Result<(), UnobservedReason> {
     check_depth(path, creds, 0)
 }
 
+/// [`check`] for an exec with its arguments: the dynamic loader run as a program (`ld.so
+/// PROGRAM`, as `ldd` and uv do) honours `LD_PRELOAD` like any dynamic program, so what
+/// counts is the program it is told to run (`argv[0]` is the loader's own name).
+pub fn check_exec(path: &[u8], argv: &[&[u8]], creds: Creds) -> Result<(), UnobservedReason> {
+    match check(path, creds) {
+        Err(UnobservedReason::StaticExecutable) if is_dynamic_loader(path) => match loader_operand(argv) {
+            Some(program) => check(program, creds),
+            // Options alone (`--list`, `--help`): it runs no program.
+            None => Ok(()),
+        },
+        other => other,
+    }
+}
+
+/// The program a command line of the dynamic loader runs: its first operand after the
+/// loader's options (`--library-path DIR` and the like take a value).
+fn loader_operand<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
+    const WITH_VALUE: [&[u8]; 7] = [
+        b"--library-path",
+        b"--inhibit-rpath",
+        b"--audit",
+        b"--preload",
+        b"--argv0",
+        b"--glibc-hwcaps-prepend",
+        b"--glibc-hwcaps-mask",
+    ];
+    const RUNS_NOTHING: [&[u8]; 6] =
+        [b"--list", b"--verify", b"--help", b"--version", b"--list-tunables", b"--list-diagnostics"];
+    let mut args = argv.iter().skip(1);
+    while let Some(a) = args.next() {
+        if RUNS_NOTHING.contains(a) {
+            return None;
+        }
+        if WITH_VALUE.contains(a) {
+            args.next();
+            continue;
+        }
+        if *a == b"--" {
+            return args.next().copied();
+        }
+        if !a.starts_with(b"--") {
+            return Some(a);
+        }
+    }
+    None
+}
+
+/// Whether `path` is the dynamic loader this process was started by (the `PT_INTERP` of its
+/// own executable): the same file, by device and inode.
+pub fn is_dynamic_loader(path: &[u8]) -> bool {
+    let (Some(loader), Ok(st)) = (own_interpreter(), rustix::fs::stat(path)) else { return false };
+    rustix::fs::stat(loader.as_slice()).is_ok_and(|l| (l.st_dev, l.st_ino) == (st.st_dev, st.st_ino))
+}
+
+/// The `PT_INTERP` path of this process's executable.
+fn own_interpreter() -> Option<Vec<u8>> {
+    let fd = rustix::fs::open("/proc/self/exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut head = [0u8; 64];
+    if read_at(&fd, &mut head, 0).ok()? < 64 || !head.starts_with(b"\x7fELF") || head[4] != 2 {
+        return None;
+    }
+    let phoff = u64::from_le_bytes(head[32..40].try_into().ok()?);
+    let (phentsize, phnum) =
+        (u16::from_le_bytes([head[54], head[55]]) as usize, u16::from_le_bytes([head[56], head[57]]) as usize);
+    if phentsize < 56 || phnum == 0 || phnum > 512 {
+        return None;
+    }
+    let mut table = vec![0u8; phentsize * phnum];
+    if read_at(&fd, &mut table, phoff).ok()? != table.len() {
+        return None;
+    }
+    let ph = table.chunks_exact(phentsize).find(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP)?;
+    let (off, len) = (u64::from_le_bytes(ph[8..16].try_into().ok()?), u64::from_le_bytes(ph[32..40].try_into().ok()?));
+    let mut name = vec![0u8; len.min(4096) as usize];
+    let n = read_at(&fd, &mut name, off).ok()?;
+    name.truncate(n);
+    while name.last() == Some(&0) {
+        name.pop();
+    }
+    Some(name)
+}
+
 /// Whether the executable at `path` is built for another architecture than this process (a
 /// script: its interpreter), from its ELF header alone: what the supervisor, which sees into
 /// every program of its own architecture, needs to know of an exec.
@@ -289,6 +371,36 @@ mod tests {
             check(p.as_os_str().as_bytes(), other),
             Err(UnobservedReason::SetIdExecutable { mode: 0o4755 })
         ));
+    }
+
+    #[test]
+    fn the_dynamic_loader_run_as_a_program_is_observable_when_the_program_it_runs_is() {
+        let loader = own_interpreter().expect("this test program is dynamically linked");
+        assert!(is_dynamic_loader(&loader));
+        assert_eq!(check(&loader, me()), Err(UnobservedReason::StaticExecutable), "by its headers alone");
+        let ld: &[u8] = &loader;
+        assert_eq!(check_exec(&loader, &[ld, b"/bin/rm", b"f"], me()), Ok(()));
+        assert_eq!(check_exec(&loader, &[ld, b"--library-path", b"/x", b"--", b"/bin/true"], me()), Ok(()));
+        assert_eq!(check_exec(&loader, &[ld, b"--list", b"/bin/true"], me()), Ok(()));
+        let t = tempfile::tempdir().unwrap();
+        let mut elf = vec![0u8; 64 + 56];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
+        elf[32..40].copy_from_slice(&64u64.to_le_bytes());
+        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
+        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
+        elf[64..68].copy_from_slice(&1u32.to_le_bytes());
+        let p = t.path().join("static");
+        std::fs::write(&p, &elf).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(
+            check_exec(&loader, &[ld, p.as_os_str().as_bytes()], me()),
+            Err(UnobservedReason::StaticExecutable),
+            "what it runs decides"
+        );
+        assert!(!is_dynamic_loader(b"/bin/sh"));
     }
 
     #[test]

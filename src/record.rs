@@ -533,6 +533,16 @@ pub enum UnobservedReason {
     },
     /// The program's environment disables the shim (`AETHER_JOURNAL=off` set by the caller).
     ShimDisabled,
+    /// `aether-journal` itself, run inside this session (it leaves the shim to reach its own
+    /// store): a nested `run` journals its command in a session of its own, which must be
+    /// undone first; any other subcommand (an `undo`) changed files this session did not see.
+    NestedSession {
+        /// The subcommand (`run`, `undo`, ...).
+        subcommand: String,
+        /// The nested session's directory, when its command line names it (`--journal`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<BPath>,
+    },
     /// The process set up io_uring, through which it can open, write, rename and unlink
     /// files without calling libc.
     IoUring,
@@ -578,6 +588,21 @@ impl fmt::Display for UnobservedReason {
             UnobservedReason::ShimDisabled => {
                 f.write_str("its environment sets AETHER_JOURNAL=off; what it changed was not journaled")
             }
+            UnobservedReason::NestedSession { subcommand, dir } if subcommand == "run" => match dir {
+                Some(d) => write!(
+                    f,
+                    "a nested session at {}: what its command changed is journaled there, not here; undo it first (aether-journal undo --journal {})",
+                    d.display_lossy(),
+                    d.display_lossy()
+                ),
+                None => f.write_str(
+                    "a nested aether-journal session (its directory is the one that run printed): what its command changed is journaled there, not here; undo it first",
+                ),
+            },
+            UnobservedReason::NestedSession { subcommand, .. } => write!(
+                f,
+                "aether-journal {subcommand} ran inside this session, outside the shim: what it changed was not journaled here"
+            ),
             UnobservedReason::IoUring => f.write_str(
                 "it set up io_uring, through which files can change without passing through libc; what it changed that way was not journaled",
             ),

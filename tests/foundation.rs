@@ -547,3 +547,33 @@ fn under_the_supervisor_a_process_that_drops_to_a_user_who_cannot_write_the_stor
         |during| assert!(during.contains_key(&b"d"[..])),
     );
 }
+
+#[test]
+fn a_program_run_through_the_dynamic_loader_is_journaled_and_undone_exactly() {
+    // ld.so PROGRAM, as ldd and uv run programs: the loader honours LD_PRELOAD.
+    let loader = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "readelf -l /bin/rm | sed -n 's/.*interpreter: \\(.*\\)]/\\1/p'"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let loader = loader.trim();
+    assert!(loader.starts_with('/'), "the loader of /bin/rm: {loader:?}");
+    for watch in BOTH {
+        let s = Scratch::new(&format!("a_program_run_through_the_dynamic_loader_is_journaled_{watch:?}"));
+        s.sh("echo keep > f");
+        let before = manifest(&s.tree());
+        // As the command itself (run checks it), and from a shell (the shim's exec hook).
+        let from_shell = format!("{loader} /bin/rm f");
+        for (i, argv) in [vec![loader, "/bin/rm", "f"], vec!["sh", "-c", &from_shell]].into_iter().enumerate() {
+            let session = s.session(&format!("session{i}"));
+            s.run_ok_as(&session, &argv, watch);
+            assert!(!s.path("f").exists());
+            let (code, r) = s.undo_json(&session);
+            assert_complete(code, &r);
+            assert_same_tree(&before, &manifest(&s.tree()));
+        }
+    }
+}

@@ -545,7 +545,22 @@ fn under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_s
     assert_eq!(code, 3, "{r}");
     assert!(s.path("outer-file").exists());
     let why: Vec<&str> = r["outcomes"].as_array().unwrap().iter().filter_map(|o| o["why"].as_str()).collect();
-    assert!(why.iter().any(|w| w.contains("AETHER_JOURNAL=off")), "{why:?}");
+    let named = format!("a nested session at {}: ", inner.display());
+    assert!(why.iter().any(|w| w.contains(&named) && w.contains("undo it first")), "{why:?}");
+    assert!(!why.iter().any(|w| w.contains("aether-journal log")), "a reader is no unobserved program: {why:?}");
+    let unobserved = r["outcomes"].as_array().unwrap().iter().find(|o| o["why"].as_str().unwrap().contains(&named));
+    assert!(unobserved.is_some_and(|o| o["outcome"] == "skipped"), "{r}");
+    let log = s.log_json(&outer);
+    let reason = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|r| (r["op"]["kind"] == "unobserved").then(|| r["op"]["reason"].clone()));
+    assert_eq!(
+        reason,
+        Some(serde_json::json!({"code": "nested_session", "subcommand": "run", "dir": inner.to_str().unwrap()})),
+        "a typed reason a harness can read"
+    );
 }
 
 #[test]

@@ -173,6 +173,13 @@ enum Command {
 /// enclosing session journals this program as unobserved, which is what it is to that session.
 fn leave_the_shim() {
     use std::os::unix::process::CommandExt;
+    // The subcommands that only read run under the shim as any reader does: the session sees
+    // all they do (nothing), and need not count them as unobserved.
+    let sub = std::env::args_os().skip(1).find(|a| !a.to_string_lossy().starts_with('-'));
+    if sub.is_none_or(|s| ["sessions", "log", "review", "completions", "man", "help"].contains(&&*s.to_string_lossy()))
+    {
+        return;
+    }
     let Some(preload) = std::env::var_os("LD_PRELOAD") else { return };
     let preload = preload.to_string_lossy().into_owned();
     if !preload.contains("libaether_journal") || std::env::var_os("AETHER_JOURNAL").is_some_and(|v| v == "off") {
@@ -182,7 +189,8 @@ fn leave_the_shim() {
         preload.split([':', ' ']).filter(|e| !e.is_empty() && !e.contains("libaether_journal")).collect();
     let Ok(exe) = std::env::current_exe() else { return };
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(std::env::args_os().skip(1)).env("AETHER_JOURNAL", "off");
+    // The enclosing session's shim names this exec a nested session (see ENV_NESTED).
+    cmd.args(std::env::args_os().skip(1)).env("AETHER_JOURNAL", "off").env(aether_journal::config::ENV_NESTED, "1");
     if rest.is_empty() {
         cmd.env_remove("LD_PRELOAD");
     } else {

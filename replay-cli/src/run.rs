@@ -235,7 +235,9 @@ fn run_plain(
     // The command itself is started by this (unhooked) process: check it here, as the shim's
     // exec hooks check every program started after it.
     let first = s.reserve_ids_before_start(2).map_err(|e| e.to_string())?;
-    if let Err(reason) = exec_check::check(program.as_bytes(), Creds::current()) {
+    use std::os::unix::ffi::OsStrExt;
+    let argv: Vec<&[u8]> = command.iter().map(|a| a.as_bytes()).collect();
+    if let Err(reason) = exec_check::check_exec(program.as_bytes(), &argv, Creds::current()) {
         if strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
             s.append(&own_record(first, Op::Refused { what, errno: libc_eperm() })).map_err(|e| e.to_string())?;

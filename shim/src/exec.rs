@@ -94,6 +94,8 @@ enum EnvFix {
     Unchanged,
     /// The caller set `AETHER_JOURNAL=off` for the child on purpose.
     Disabled,
+    /// `aether-journal` re-executing itself outside the shim (`AETHER_JOURNAL_NESTED=1`).
+    Nested,
     Changed(Vec<Vec<u8>>),
 }
 
@@ -103,7 +105,11 @@ enum EnvFix {
 fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     let value_of = |name: &[u8]| entries.iter().find_map(|e| env_value(e, name));
     if value_of(b"AETHER_JOURNAL") == Some(b"off") {
-        return EnvFix::Disabled;
+        return if value_of(journal::config::ENV_NESTED.as_bytes()) == Some(b"1") {
+            EnvFix::Nested
+        } else {
+            EnvFix::Disabled
+        };
     }
     let mut add: Vec<Vec<u8>> = Vec::new();
     let preload = value_of(b"LD_PRELOAD");
@@ -287,10 +293,17 @@ pub fn prepare(
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
             store.record_fresh(
                 call,
-                Op::Exec { program: BPath::new(program.clone()), argv: args, cwd: BPath::new(cwd), child: None },
+                Op::Exec {
+                    program: BPath::new(program.clone()),
+                    argv: args,
+                    cwd: BPath::new(cwd.clone()),
+                    child: None,
+                },
             );
         }
-        let mut reason = exec_check::check(&program, Creds::current()).err();
+        // SAFETY: exec's contract: argv is a null-terminated array of C strings.
+        let argv_now = unsafe { c_strings(argv) };
+        let mut reason = exec_check::check_exec(&program, &argv_now, Creds::current()).err();
         let envp = match env {
             EnvIn::Given(e) => e,
             EnvIn::Environ | EnvIn::Fixed => current_environ(),
@@ -300,6 +313,7 @@ pub fn prepare(
         match fix_env(cfg, &entries) {
             EnvFix::Unchanged => {}
             EnvFix::Disabled => reason = reason.or(Some(UnobservedReason::ShimDisabled)),
+            EnvFix::Nested => reason = reason.or(Some(nested_session(&argv_now, &cwd))),
             EnvFix::Changed(_) if matches!(env, EnvIn::Fixed) => {
                 reason = reason.or(Some(UnobservedReason::ShimNotLoaded {
                     why: format!("{call}() runs its command with an environment that lost LD_PRELOAD"),
@@ -321,6 +335,26 @@ pub fn prepare(
         (program, plan)
     })
     .unwrap_or_default()
+}
+
+/// What a nested `aether-journal` command line is: its subcommand, and the session directory
+/// it names (`--journal DIR` or `--journal=DIR`, made absolute against `cwd`).
+fn nested_session(argv: &[&[u8]], cwd: &[u8]) -> UnobservedReason {
+    let sub = argv.iter().skip(1).find(|a| !a.starts_with(b"-")).copied().unwrap_or_default();
+    let mut dir = None;
+    for (i, a) in argv.iter().enumerate() {
+        if *a == b"--" {
+            break;
+        }
+        if *a == b"--journal" {
+            dir = argv.get(i + 1).copied();
+        } else if let Some(v) = a.strip_prefix(b"--journal=") {
+            dir = Some(v);
+        }
+    }
+    let dir = dir
+        .map(|d| if d.starts_with(b"/") { BPath::new(d.to_vec()) } else { BPath::new(journal::bpath::join(cwd, d)) });
+    UnobservedReason::NestedSession { subcommand: String::from_utf8_lossy(sub).into_owned(), dir }
 }
 
 thread_local! {
@@ -388,7 +422,7 @@ fn fixed_env(cfg: &Config, env: EnvIn) -> Option<Vec<Vec<u8>>> {
     // SAFETY: an envp (or environ) is a null-terminated array of C strings.
     match fix_env(cfg, &unsafe { c_strings(envp) }) {
         EnvFix::Changed(new) => Some(new),
-        EnvFix::Unchanged | EnvFix::Disabled => None,
+        EnvFix::Unchanged | EnvFix::Disabled | EnvFix::Nested => None,
     }
 }
 

@@ -60,9 +60,12 @@ impl Record {
             Op::Connect { result, .. } => !matches!(result, ConnectResult::Failed { .. }),
             Op::Send { .. } | Op::Unobserved { .. } => true,
             Op::Signal { outside, .. } => *outside,
-            Op::Meta { .. } | Op::Exec { .. } | Op::Refused { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {
-                false
-            }
+            Op::Meta { .. }
+            | Op::Exec { .. }
+            | Op::Refused { .. }
+            | Op::TempName { .. }
+            | Op::CallFailed { .. }
+            | Op::DirTimes { .. } => false,
         }
     }
 }
@@ -164,6 +167,20 @@ pub enum Op {
         /// Absolute template, `X`s included, with a symlink-free parent directory.
         template: BPath,
     },
+    /// The times of directory `path` before the session first changed its entries (a name
+    /// made, removed or renamed in it): written once per directory per session, before that
+    /// change. Undo sets them back after every entry is back, when it undoes every record
+    /// that changed the directory's entries and this is the oldest record it has of the name.
+    DirTimes {
+        /// The directory, absolute, with a symlink-free path.
+        path: BPath,
+        /// Its identity then.
+        ident: Ident,
+        /// Last access time, `[seconds, nanoseconds]`.
+        atime: [i64; 2],
+        /// Last modification time, `[seconds, nanoseconds]`.
+        mtime: [i64; 2],
+    },
     /// The call described by record `of_seq` failed, so it changed nothing. Written after the
     /// call, only where undo could not tell that from the file system alone.
     CallFailed {
@@ -179,7 +196,7 @@ impl Op {
     /// reported separately by undo).
     pub fn primary_path(&self) -> Option<&BPath> {
         match self {
-            Op::Change { path, .. } | Op::Meta { path, .. } => Some(path),
+            Op::Change { path, .. } | Op::Meta { path, .. } | Op::DirTimes { path, .. } => Some(path),
             Op::Rename { from, .. } => Some(from),
             Op::Unobserved { program, .. } | Op::Exec { program, .. } => Some(program),
             Op::TempName { template } => Some(template),

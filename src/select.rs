@@ -79,7 +79,8 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
                 let under = |rp: &BPath| paths.iter().any(|p| rp.starts_with_dir(p.as_bytes()));
                 // A temporary name's template is not a path the undo touches, but an interrupted
                 // one belongs to the directory it would have created a file in.
-                record_paths(r).into_iter().any(under) || matches!(&r.op, Op::TempName { template } if under(template))
+                record_paths(r).into_iter().any(under)
+                    || matches!(&r.op, Op::TempName { template } | Op::DirTimes { path: template, .. } if under(template))
             })
             .map(|r| r.seq)
             .collect(),
@@ -112,6 +113,22 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
         }
     }
     chosen.extend(extra);
+    // The times of every directory a chosen record changes an entry of go with it: undo sets
+    // them back once every change to its entries is undone.
+    let parents: HashSet<&[u8]> = journal
+        .records
+        .iter()
+        .filter(|r| chosen.contains(&r.seq))
+        .flat_map(record_paths)
+        .filter_map(|p| p.split_parent().map(|(d, _)| d))
+        .collect();
+    let times: Vec<u64> = journal
+        .records
+        .iter()
+        .filter(|r| matches!(&r.op, Op::DirTimes { path, .. } if parents.contains(path.as_bytes())))
+        .map(|r| r.seq)
+        .collect();
+    chosen.extend(times);
     chosen
 }
 

@@ -119,14 +119,20 @@ fn the_journal_records_who_did_what_before_it_happened() {
     s.run_ok(&session, &["bash", "-c", "rm b; mkdir newdir"]);
     let log = s.log_json(&session);
     let records = log["records"].as_array().unwrap();
-    let rm = records.iter().find(|r| r["call"] == "unlinkat").expect("rm's unlinkat is journaled");
+    let rm = records
+        .iter()
+        .find(|r| r["call"] == "unlinkat" && r["op"]["kind"] == "change")
+        .expect("rm's unlinkat is journaled");
+    let times = records.iter().find(|r| r["op"]["kind"] == "dir_times").expect("and the directory's times before it");
+    assert_eq!(times["op"]["path"], s.tree().to_str().unwrap());
+    assert!(times["seq"].as_u64() < rm["seq"].as_u64(), "{times} before {rm}");
     assert!(rm["prog"].as_str().unwrap().ends_with("/rm"), "{rm}");
     assert!(rm["pid"].as_u64().unwrap() > 0 && rm["ppid"].as_u64().unwrap() > 0, "{rm}");
     assert_eq!(rm["op"]["path"], s.path("b").to_str().unwrap());
     assert_eq!(rm["op"]["before"]["state"], "contents");
     assert_eq!(rm["op"]["before"]["node"]["size"], 2);
     assert_eq!(rm["op"]["before"]["mode"], 0o644);
-    let mk = records.iter().find(|r| r["call"] == "mkdir").expect("mkdir is journaled");
+    let mk = records.iter().find(|r| r["call"] == "mkdir" && r["op"]["kind"] == "change").expect("mkdir is journaled");
     assert_eq!(mk["op"]["before"]["state"], "absent");
     let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "oldest first, increasing: {seqs:?}");

@@ -119,6 +119,7 @@ fn describe_record(r: &Record) -> String {
         Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
         Op::TempName { template } => format!("temporary name from {}", escape(template)),
         Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
+        Op::DirTimes { path, .. } => format!("{}  [directory times kept before its entries change]", escape(path)),
     }
 }
 

@@ -75,6 +75,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         interrupted: plan.journal.interrupted_temp_names(),
         expected: Default::default(),
         parent: Default::default(),
+        dir_times: Default::default(),
     };
     let failed_calls = plan.journal.failed_calls();
     let mut report = Report { dry_run: plan.opts.dry_run, sealed: plan.seal.is_some(), ..Default::default() };
@@ -133,7 +134,13 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
     progress(total, total);
     let before = report.outcomes.len();
     exec.apply_deferred(&mut report.outcomes);
-    let failed_dirs: HashSet<u64> = report.outcomes[before..].iter().filter_map(|o| o.seq).collect();
+    let later = exec.apply_dir_times(&mut report.outcomes);
+    let failed_dirs: HashSet<u64> = report.outcomes[before..]
+        .iter()
+        .filter(|o| !o.outcome.is_success())
+        .filter_map(|o| o.seq)
+        .chain(later)
+        .collect();
     report.undone.retain(|s| !failed_dirs.contains(s));
     exec.forgive_superseded(plan, &failed_calls, &mut report);
     if plan.only.is_none() {
@@ -253,6 +260,8 @@ impl Executor<'_> {
             }
             // Audit entries: nothing to reverse (a completed temp_name is undone through the
             // record that names what the call created).
+            // Set back at the end, once every entry is back (see Executor::apply_dir_times).
+            Op::DirTimes { .. } => self.dir_times.borrow_mut().push(rec.seq),
             Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {}
         }
     }

@@ -417,6 +417,141 @@ impl Executor<'_> {
         }
     }
 
+    /// Sets back the times of every directory a `dir_times` record of this undo names, after
+    /// every entry and every deferred metadata: when every record that changed its entries is
+    /// undone, and no older record names the directory itself (a directory the session made
+    /// is removed; one it removed is recreated from its own, older, capture).
+    /// Returns the records it left for a later undo (their directory's entries are not all
+    /// back yet): those are not undone.
+    pub(super) fn apply_dir_times(&self, out: &mut Vec<StepReport>) -> Vec<u64> {
+        let seqs = self.dir_times.take();
+        let mut later = Vec::new();
+        if seqs.is_empty() {
+            return later;
+        }
+        struct Want<'j> {
+            seq: u64,
+            atime: [i64; 2],
+            mtime: [i64; 2],
+            older_self: bool,
+            partial: bool,
+            /// Its name when the record was made.
+            then: &'j BPath,
+            /// Its name once this undo has moved everything back.
+            path: BPath,
+        }
+        // Every rename, oldest first: a directory renamed before its times were journaled
+        // ends under its older name.
+        let renames: Vec<(u64, &BPath, &BPath, bool)> = self
+            .journal
+            .records
+            .iter()
+            .filter_map(|r| match &r.op {
+                Op::Rename { from, to, flags, .. } => {
+                    Some((r.seq, from, to, RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE)))
+                }
+                _ => None,
+            })
+            .collect();
+        let before_renames = |path: &BPath, seq: u64| -> BPath {
+            let mut p = path.clone();
+            for (_, from, to, exchange) in renames.iter().rev().filter(|r| r.0 < seq) {
+                let swap = |p: &BPath, a: &BPath, b: &BPath| {
+                    p.starts_with_dir(a.as_bytes()).then(|| {
+                        let mut n = b.as_bytes().to_vec();
+                        n.extend_from_slice(&p.as_bytes()[a.as_bytes().len()..]);
+                        BPath::new(n)
+                    })
+                };
+                if let Some(n) = swap(&p, to, from).or_else(|| if *exchange { swap(&p, from, to) } else { None }) {
+                    p = n;
+                }
+            }
+            p
+        };
+        let mut want: std::collections::HashMap<BPath, Want<'_>> = std::collections::HashMap::new();
+        for seq in seqs {
+            let Ok(i) = self.journal.records.binary_search_by_key(&seq, |r| r.seq) else { continue };
+            if let Op::DirTimes { path: then, atime, mtime, .. } = &self.journal.records[i].op {
+                let path = before_renames(then, seq);
+                let w = Want { seq, atime: *atime, mtime: *mtime, older_self: false, partial: false, then, path };
+                // The oldest record of a directory's times is the one from before the session.
+                match want.get(&w.path) {
+                    Some(have) if have.seq < seq => {}
+                    _ => {
+                        want.insert(w.path.clone(), w);
+                    }
+                }
+            }
+        }
+        let by_then: std::collections::HashMap<&[u8], BPath> =
+            want.values().map(|w| (w.then.as_bytes(), w.path.clone())).collect();
+        for r in &self.journal.records {
+            for p in crate::select::record_paths(r) {
+                // An older record that puts the directory itself back whole (its capture, its
+                // creation) or its times; a mode or owner leaves the times to this one, and a
+                // rename is followed above.
+                let whole = match &r.op {
+                    Op::Meta { before, .. } => before.what == MetaKind::Times,
+                    Op::Change { .. } => true,
+                    _ => false,
+                };
+                if let Some(w) = by_then.get(p.as_bytes()).and_then(|k| want.get_mut(k)) {
+                    w.older_self |= r.seq < w.seq && whole && p == w.then;
+                }
+                let parent = p.split_parent().map(|(d, _)| d);
+                if let Some(w) = parent.and_then(|d| by_then.get(d)).and_then(|k| want.get_mut(k)) {
+                    w.partial |= !self.undoes(r.seq);
+                }
+            }
+        }
+        let mut want: Vec<Want<'_>> = want.into_values().collect();
+        want.sort_by_key(|w| std::cmp::Reverse(w.seq));
+        for w in want {
+            let (outcome, why) = if w.older_self {
+                (
+                    Outcome::Unchanged,
+                    "an older record of the directory itself puts back its state from before the session".into(),
+                )
+            } else if w.partial {
+                later.push(w.seq);
+                (
+                    Outcome::Unchanged,
+                    "not every change to its entries is undone yet, so its times are left as they are (the undo that puts back the rest sets them)".into(),
+                )
+            } else {
+                self.set_dir_times(&w.path, w.atime, w.mtime)
+            };
+            out.push(StepReport { seq: Some(w.seq), outcome, path: Some(w.path), why });
+        }
+        later
+    }
+
+    fn set_dir_times(&self, path: &BPath, atime: [i64; 2], mtime: [i64; 2]) -> Done {
+        let (dir, name) = match self.parent_of(path) {
+            Ok(x) => x,
+            Err(done) => return done,
+        };
+        match dir.lstat(name) {
+            Ok(Some(st)) if file_type(&st) == FileType::Directory => {
+                if [st.st_mtime, st.st_mtime_nsec as i64] == mtime && [st.st_atime, st.st_atime_nsec as i64] == atime {
+                    return (Outcome::Unchanged, "its times are already as before".into());
+                }
+            }
+            Ok(Some(st)) => {
+                return (Outcome::Conflict, format!("{} now stands there; its times were left alone", type_name(&st)));
+            }
+            Ok(None) => return failed("the directory no longer exists, so its times cannot be set back"),
+            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+        }
+        let target = MetaTarget { times: Some(timestamps(atime, mtime)), ..Default::default() };
+        match MetaHandle::open(&dir, name).map(|h| h.apply(&target)) {
+            Ok(None) => (Outcome::Restored, "set back its modification and access times".into()),
+            Ok(Some(p)) => failed(p),
+            Err(e) => failed(format!("cannot open it to set back its times: {}", describe_errno(e))),
+        }
+    }
+
     pub(super) fn undo_meta(&self, _seq: Option<u64>, path: &BPath, m: &MetaBefore) -> Done {
         let what = match m.what {
             MetaKind::Mode => format!("mode ({:o})", m.mode),

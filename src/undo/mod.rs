@@ -91,6 +91,8 @@ struct Executor<'a> {
     expected: std::cell::OnceCell<std::collections::HashMap<BPath, Expectation>>,
     /// The directory the last step's path was in, open (see [`Executor::parent_of`]).
     parent: std::cell::RefCell<Option<(Vec<u8>, Dir)>>,
+    /// The `dir_times` records this undo reverses, set back at the very end.
+    dir_times: std::cell::RefCell<Vec<u64>>,
 }
 
 /// Result of one restore action: outcome and explanation.

@@ -233,7 +233,7 @@ pub struct Entry {
     pub gid: u32,
     /// Content hash for files, target for symlinks.
     pub content: String,
-    /// Modification time of regular files (ns since the epoch).
+    /// Modification time of regular files and directories (ns since the epoch).
     pub mtime: Option<i128>,
     /// Index of the hard-link group for files with more than one link inside the tree.
     pub link_group: Option<usize>,
@@ -354,7 +354,8 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, Entry>, inodes: &mu
         let (kind, content, mtime) = if ft.is_symlink() {
             ("symlink", std::fs::read_link(&p).expect("readlink").as_os_str().to_string_lossy().into_owned(), None)
         } else if ft.is_dir() {
-            ("dir", String::new(), None)
+            // Directory times are part of the tree: undo puts them back after the entries.
+            ("dir", String::new(), Some(md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128))
         } else if ft.is_file() {
             inodes.entry((md.dev(), md.ino())).or_default().push(rel.clone());
             let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));

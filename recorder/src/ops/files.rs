@@ -48,6 +48,7 @@ pub fn before_open<J: Journal, C: Caller>(
     if creat && excl && caller.exclusive_without_looking() {
         // The call creates the file or fails: its result says which, and undo can tell a
         // file this call made from one that was there by its birth time (Before::Exclusive).
+        super::note_dir_times(journal, call, &t);
         return created(journal, call, t.abs, Before::Exclusive);
     }
     // Before the name is seen absent: a file born there afterwards is born no earlier.
@@ -59,6 +60,7 @@ pub fn before_open<J: Journal, C: Caller>(
                 caller.found_name_free();
             }
             let abs = t.abs.clone();
+            super::note_dir_times(journal, call, &t);
             let pending = created(journal, call, t.abs, Before::Absent);
             if let (Some(since), Pending::Created { created, .. }) = (since, &pending) {
                 // The supervisor never sees the file the kernel is about to make: whoever
@@ -272,7 +274,10 @@ pub fn before_create<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str,
         Err(p) => return p,
     };
     match stat_target(journal, call, &t) {
-        Ok(None) => super::change(journal, caller, call, t.abs, Before::Absent),
+        Ok(None) => {
+            super::note_dir_times(journal, call, &t);
+            super::change(journal, caller, call, t.abs, Before::Absent)
+        }
         Ok(Some(_)) => Pending::Nothing, // EEXIST
         Err(p) => p,
     }

@@ -358,6 +358,71 @@ fn record_change<J: Journal, C: Caller>(
     (pending_of(caller, &before, seq), Some(seq))
 }
 
+/// The size word of a capture-index entry that says a directory's times are journaled (no
+/// file is this long, so it never matches a capture of contents).
+const DIR_TIMES_SIZE: u64 = u64::MAX - 2;
+
+/// Journals the times of `t`'s directory before a call makes, removes or renames a name in
+/// it, the first time the session does so there: the capture index remembers the directory
+/// (by device, inode and birth time) for every process of the session. An entry evicted or a
+/// process that cannot map the index only journals the times again, later, which undo ignores
+/// (the oldest record wins).
+fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
+    use aether_journal::capture::{CaptureIndex, CaptureKey};
+    use rustix::fs::StatxFlags;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // The directory this process noted last, by a hash of its path and the names generation
+    // then: a run of changes in one directory (tar, a build) costs one look, not one each. A
+    // directory replaced at that path needs a rename or removal of a directory, which moves
+    // the generation on.
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let Some((parent, _)) = t.abs.split_parent() else { return };
+    let last = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (parent, journal.counters().names_gen()).hash(&mut h);
+        h.finish() | 1
+    };
+    if LAST.load(Ordering::Relaxed) == last {
+        return;
+    }
+    // A name resolved through a trusted directory path may still hold slashes (`d/x`
+    // relative to the cwd): its directory is then the part before the last one.
+    let (dir, flags): (&[u8], AtFlags) = match t.name.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&t.name[..i.max(1)], AtFlags::SYMLINK_NOFOLLOW),
+        None => (b"", AtFlags::EMPTY_PATH),
+    };
+    let Ok(sx) = rustix::fs::statx(t.parent.as_fd(), dir, flags, StatxFlags::BASIC_STATS | StatxFlags::BTIME) else {
+        return;
+    };
+    if FileType::from_raw_mode(u32::from(sx.stx_mode)) != FileType::Directory {
+        return;
+    }
+    let ident = Ident { dev: rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor), ino: sx.stx_ino };
+    let btime = if StatxFlags::from_bits_retain(sx.stx_mask).contains(StatxFlags::BTIME) {
+        sx.stx_btime.tv_sec.saturating_mul(1_000_000_000).saturating_add(i64::from(sx.stx_btime.tv_nsec))
+    } else {
+        0
+    };
+    let key = CaptureKey { ident, size: DIR_TIMES_SIZE, mtime_ns: btime, ctime_ns: 0 };
+    let index = journal.index();
+    if index.is_some_and(|i| i.find(&key).is_some()) {
+        LAST.store(last, Ordering::Relaxed);
+        return;
+    }
+    let op = Op::DirTimes {
+        path: BPath::new(parent.to_vec()),
+        ident,
+        atime: [sx.stx_atime.tv_sec, i64::from(sx.stx_atime.tv_nsec)],
+        mtime: [sx.stx_mtime.tv_sec, i64::from(sx.stx_mtime.tv_nsec)],
+    };
+    let seq = journal.record(call, op);
+    if let Some(i) = index {
+        i.remember(&key, seq);
+    }
+    LAST.store(last, Ordering::Relaxed);
+}
+
 /// Refuses (always, whatever the policy) a call that would change the session's own store.
 fn protect<J: Journal>(journal: &J, call: &str, path: &BPath) -> Pending {
     let what = format!("{call} {} would change this session's own journal store", path.display_lossy());

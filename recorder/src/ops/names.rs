@@ -53,6 +53,7 @@ pub fn before_rename<J: Journal, C: Caller>(
         }
         // One end outside the journaled world: what matters is the end inside it.
         (Resolved::Excluded, Resolved::Target(t)) | (Resolved::Target(t), Resolved::Excluded) => {
+            super::note_dir_times(journal, call, &t);
             return match stat_target(journal, call, &t) {
                 Ok(Some(st)) => {
                     let before = capture(journal, t.parent.as_fd(), &t.name, &st, Intent::Destroy);
@@ -70,6 +71,8 @@ pub fn before_rename<J: Journal, C: Caller>(
         Err(p) => return p,
     };
     let moved = Some(ident_of(&fst));
+    super::note_dir_times(journal, call, &from);
+    super::note_dir_times(journal, call, &to);
     if flags & libc::RENAME_EXCHANGE != 0 {
         journal.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
         return Pending::Nothing;
@@ -113,6 +116,7 @@ pub fn before_remove<J: Journal, C: Caller>(
         Err(p) => return p,
     };
     let names = NamesChange::begin(journal, caller);
+    super::note_dir_times(journal, call, &t);
     if removes == Removes::NonDir {
         // The common case (rm of a file): link first, look after.
         let linked = journal.with_blobs(|blobs| {
@@ -161,6 +165,7 @@ pub fn before_mktemp<J: Journal, C: Caller>(
     match target_or_record(journal, caller, call, libc::AT_FDCWD, template, false) {
         Ok(t) => {
             let abs = t.abs.clone();
+            super::note_dir_times(journal, call, &t);
             (Pending::Recorded(journal.record(call, Op::TempName { template: t.abs })), Some(abs))
         }
         Err(p) => (p, None),

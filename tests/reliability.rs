@@ -903,6 +903,8 @@ fn undo_refuses_while_a_process_of_the_session_still_runs_and_undoes_what_it_wro
     let (code, r) = s.undo_json(&session);
     assert_eq!(code, 3, "{r}");
     assert!(r["outcomes"][0]["why"].as_str().unwrap().contains("still running"), "{r}");
+    assert_eq!(r["outcomes"][0]["cause"]["code"], "session_running", "{r}");
+    assert!(!r["outcomes"][0]["cause"]["pids"].as_array().unwrap().is_empty(), "{r}");
     assert!(s.path("early").exists(), "nothing was undone");
     wait_for_leftover(&s, &session, "late");
     let (code, r) = s.undo_json(&session);

@@ -255,6 +255,8 @@ fn a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced()
     assert_eq!(c.len(), 1);
     assert_eq!(c[0]["path"], s.path("f").to_str().unwrap());
     assert!(c[0]["why"].as_str().unwrap().contains("contents changed"), "{r}");
+    assert_eq!(c[0]["cause"]["code"], "changed_since_session", "{r}");
+    assert_eq!(r["files_exact"], false, "{r}");
     assert_eq!(std::fs::read(s.path("f")).unwrap(), b"the user's own edit\n", "the edit is kept");
     assert_eq!(std::fs::read(s.path("g")).unwrap(), b"original\n", "the rest is undone");
     assert_eq!(r["sealed"], true);

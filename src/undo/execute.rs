@@ -111,6 +111,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
                     outcome: Outcome::Unchanged,
                     path: rec.op.primary_path().cloned(),
                     why: "already undone by an earlier undo".into(),
+                    cause: Cause::AlreadyUndone,
                 });
             }
             continue;
@@ -121,6 +122,7 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
                 outcome: Outcome::Unchanged,
                 path: rec.op.primary_path().cloned(),
                 why: format!("the {} call failed, so it changed nothing", rec.call),
+                cause: Cause::CallChangedNothing,
             });
             report.undone.push(rec.seq);
             continue;
@@ -145,7 +147,13 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
     exec.forgive_superseded(plan, &failed_calls, &mut report);
     if plan.only.is_none() {
         for p in &plan.journal.problems {
-            report.outcomes.push(StepReport { seq: p.seq(), outcome: Outcome::Failed, path: None, why: p.describe() });
+            report.outcomes.push(StepReport {
+                seq: p.seq(),
+                outcome: Outcome::Failed,
+                path: None,
+                why: p.describe(),
+                cause: Cause::DamagedJournal,
+            });
         }
     }
     report.notes.extend(plan.journal.torn_messages());
@@ -182,18 +190,19 @@ impl Executor<'_> {
         let irreversible_change = matches!(&rec.op, Op::Change { before: Before::Irreversible { .. }, .. });
         for p in crate::select::record_paths(rec).into_iter().filter(|_| !irreversible_change) {
             if let Some(why) = self.drift_of(p) {
-                out.push(StepReport { seq, outcome: Outcome::Conflict, path: Some(p.clone()), why });
+                let cause = Cause::ChangedSinceSession { detail: why.clone() };
+                out.push(StepReport { seq, outcome: Outcome::Conflict, path: Some(p.clone()), why, cause });
                 return;
             }
         }
         match &rec.op {
             Op::Change { path, before } => {
-                let (outcome, why) = self.undo_changed_path(path, before);
-                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
+                let (outcome, why, cause) = self.undo_changed_path(path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why, cause });
             }
             Op::Rename { from, to, flags, moved, to_before } => {
                 let exchange = RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE);
-                let (outcome, why) = if exchange {
+                let (outcome, why, cause) = if exchange {
                     self.undo_exchange(from, to, moved.as_ref())
                 } else {
                     self.undo_move(from, to, *flags)
@@ -202,48 +211,57 @@ impl Executor<'_> {
                 if moved_back {
                     self.deferred_moved(to, from, exchange);
                 }
-                out.push(StepReport { seq, outcome, path: Some(from.clone()), why });
+                out.push(StepReport { seq, outcome, path: Some(from.clone()), why, cause });
                 // When the move did not happen the destination was never clobbered; an
                 // exchange destroys nothing.
                 if !exchange && moved_back && !matches!(to_before, Before::Absent) {
-                    let (outcome, why) = self.undo_changed_path(to, to_before);
-                    out.push(StepReport { seq, outcome, path: Some(to.clone()), why });
+                    let (outcome, why, cause) = self.undo_changed_path(to, to_before);
+                    out.push(StepReport { seq, outcome, path: Some(to.clone()), why, cause });
                 }
             }
             Op::Meta { path, before } => {
-                let (outcome, why) = self.undo_meta(seq, path, before);
-                out.push(StepReport { seq, outcome, path: Some(path.clone()), why });
+                let (outcome, why, cause) = self.undo_meta(seq, path, before);
+                out.push(StepReport { seq, outcome, path: Some(path.clone()), why, cause });
             }
             Op::Unobserved { program, reason } => {
                 let why = format!("{} ran unobserved: {reason}", program.display_lossy());
-                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+                let cause = Cause::Unobserved { program: program.clone(), reason: reason.clone() };
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why, cause });
             }
             Op::Connect { peer, result } => {
-                let (outcome, why) = match result {
-                    ConnectResult::Failed { errno } => (
+                let (outcome, why, cause) = match result {
+                    ConnectResult::Failed { errno } => done_because(
                         Outcome::Unchanged,
+                        Cause::CallChangedNothing,
                         format!(
                             "the connection to {peer} failed ({}): nothing was exchanged",
                             describe_errno(Errno::from_raw_os_error(*errno))
                         ),
                     ),
-                    _ => (Outcome::Skipped, format!("network connection to {peer} cannot be unsent")),
+                    _ => done_because(
+                        Outcome::Skipped,
+                        Cause::Network { peer: peer.to_string() },
+                        format!("network connection to {peer} cannot be unsent"),
+                    ),
                 };
-                out.push(StepReport { seq, outcome, path: None, why });
+                out.push(StepReport { seq, outcome, path: None, why, cause });
             }
             Op::Send { peer } => {
                 let why = format!("data sent to {peer} cannot be unsent");
-                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+                let cause = Cause::Datagram { peer: peer.to_string() };
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why, cause });
             }
             Op::Signal { target, target_prog, signal, outside: true } => {
                 let prog = target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default();
                 let why =
                     format!("signal {signal} sent to process {target}{prog} outside the session cannot be taken back");
-                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why });
+                let cause = Cause::Signal { target: *target, signal: *signal };
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why, cause });
             }
             Op::Refused { what, .. } => {
                 let why = format!("refused under the strict policy, so it changed nothing: {what}");
-                out.push(StepReport { seq, outcome: Outcome::Unchanged, path: None, why });
+                let cause = Cause::CallChangedNothing;
+                out.push(StepReport { seq, outcome: Outcome::Unchanged, path: None, why, cause });
             }
             Op::TempName { template } if self.interrupted.contains(&rec.seq) => {
                 let found = temp_name_candidates(template);
@@ -256,7 +274,8 @@ impl Executor<'_> {
                     "{} was interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost): whatever it created is not removed; {left}",
                     rec.call
                 );
-                out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why });
+                let cause = Cause::InterruptedTempName;
+                out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why, cause });
             }
             // Audit entries: nothing to reverse (a completed temp_name is undone through the
             // record that names what the call created).
@@ -335,19 +354,22 @@ impl Executor<'_> {
                 *self.parent.borrow_mut() = Some((parent.to_vec(), dir.clone()));
                 Ok((dir, name))
             }
-            Err(Errno::LOOP) | Err(Errno::XDEV) => Err((
+            Err(Errno::LOOP) | Err(Errno::XDEV) => Err(done_because(
                 Outcome::Conflict,
+                Cause::SymlinkInPath { dir: BPath::new(parent.to_vec()) },
                 format!(
                     "a symlink now stands in the path to {}; it was not followed and nothing was restored",
                     String::from_utf8_lossy(parent)
                 ),
             )),
-            Err(e @ (Errno::NOENT | Errno::NOTDIR)) => Err(failed(format!(
-                "its directory {} no longer exists ({})",
-                String::from_utf8_lossy(parent),
-                describe_errno(e)
-            ))),
-            Err(e) => Err(failed(format!("cannot open its directory: {}", describe_errno(e)))),
+            Err(e @ (Errno::NOENT | Errno::NOTDIR)) => Err(failed_because(
+                Cause::DirectoryGone { dir: BPath::new(parent.to_vec()) },
+                format!("its directory {} no longer exists ({})", String::from_utf8_lossy(parent), describe_errno(e)),
+            )),
+            Err(e) => Err(failed_because(
+                Cause::Errno { errno: Some(e.raw_os_error()) },
+                format!("cannot open its directory: {}", describe_errno(e)),
+            )),
         }
     }
 

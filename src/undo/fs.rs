@@ -7,11 +7,40 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Stat, Timestamps};
 use rustix::io::Errno;
 
-use super::{Done, Outcome};
+use super::{Cause, Done, Outcome};
 use crate::capture::write_all;
 
+/// A step that failed because a system call of the restore did (`failed_because` for a
+/// cause of its own).
 pub(super) fn failed(why: impl Into<String>) -> Done {
-    (Outcome::Failed, why.into())
+    (Outcome::Failed, why.into(), Cause::Errno { errno: None })
+}
+
+/// A step that failed because a system call returned `e`.
+pub(super) fn failed_errno(e: Errno, why: impl Into<String>) -> Done {
+    (Outcome::Failed, why.into(), Cause::Errno { errno: Some(e.raw_os_error()) })
+}
+
+/// A step that failed for `cause`.
+pub(super) fn failed_because(cause: Cause, why: impl Into<String>) -> Done {
+    (Outcome::Failed, why.into(), cause)
+}
+
+/// An outcome with the cause it has when nothing more particular is known: undone as
+/// recorded, already as before, or (a failure) a system call.
+pub(super) fn done(outcome: Outcome, why: String) -> Done {
+    let cause = match outcome {
+        Outcome::Restored | Outcome::Removed | Outcome::Recreated => Cause::Undone,
+        Outcome::Unchanged => Cause::AlreadyAsBefore,
+        Outcome::Conflict => Cause::Replaced,
+        Outcome::Skipped | Outcome::Failed => Cause::Errno { errno: None },
+    };
+    (outcome, why, cause)
+}
+
+/// [`done`] with a cause of its own.
+pub(super) fn done_because(outcome: Outcome, cause: Cause, why: impl Into<String>) -> Done {
+    (outcome, why.into(), cause)
 }
 
 pub(super) fn describe_errno(e: Errno) -> String {

@@ -397,7 +397,7 @@ impl Executor<'_> {
     pub(super) fn apply_deferred(&self, out: &mut Vec<StepReport>) {
         for d in self.deferred.take() {
             let problem = match self.parent_of(&d.path) {
-                Err((_, why)) => Some(why),
+                Err((_, why, _)) => Some(why),
                 Ok((dir, name)) => match MetaHandle::open(&dir, name) {
                     Err(e) => Some(format!("the directory cannot be reached ({})", describe_errno(e))),
                     Ok(h) => match &d.meta {
@@ -412,6 +412,7 @@ impl Executor<'_> {
                     outcome: Outcome::Failed,
                     path: Some(d.path),
                     why: format!("the directory is back, but {why}"),
+                    cause: Cause::Errno { errno: None },
                 });
             }
         }
@@ -433,7 +434,7 @@ impl Executor<'_> {
             seq: u64,
             atime: [i64; 2],
             mtime: [i64; 2],
-            older_self: bool,
+            older_self: Option<u64>,
             partial: bool,
             /// Its name when the record was made.
             then: &'j BPath,
@@ -474,7 +475,7 @@ impl Executor<'_> {
             let Ok(i) = self.journal.records.binary_search_by_key(&seq, |r| r.seq) else { continue };
             if let Op::DirTimes { path: then, atime, mtime, .. } = &self.journal.records[i].op {
                 let path = before_renames(then, seq);
-                let w = Want { seq, atime: *atime, mtime: *mtime, older_self: false, partial: false, then, path };
+                let w = Want { seq, atime: *atime, mtime: *mtime, older_self: None, partial: false, then, path };
                 // The oldest record of a directory's times is the one from before the session.
                 match want.get(&w.path) {
                     Some(have) if have.seq < seq => {}
@@ -497,7 +498,9 @@ impl Executor<'_> {
                     _ => false,
                 };
                 if let Some(w) = by_then.get(p.as_bytes()).and_then(|k| want.get_mut(k)) {
-                    w.older_self |= r.seq < w.seq && whole && p == w.then;
+                    if r.seq < w.seq && whole && p == w.then {
+                        w.older_self.get_or_insert(r.seq);
+                    }
                 }
                 let parent = p.split_parent().map(|(d, _)| d);
                 if let Some(w) = parent.and_then(|d| by_then.get(d)).and_then(|k| want.get_mut(k)) {
@@ -508,21 +511,22 @@ impl Executor<'_> {
         let mut want: Vec<Want<'_>> = want.into_values().collect();
         want.sort_by_key(|w| std::cmp::Reverse(w.seq));
         for w in want {
-            let (outcome, why) = if w.older_self {
-                (
+            let (outcome, why, cause) = if let Some(older) = w.older_self {
+                done_because(
                     Outcome::Unchanged,
-                    "an older record of the directory itself puts back its state from before the session".into(),
+                    Cause::CoveredBy { seq: older },
+                    "an older record of the directory itself puts back its state from before the session",
                 )
             } else if w.partial {
                 later.push(w.seq);
-                (
+                done(
                     Outcome::Unchanged,
                     "not every change to its entries is undone yet, so its times are left as they are (the undo that puts back the rest sets them)".into(),
                 )
             } else {
                 self.set_dir_times(&w.path, w.atime, w.mtime)
             };
-            out.push(StepReport { seq: Some(w.seq), outcome, path: Some(w.path), why });
+            out.push(StepReport { seq: Some(w.seq), outcome, path: Some(w.path), why, cause });
         }
         later
     }
@@ -535,20 +539,25 @@ impl Executor<'_> {
         match dir.lstat(name) {
             Ok(Some(st)) if file_type(&st) == FileType::Directory => {
                 if [st.st_mtime, st.st_mtime_nsec as i64] == mtime && [st.st_atime, st.st_atime_nsec as i64] == atime {
-                    return (Outcome::Unchanged, "its times are already as before".into());
+                    return done(Outcome::Unchanged, "its times are already as before".into());
                 }
             }
             Ok(Some(st)) => {
-                return (Outcome::Conflict, format!("{} now stands there; its times were left alone", type_name(&st)));
+                return done(
+                    Outcome::Conflict,
+                    format!("{} now stands there; its times were left alone", type_name(&st)),
+                );
             }
-            Ok(None) => return failed("the directory no longer exists, so its times cannot be set back"),
-            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+            Ok(None) => {
+                return failed_because(Cause::Gone, "the directory no longer exists, so its times cannot be set back");
+            }
+            Err(e) => return failed_errno(e, format!("cannot examine it: {}", describe_errno(e))),
         }
         let target = MetaTarget { times: Some(timestamps(atime, mtime)), ..Default::default() };
         match MetaHandle::open(&dir, name).map(|h| h.apply(&target)) {
-            Ok(None) => (Outcome::Restored, "set back its modification and access times".into()),
+            Ok(None) => done(Outcome::Restored, "set back its modification and access times".into()),
             Ok(Some(p)) => failed(p),
-            Err(e) => failed(format!("cannot open it to set back its times: {}", describe_errno(e))),
+            Err(e) => failed_errno(e, format!("cannot open it to set back its times: {}", describe_errno(e))),
         }
     }
 
@@ -568,13 +577,13 @@ impl Executor<'_> {
         };
         let st = match dir.lstat(name) {
             Ok(st) => st,
-            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot examine it: {}", describe_errno(e))),
         };
         if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident) {
             if let Some(blob) = self.stored_inode(m.ident) {
                 return match MetaHandle::open(&self.blobs, blob.as_bytes()) {
                     Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
-                        None => (
+                        None => done(
                             Outcome::Restored,
                             format!(
                                 "set back its {what} in the captured file (blob {blob}), which an older step puts back"
@@ -582,15 +591,15 @@ impl Executor<'_> {
                         ),
                         Some(p) => failed(p),
                     },
-                    Err(e) => failed(format!("cannot open its captured inode: {}", describe_errno(e))),
+                    Err(e) => failed_errno(e, format!("cannot open its captured inode: {}", describe_errno(e))),
                 };
             }
         }
         let Some(st) = st else {
-            return failed(format!("it no longer exists, so its {what} cannot be set back"));
+            return failed_because(Cause::Gone, format!("it no longer exists, so its {what} cannot be set back"));
         };
         if (file_type(&st) == FileType::Symlink) != m.symlink {
-            return (
+            return done(
                 Outcome::Conflict,
                 format!(
                     "a different kind of node ({}) now stands there; its {what} {} left alone",
@@ -600,18 +609,18 @@ impl Executor<'_> {
             );
         }
         if meta_already(&st, m, &dir, name) {
-            return (Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
+            return done(Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
         }
         if file_type(&st) == FileType::Directory {
             self.defer(path, DeferredMeta::Meta(m.clone()));
-            return (Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));
+            return done(Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));
         }
         match MetaHandle::open(&dir, name) {
             Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
-                None => (Outcome::Restored, format!("set back its {what}")),
+                None => done(Outcome::Restored, format!("set back its {what}")),
                 Some(p) => failed(p),
             },
-            Err(e) => failed(format!("cannot open it to set back its {what}: {}", describe_errno(e))),
+            Err(e) => failed_errno(e, format!("cannot open it to set back its {what}: {}", describe_errno(e))),
         }
     }
 }

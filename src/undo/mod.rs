@@ -48,7 +48,7 @@ mod tree;
 pub use execute::run_plan;
 pub use fs::open_dir_nofollow;
 pub use plan::{Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_with_progress};
-pub use report::{Outcome, Report, StepReport, Summary};
+pub use report::{Cause, Outcome, Report, StepReport, Summary};
 
 use meta::Deferred;
 use prior::PriorFacts;
@@ -95,5 +95,5 @@ struct Executor<'a> {
     dir_times: std::cell::RefCell<Vec<u64>>,
 }
 
-/// Result of one restore action: outcome and explanation.
-type Done = (Outcome, String);
+/// Result of one restore action: outcome, explanation, and its cause.
+type Done = (Outcome, String, Cause);

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::path::Path;
 
-use super::{Outcome, Report, StepReport, run_plan};
+use super::{Cause, Outcome, Report, StepReport, run_plan};
 use crate::journal::JournalContents;
 use crate::seal::{SEAL_FILE, Seal};
 use crate::select::{Selection, select};
@@ -98,6 +98,7 @@ pub fn undo_session_with_progress(
                     why: format!(
                         "the session is still running: process(es) {pids} still have its journal open; nothing was undone (stop them first, or use --force to undo what is journaled so far)"
                     ),
+                    cause: Cause::SessionRunning { pids: live.clone() },
                 }],
                 coverage: session.coverage(),
                 ..Default::default()
@@ -131,6 +132,7 @@ pub fn undo_session_with_progress(
             why: format!(
                 "{lost} step(s) ran without a journal record (the session store could not be written); they cannot be undone"
             ),
+            cause: Cause::LostRecords { count: lost },
         });
         report.complete = false;
     }

@@ -112,6 +112,7 @@ impl Executor<'_> {
             let at = self.parent_of(path).ok();
             if f.verified(at.as_ref().map(|(d, n)| (d, *n)), &aspects) {
                 o.outcome = Outcome::Unchanged;
+                o.cause = Cause::EndedAsBefore;
                 o.why = format!(
                     "this step could not be replayed ({}), but the path ended exactly as it was before the session (verified)",
                     o.why

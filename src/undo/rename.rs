@@ -17,32 +17,40 @@ impl Executor<'_> {
         };
         let fcur = match fdir.lstat(fname) {
             Ok(c) => c,
-            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot examine it: {}", describe_errno(e))),
         };
         if let Some(st) = &fcur {
             let whiteout = RenameFlags::from_bits_retain(flags).contains(RenameFlags::WHITEOUT)
                 && file_type(st) == FileType::CharacterDevice
                 && st.st_rdev == 0;
             if !whiteout {
-                return (Outcome::Unchanged, "the source is in place: the rename did not take effect".into());
+                return done(Outcome::Unchanged, "the source is in place: the rename did not take effect".into());
             }
             if let Err(e) = fdir.remove(fname, st) {
-                return failed(format!("cannot remove the whiteout left by the rename: {}", describe_errno(e)));
+                return failed_errno(
+                    e,
+                    format!("cannot remove the whiteout left by the rename: {}", describe_errno(e)),
+                );
             }
         }
         match tdir.lstat(tname) {
             Ok(Some(_)) => {}
             Ok(None) => {
-                return failed(format!(
-                    "it was renamed to {}, which no longer exists: the renamed file is gone",
-                    to.display_lossy()
-                ));
+                return failed_because(
+                    Cause::Gone,
+                    format!(
+                        "it was renamed to {}, which no longer exists: the renamed file is gone",
+                        to.display_lossy()
+                    ),
+                );
             }
-            Err(e) => return failed(format!("cannot examine {}: {}", to.display_lossy(), describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot examine {}: {}", to.display_lossy(), describe_errno(e))),
         }
         match tdir.rename(tname, &fdir, fname, RenameFlags::NOREPLACE) {
-            Ok(()) => (Outcome::Restored, format!("moved back from {}", to.display_lossy())),
-            Err(e) => failed(format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e))),
+            Ok(()) => done(Outcome::Restored, format!("moved back from {}", to.display_lossy())),
+            Err(e) => {
+                failed_errno(e, format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e)))
+            }
         }
     }
 
@@ -62,18 +70,17 @@ impl Executor<'_> {
             return failed("the exchanged file's identity was not recorded");
         };
         if ast.as_ref().is_some_and(|st| ident_of(st) == *moved) {
-            return (Outcome::Unchanged, "the exchange did not take effect".into());
+            return done(Outcome::Unchanged, "the exchange did not take effect".into());
         }
         if !bst.as_ref().is_some_and(|st| ident_of(st) == *moved) {
-            return failed(format!(
-                "neither {} nor {} holds the exchanged file any more",
-                a.display_lossy(),
-                b.display_lossy()
-            ));
+            return failed_because(
+                Cause::Gone,
+                format!("neither {} nor {} holds the exchanged file any more", a.display_lossy(), b.display_lossy()),
+            );
         }
         match adir.rename(aname, &bdir, bname, RenameFlags::EXCHANGE) {
-            Ok(()) => (Outcome::Restored, format!("exchanged back with {}", b.display_lossy())),
-            Err(e) => failed(format!("cannot exchange it back: {}", describe_errno(e))),
+            Ok(()) => done(Outcome::Restored, format!("exchanged back with {}", b.display_lossy())),
+            Err(e) => failed_errno(e, format!("cannot exchange it back: {}", describe_errno(e))),
         }
     }
 

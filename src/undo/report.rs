@@ -46,6 +46,123 @@ impl Outcome {
     }
 }
 
+/// Why a step ended as it did, for a program to read (the JSON contract's `cause`, tagged by
+/// `code`); the prose `why` beside it says the same for a person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum Cause {
+    /// The step was reversed as recorded.
+    Undone,
+    /// The path was already as the record says it was before.
+    AlreadyAsBefore,
+    /// The call failed (or was refused), so it changed nothing.
+    CallChangedNothing,
+    /// An earlier undo reversed this record.
+    AlreadyUndone,
+    /// Another record this undo (or an earlier one) reverses puts the path back.
+    CoveredBy {
+        /// That record.
+        seq: u64,
+    },
+    /// The step failed, but the path is verifiably as it was before the session.
+    EndedAsBefore,
+    /// A connection was made: what was sent over it cannot be unsent. No file is concerned.
+    Network {
+        /// The peer, as `log` shows it.
+        peer: String,
+    },
+    /// A datagram was sent. No file is concerned.
+    Datagram {
+        /// The destination.
+        peer: String,
+    },
+    /// A signal reached a process outside the session. No file is concerned.
+    Signal {
+        /// The target as passed.
+        target: i64,
+        /// The signal number.
+        signal: i32,
+    },
+    /// A program ran where nothing could see what it changed.
+    Unobserved {
+        /// The program.
+        program: BPath,
+        /// Why, as journaled.
+        reason: crate::record::UnobservedReason,
+    },
+    /// The prior state was not kept when the call ran.
+    NotKept {
+        /// Why, as journaled.
+        reason: crate::record::Reason,
+    },
+    /// What the path held before this call is only put back by undoing record `seq`, which
+    /// this undo does not undo.
+    NeedsRecord {
+        /// That record.
+        seq: u64,
+    },
+    /// The path changed since the session ended; it was left alone.
+    ChangedSinceSession {
+        /// What differs.
+        detail: String,
+    },
+    /// A symlink now stands in the path to it; it was not followed.
+    SymlinkInPath {
+        /// The directory whose path holds it.
+        dir: BPath,
+    },
+    /// Something of another kind, or born before the record, stands at the path now.
+    Replaced,
+    /// The node the record is about no longer exists.
+    Gone,
+    /// Its directory no longer exists.
+    DirectoryGone {
+        /// The directory.
+        dir: BPath,
+    },
+    /// A directory still holds entries the journal did not create.
+    NotEmpty,
+    /// The captured contents are missing from the store.
+    BlobMissing {
+        /// The blob.
+        blob: String,
+    },
+    /// The captured contents do not match what was captured (tampered with or damaged).
+    BlobDamaged {
+        /// The blob.
+        blob: String,
+    },
+    /// Only a shorter prefix of the prior contents survives (an append was all that was kept).
+    PriorBytesGone,
+    /// A system call of the restore failed.
+    Errno {
+        /// The errno, when one was the reason.
+        errno: Option<i32>,
+    },
+    /// A process was killed between creating a name from a template and journaling it.
+    InterruptedTempName,
+    /// Processes of the session still have its journal open.
+    SessionRunning {
+        /// Their pids.
+        pids: Vec<u32>,
+    },
+    /// Steps ran without a journal record (the store could not be written).
+    LostRecords {
+        /// How many.
+        count: u64,
+    },
+    /// A record of the journal is damaged.
+    DamagedJournal,
+}
+
+impl Cause {
+    /// Whether this cause leaves a file not as it was (as opposed to an effect outside the
+    /// file system, which no undo can take back: a connection, a datagram, a signal).
+    pub fn concerns_files(&self) -> bool {
+        !matches!(self, Cause::Network { .. } | Cause::Datagram { .. } | Cause::Signal { .. })
+    }
+}
+
 /// The report line for one step (a rename can produce two: the move, and the destination).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepReport {
@@ -57,6 +174,8 @@ pub struct StepReport {
     pub path: Option<BPath>,
     /// What was done, or why it could not be.
     pub why: String,
+    /// The same, for a program.
+    pub cause: Cause,
 }
 
 /// Counts of outcomes.
@@ -102,6 +221,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Whether every file is as it was before the session: every step undone exactly, or
+    /// left only with an effect outside the file system (a connection, a datagram, a signal).
+    pub fn files_exact(&self) -> bool {
+        self.outcomes.iter().all(|o| o.outcome.is_success() || !o.cause.concerns_files())
+    }
+
     /// Counts of each outcome.
     pub fn summary(&self) -> Summary {
         let mut s = Summary { total: self.outcomes.len(), ..Default::default() };
@@ -130,6 +255,7 @@ impl Report {
                     "outcome": o.outcome.name(),
                     "path": o.path.as_ref().map(|p| p.display_lossy()),
                     "why": o.why,
+                    "cause": o.cause,
                 });
                 if let Some(b64) = o.path.as_ref().and_then(|p| p.b64_if_not_utf8()) {
                     v["path_b64"] = b64.into();
@@ -139,6 +265,8 @@ impl Report {
             .collect();
         serde_json::json!({
             "complete": self.complete,
+            "files_exact": self.files_exact(),
+            "irreversible": self.outcomes.iter().filter(|o| !o.cause.concerns_files()).map(|o| &o.cause).collect::<Vec<_>>(),
             "dry_run": self.dry_run,
             "already_undone": self.already_undone,
             "outcomes": outcomes,

@@ -20,47 +20,60 @@ impl Executor<'_> {
     pub(super) fn restore_in_store(&self, stored: &str, snap: &Snapshot) -> Done {
         let dst = match self.blobs.open_wronly(stored.as_bytes()) {
             Ok(fd) => fd,
-            Err(e) => return failed(format!("cannot open its captured inode (blob {stored}): {}", describe_errno(e))),
+            Err(e) => {
+                return failed_errno(
+                    e,
+                    format!("cannot open its captured inode (blob {stored}): {}", describe_errno(e)),
+                );
+            }
         };
         let later = format!("in the captured file (blob {stored}), which an older step puts back");
         match &snap.node {
             Node::Prefix { len } => {
                 let now = dst.stat().map(|st| st.st_size as u64).unwrap_or(0);
                 if now < *len {
-                    return failed(format!(
-                        "only its length before an append ({len} bytes) was kept, but the file is now shorter ({now} bytes): bytes from before the session are gone"
-                    ));
+                    return failed_because(
+                        Cause::PriorBytesGone,
+                        format!(
+                            "only its length before an append ({len} bytes) was kept, but the file is now shorter ({now} bytes): bytes from before the session are gone"
+                        ),
+                    );
                 }
                 if let Err(e) = dst.truncate(*len) {
-                    return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+                    return failed_errno(e, format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
                 }
                 match set_meta_fd(&dst, snap) {
-                    None => {
-                        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes) {later}"))
-                    }
+                    None => done(
+                        Outcome::Restored,
+                        format!("truncated the appended bytes away ({now} -> {len} bytes) {later}"),
+                    ),
                     Some(p) => failed(format!("truncated back to {len} bytes, but {p}")),
                 }
             }
             Node::File { blob, size, hash, .. } => {
                 let src = match self.blobs.open_read(blob.as_bytes()) {
                     Ok(fd) => fd,
-                    Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+                    Err(e) => return failed_errno(e, format!("cannot open blob {blob}: {}", describe_errno(e))),
                 };
                 let verified = src.hash().ok().is_some_and(|(h, n)| {
                     n == *size && self.expected_hash(blob, hash.as_deref()).is_none_or(|want| want == h)
                 });
                 if !verified {
-                    return failed(format!(
-                        "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
-                    ));
+                    return failed_because(
+                        Cause::BlobDamaged { blob: blob.clone() },
+                        format!(
+                            "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
+                        ),
+                    );
                 }
                 if let Err(e) = dst.copy_from(&src) {
                     return failed(format!("writing the captured contents back failed: {e}"));
                 }
                 match set_meta_fd(&dst, snap) {
-                    None => {
-                        (Outcome::Restored, format!("wrote back its prior contents ({size} bytes, verified) {later}"))
-                    }
+                    None => done(
+                        Outcome::Restored,
+                        format!("wrote back its prior contents ({size} bytes, verified) {later}"),
+                    ),
                     Some(p) => failed(format!("contents restored, but {p}")),
                 }
             }
@@ -79,7 +92,9 @@ impl Executor<'_> {
 
     pub(super) fn undo_change(&self, path: &BPath, before: &Before) -> Done {
         match before {
-            Before::Irreversible { reason } => return (Outcome::Skipped, reason.to_string()),
+            Before::Irreversible { reason } => {
+                return done_because(Outcome::Skipped, Cause::NotKept { reason: reason.clone() }, reason.to_string());
+            }
             Before::Born { created: seq } | Before::Kept { by: seq } => {
                 // What the record that names `seq` is, and what undoing it does.
                 let (what, does) = match before {
@@ -87,10 +102,15 @@ impl Executor<'_> {
                     _ => (format!("record {seq} kept its state from before the session"), "puts it back"),
                 };
                 return if self.undoes(*seq) {
-                    (Outcome::Unchanged, format!("{what}, and this undo undoes that record, which {does}"))
+                    done_because(
+                        Outcome::Unchanged,
+                        Cause::CoveredBy { seq: *seq },
+                        format!("{what}, and this undo undoes that record, which {does}"),
+                    )
                 } else {
-                    (
+                    done_because(
                         Outcome::Skipped,
+                        Cause::NeedsRecord { seq: *seq },
                         format!(
                             "what it held before this call was not kept: {what}, and only undoing that record {does}"
                         ),
@@ -101,19 +121,19 @@ impl Executor<'_> {
         }
         let (dir, name) = match self.parent_of(path) {
             Ok(x) => x,
-            Err((Outcome::Failed, _)) if matches!(before, Before::Absent | Before::Exclusive) => {
-                return (Outcome::Unchanged, "already absent (its directory is gone too)".into());
+            Err((Outcome::Failed, _, _)) if matches!(before, Before::Absent | Before::Exclusive) => {
+                return done(Outcome::Unchanged, "already absent (its directory is gone too)".into());
             }
             Err(done) => return done,
         };
         let cur = match dir.lstat(name) {
             Ok(c) => c,
-            Err(e) => return failed(format!("cannot examine it: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot examine it: {}", describe_errno(e))),
         };
         match before {
             Before::Absent => self.remove_created(&dir, name, cur.as_ref()),
             Before::Exclusive => match cur.as_ref().and_then(|_| self.born_before_current(&dir, name)) {
-                Some(born) => (
+                Some(born) => done(
                     Outcome::Conflict,
                     format!(
                         "journaled as created by an exclusive open, but what is there was born at {born}, before that \
@@ -142,20 +162,23 @@ impl Executor<'_> {
 
     pub(super) fn remove_created(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>) -> Done {
         let Some(st) = cur else {
-            return (Outcome::Unchanged, "already absent".into());
+            return done(Outcome::Unchanged, "already absent".into());
         };
         if file_type(st) == FileType::Directory {
             self.forget_parent();
         }
         match dir.remove(name, st) {
-            Ok(()) => (Outcome::Removed, format!("removed {} the session created", type_name(st))),
+            Ok(()) => done(Outcome::Removed, format!("removed {} the session created", type_name(st))),
             Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
                 let entries = dir.list_some(name);
-                failed(format!(
-                    "the directory was created during the session but still holds entries the journal did not create ({entries}); it was left in place"
-                ))
+                failed_because(
+                    Cause::NotEmpty,
+                    format!(
+                        "the directory was created during the session but still holds entries the journal did not create ({entries}); it was left in place"
+                    ),
+                )
             }
-            Err(e) => failed(format!("could not remove it: {}", describe_errno(e))),
+            Err(e) => failed_errno(e, format!("could not remove it: {}", describe_errno(e))),
         }
     }
 
@@ -189,11 +212,16 @@ impl Executor<'_> {
         }
         match dir.remove(name, st) {
             Ok(()) => Ok(true),
-            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed(format!(
-                "a non-empty directory now stands where it was ({}); it was left in place",
-                dir.list_some(name)
-            ))),
-            Err(e) => Err(failed(format!("could not remove {} in its place: {}", type_name(st), describe_errno(e)))),
+            Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(failed_because(
+                Cause::NotEmpty,
+                format!(
+                    "a non-empty directory now stands where it was ({}); it was left in place",
+                    dir.list_some(name)
+                ),
+            )),
+            Err(e) => {
+                Err(failed_errno(e, format!("could not remove {} in its place: {}", type_name(st), describe_errno(e))))
+            }
         }
     }
 
@@ -211,22 +239,33 @@ impl Executor<'_> {
     ) -> Done {
         if how == CaptureHow::Link {
             if cur.is_some_and(|st| ident_of(st) == snap.ident) {
-                return (Outcome::Unchanged, "the original file is still in place".into());
+                return done(Outcome::Unchanged, "the original file is still in place".into());
             }
             let bst = match self.blobs.lstat(blob.as_bytes()) {
                 Ok(Some(st)) => st,
-                Ok(None) => return failed(format!("its captured contents (blob {blob}) are missing from the store")),
-                Err(e) => return failed(format!("cannot examine blob {blob}: {}", describe_errno(e))),
+                Ok(None) => {
+                    return failed_because(
+                        Cause::BlobMissing { blob: blob.to_string() },
+                        format!("its captured contents (blob {blob}) are missing from the store"),
+                    );
+                }
+                Err(e) => return failed_errno(e, format!("cannot examine blob {blob}: {}", describe_errno(e))),
             };
             if ident_of(&bst) != snap.ident || file_type(&bst) != FileType::RegularFile {
-                return failed(format!(
-                    "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
-                ));
+                return failed_because(
+                    Cause::BlobDamaged { blob: blob.to_string() },
+                    format!(
+                        "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
+                    ),
+                );
             }
             if self.tampered.contains(blob) {
-                return failed(format!(
-                    "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
-                ));
+                return failed_because(
+                    Cause::BlobDamaged { blob: blob.to_string() },
+                    format!(
+                        "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
+                    ),
+                );
             }
             let replaced = match cur {
                 Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
@@ -247,24 +286,27 @@ impl Executor<'_> {
                         }
                     }
                     if replaced {
-                        (
+                        done(
                             Outcome::Restored,
                             format!("put the original file back over what the session left ({size} bytes)"),
                         )
                     } else {
-                        (Outcome::Recreated, format!("put the original file back ({size} bytes)"))
+                        done(Outcome::Recreated, format!("put the original file back ({size} bytes)"))
                     }
                 }
-                Err(e) => failed(format!("could not move the captured file back: {}", describe_errno(e))),
+                Err(e) => failed_errno(e, format!("could not move the captured file back: {}", describe_errno(e))),
             };
         }
 
         let src = match self.blobs.open_read(blob.as_bytes()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
-                return failed(format!("its captured contents (blob {blob}) are missing from the store"));
+                return failed_because(
+                    Cause::BlobMissing { blob: blob.to_string() },
+                    format!("its captured contents (blob {blob}) are missing from the store"),
+                );
             }
-            Err(e) => return failed(format!("cannot open blob {blob}: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot open blob {blob}: {}", describe_errno(e))),
         };
         let (blob_hash, blob_len) = match src.hash() {
             Ok(x) => x,
@@ -272,11 +314,14 @@ impl Executor<'_> {
         };
         let hash = self.expected_hash(blob, hash);
         if blob_len != size || hash.is_some_and(|h| h != blob_hash) {
-            return failed(format!(
-                "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
-                &blob_hash[..16],
-                hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
-            ));
+            return failed_because(
+                Cause::BlobDamaged { blob: blob.to_string() },
+                format!(
+                    "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
+                    &blob_hash[..16],
+                    hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
+                ),
+            );
         }
         // Already identical? Then only the metadata may need setting back.
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
@@ -285,14 +330,16 @@ impl Executor<'_> {
                 let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
                 let handle = match MetaHandle::open(dir, name) {
                     Ok(h) => h,
-                    Err(e) => return failed(format!("cannot open it: {}", describe_errno(e))),
+                    Err(e) => return failed_errno(e, format!("cannot open it: {}", describe_errno(e))),
                 };
                 let xattrs_match = snap.xattrs.as_ref().is_none_or(|want| xattrs_equal(&handle, want));
                 if meta_matches(st, snap) && times_match && xattrs_match {
-                    return (Outcome::Unchanged, "its contents and metadata are already as before".into());
+                    return done(Outcome::Unchanged, "its contents and metadata are already as before".into());
                 }
                 return match handle.apply(&MetaTarget::of_snapshot(snap)) {
-                    None => (Outcome::Restored, "its contents were already as before; set back its metadata".into()),
+                    None => {
+                        done(Outcome::Restored, "its contents were already as before; set back its metadata".into())
+                    }
                     Some(p) => failed(format!("its contents are as before, but {p}")),
                 };
             }
@@ -302,7 +349,7 @@ impl Executor<'_> {
         let (dst, outcome) = match cur {
             Some(st) if file_type(st) == FileType::RegularFile => match dir.open_write(name, st) {
                 Ok(fd) => (fd, Outcome::Restored),
-                Err(e) => return failed(format!("cannot open it for writing: {}", describe_errno(e))),
+                Err(e) => return failed_errno(e, format!("cannot open it for writing: {}", describe_errno(e))),
             },
             other => {
                 let replaced = match self.clear(dir, name, other) {
@@ -311,7 +358,7 @@ impl Executor<'_> {
                 };
                 match dir.create(name, 0o600) {
                     Ok(fd) => (fd, if replaced { Outcome::Restored } else { Outcome::Recreated }),
-                    Err(e) => return failed(format!("cannot create it: {}", describe_errno(e))),
+                    Err(e) => return failed_errno(e, format!("cannot create it: {}", describe_errno(e))),
                 }
             }
         };
@@ -322,39 +369,45 @@ impl Executor<'_> {
             return failed(format!("contents restored ({size} bytes), but {problem}"));
         }
         let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
-        (outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
+        done(outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
     }
 
     pub(super) fn restore_prefix(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>, snap: &Snapshot, len: u64) -> Done {
         let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile) else {
-            return failed(format!(
-                "only its length before an append ({len} bytes) was kept, and it is no longer a regular file; its contents cannot be restored"
-            ));
+            return failed_because(
+                Cause::Replaced,
+                format!(
+                    "only its length before an append ({len} bytes) was kept, and it is no longer a regular file; its contents cannot be restored"
+                ),
+            );
         };
         let now = st.st_size as u64;
         if now < len {
-            return failed(format!(
-                "only its length before an append ({len} bytes) was kept, but it is now shorter ({now} bytes): bytes from before the session are gone"
-            ));
+            return failed_because(
+                Cause::PriorBytesGone,
+                format!(
+                    "only its length before an append ({len} bytes) was kept, but it is now shorter ({now} bytes): bytes from before the session are gone"
+                ),
+            );
         }
         if now == len
             && st.st_mtime == snap.mtime[0]
             && st.st_mtime_nsec as i64 == snap.mtime[1]
             && meta_matches(st, snap)
         {
-            return (Outcome::Unchanged, format!("already {len} bytes long, as before the append"));
+            return done(Outcome::Unchanged, format!("already {len} bytes long, as before the append"));
         }
         let fd = match dir.open_write(name, st) {
             Ok(fd) => fd,
-            Err(e) => return failed(format!("cannot open it for truncation: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot open it for truncation: {}", describe_errno(e))),
         };
         if let Err(e) = fd.truncate(len) {
-            return failed(format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
+            return failed_errno(e, format!("cannot truncate it back to {len} bytes: {}", describe_errno(e)));
         }
         if let Some(problem) = set_meta_fd(&fd, snap) {
             return failed(format!("truncated back to {len} bytes, but {problem}"));
         }
-        (Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes)"))
+        done(Outcome::Restored, format!("truncated the appended bytes away ({now} -> {len} bytes)"))
     }
 
     pub(super) fn restore_symlink(
@@ -368,7 +421,7 @@ impl Executor<'_> {
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::Symlink) {
             let same = dir.readlink(name).is_ok_and(|t| t == target.as_bytes());
             if same && st.st_uid == snap.uid && st.st_gid == snap.gid {
-                return (Outcome::Unchanged, "the symlink is already as before".into());
+                return done(Outcome::Unchanged, "the symlink is already as before".into());
             }
         }
         let replaced = match self.clear(dir, name, cur) {
@@ -376,13 +429,13 @@ impl Executor<'_> {
             Err(done) => return done,
         };
         if let Err(e) = dir.symlink(target.as_bytes(), name) {
-            return failed(format!("cannot recreate the symlink: {}", describe_errno(e)));
+            return failed_errno(e, format!("cannot recreate the symlink: {}", describe_errno(e)));
         }
         if let Some(problem) = set_meta_at(dir, name, snap) {
             return failed(format!("symlink recreated, but {problem}"));
         }
         let what = format!("symlink to {} put back", target.display_lossy());
-        (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+        done(if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
     }
 
     pub(super) fn restore_dir(
@@ -397,10 +450,10 @@ impl Executor<'_> {
             Some(st) if file_type(st) == FileType::Directory => {
                 let times_match = st.st_mtime == snap.mtime[0] && st.st_mtime_nsec as i64 == snap.mtime[1];
                 if meta_matches(st, snap) && times_match && snap.xattrs.is_none() {
-                    return (Outcome::Unchanged, "the directory is already there, as before".into());
+                    return done(Outcome::Unchanged, "the directory is already there, as before".into());
                 }
                 self.defer(path, DeferredMeta::Snapshot(snap.clone()));
-                (
+                done(
                     Outcome::Restored,
                     format!(
                         "the directory is there; its mode ({:o}), owner and times are set back at the end",
@@ -417,11 +470,11 @@ impl Executor<'_> {
                 // mode, owner, attributes and times are set at the end.
                 self.forget_parent();
                 if let Err(e) = dir.mkdir(name, 0o700) {
-                    return failed(format!("cannot recreate the directory: {}", describe_errno(e)));
+                    return failed_errno(e, format!("cannot recreate the directory: {}", describe_errno(e)));
                 }
                 self.defer(path, DeferredMeta::Snapshot(snap.clone()));
                 let what = format!("recreated the directory (mode {:o})", snap.mode);
-                (if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
+                done(if replaced { Outcome::Restored } else { Outcome::Recreated }, what)
             }
         }
     }
@@ -443,7 +496,7 @@ impl Executor<'_> {
         };
         if let Some(st) = cur.filter(|st| file_type(st) == ft && st.st_rdev == rdev) {
             if meta_matches(st, snap) {
-                return (Outcome::Unchanged, format!("the {} is already there", kind.name()));
+                return done(Outcome::Unchanged, format!("the {} is already there", kind.name()));
             }
         }
         let replaced = match self.clear(dir, name, cur) {
@@ -451,11 +504,11 @@ impl Executor<'_> {
             Err(done) => return done,
         };
         if let Err(e) = dir.mknod(name, ft, 0o600, rdev) {
-            return failed(format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
+            return failed_errno(e, format!("cannot recreate the {}: {}", kind.name(), describe_errno(e)));
         }
         if let Some(problem) = set_meta_at(dir, name, snap) {
             return failed(format!("{} recreated, but {problem}", kind.name()));
         }
-        (if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
+        done(if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
     }
 }

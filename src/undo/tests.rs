@@ -581,3 +581,187 @@ fn a_dry_run_changes_nothing() {
     assert!(r.dry_run && r.complete);
     assert_eq!(fs::read(f.p("a")).unwrap(), b"new");
 }
+
+/// The `code` of step `i`'s cause, as the JSON contract writes it.
+fn code(r: &Report, i: usize) -> String {
+    let v = serde_json::to_value(&r.outcomes[i].cause).unwrap();
+    v["code"].as_str().unwrap().to_string()
+}
+
+fn peer() -> crate::record::Endpoint {
+    crate::record::Endpoint { family: "inet".into(), address: BPath::from("192.0.2.1"), port: Some(443) }
+}
+
+#[test]
+fn a_step_undone_as_recorded_has_the_cause_undone_and_one_already_as_before_already_as_before() {
+    let mut f = Fixture::new();
+    f.change("new", Intent::Overwrite);
+    f.change("never", Intent::Overwrite);
+    fs::write(f.p("new"), b"x").unwrap();
+    let r = f.undo();
+    assert_eq!((code(&r, 0).as_str(), code(&r, 1).as_str()), ("already_as_before", "undone"));
+    assert!(r.files_exact());
+}
+
+#[test]
+fn a_connection_a_datagram_and_an_outside_signal_leave_the_files_exact_but_the_undo_incomplete() {
+    let mut f = Fixture::new();
+    f.push(Op::Connect { peer: peer(), result: ConnectResult::Ok });
+    f.push(Op::Send { peer: peer() });
+    f.push(Op::Signal { target: 4242, target_prog: None, signal: 9, outside: true });
+    let r = f.undo();
+    assert!(!r.complete);
+    assert!(r.files_exact(), "nothing but effects outside the file system");
+    let codes: Vec<String> = (0..3).map(|i| code(&r, i)).collect();
+    assert_eq!(codes, ["signal", "datagram", "network"]);
+    let json = r.to_json();
+    assert_eq!(json["files_exact"], true);
+    assert_eq!(json["irreversible"].as_array().unwrap().len(), 3);
+    assert_eq!(json["outcomes"][0]["cause"], serde_json::json!({"code": "signal", "target": 4242, "signal": 9}));
+}
+
+#[test]
+fn a_failed_connection_and_a_refused_call_changed_nothing() {
+    let mut f = Fixture::new();
+    f.push(Op::Connect { peer: peer(), result: ConnectResult::Failed { errno: 111 } });
+    f.push(Op::Refused { what: "x".into(), errno: 13 });
+    let r = f.undo();
+    assert!(r.complete && r.files_exact());
+    assert_eq!((code(&r, 0).as_str(), code(&r, 1).as_str()), ("call_changed_nothing", "call_changed_nothing"));
+}
+
+#[test]
+fn an_unobserved_program_is_named_with_its_typed_reason_and_the_files_are_not_exact() {
+    let mut f = Fixture::new();
+    f.push(Op::Unobserved {
+        program: BPath::from("/bin/static"),
+        reason: crate::record::UnobservedReason::StaticExecutable,
+    });
+    let r = f.undo();
+    assert!(!r.files_exact());
+    let v = serde_json::to_value(&r.outcomes[0].cause).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"code": "unobserved", "program": "/bin/static", "reason": {"code": "static_executable"}})
+    );
+}
+
+#[test]
+fn a_prior_state_that_was_not_kept_has_the_cause_not_kept_with_the_journaled_reason() {
+    let mut f = Fixture::new();
+    let path = f.bp("big");
+    f.push(Op::Change { path, before: Before::Irreversible { reason: Reason::OverFileBudget { size: 9, limit: 1 } } });
+    let r = f.undo();
+    assert_eq!(code(&r, 0), "not_kept");
+    assert!(!r.files_exact());
+}
+
+#[test]
+fn a_tampered_blob_has_the_cause_blob_damaged_and_a_missing_one_blob_missing() {
+    let mut f = Fixture::new();
+    fs::write(f.p("a"), b"original").unwrap();
+    f.change("a", Intent::Overwrite);
+    fs::write(f.p("a"), b"changed").unwrap();
+    let blob = f.blob_files().remove(0);
+    fs::write(&blob, b"evil!!!!").unwrap();
+    assert_eq!(code(&f.undo(), 0), "blob_damaged");
+    fs::remove_file(&blob).unwrap();
+    assert_eq!(code(&f.undo(), 0), "blob_missing");
+}
+
+#[test]
+fn a_symlink_planted_above_a_path_has_the_cause_symlink_in_path_naming_the_directory() {
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("d")).unwrap();
+    f.change("d/new", Intent::Overwrite);
+    fs::write(f.p("d/new"), b"x").unwrap();
+    fs::rename(f.p("d"), f.p("real")).unwrap();
+    std::os::unix::fs::symlink("real", f.p("d")).unwrap();
+    let r = f.undo();
+    assert_eq!(r.outcomes[0].outcome, Outcome::Conflict);
+    let v = serde_json::to_value(&r.outcomes[0].cause).unwrap();
+    assert_eq!(v["code"], "symlink_in_path");
+    assert_eq!(v["dir"], f.p("d").to_str().unwrap());
+}
+
+#[test]
+fn a_directory_that_holds_entries_the_journal_did_not_create_has_the_cause_not_empty() {
+    let mut f = Fixture::new();
+    f.change("d", Intent::Overwrite);
+    fs::create_dir(f.p("d")).unwrap();
+    fs::write(f.p("d/stranger"), b"x").unwrap();
+    assert_eq!(code(&f.undo(), 0), "not_empty");
+}
+
+#[test]
+fn a_path_whose_directory_is_gone_has_the_cause_directory_gone() {
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("d")).unwrap();
+    fs::write(f.p("d/a"), b"old").unwrap();
+    f.change("d/a", Intent::Overwrite);
+    fs::remove_dir_all(f.p("d")).unwrap();
+    let r = f.undo();
+    let v = serde_json::to_value(&r.outcomes[0].cause).unwrap();
+    assert_eq!(v, serde_json::json!({"code": "directory_gone", "dir": f.p("d").to_str().unwrap()}));
+}
+
+#[test]
+fn an_append_whose_earlier_bytes_are_gone_has_the_cause_prior_bytes_gone() {
+    let mut f = Fixture::new();
+    fs::write(f.p("log"), b"0123456789").unwrap();
+    f.change("log", Intent::Append);
+    fs::write(f.p("log"), b"01").unwrap();
+    assert_eq!(code(&f.undo(), 0), "prior_bytes_gone");
+}
+
+#[test]
+fn a_rewrite_covered_by_its_creation_has_the_cause_covered_by_and_without_it_needs_record() {
+    let mut f = Fixture::new();
+    f.change("made", Intent::Overwrite);
+    fs::write(f.p("made"), b"x").unwrap();
+    let path = f.bp("made");
+    f.push(Op::Change { path, before: Before::Born { created: 1 } });
+    let r = f.undo();
+    assert_eq!(
+        serde_json::to_value(&r.outcomes[0].cause).unwrap(),
+        serde_json::json!({"code": "covered_by", "seq": 1})
+    );
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let only = std::collections::BTreeSet::from([2]);
+    let none = HashSet::new();
+    let opts = UndoOptions::default();
+    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &none, only: Some(&only) };
+    let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+    assert_eq!(
+        serde_json::to_value(&r.outcomes[0].cause).unwrap(),
+        serde_json::json!({"code": "needs_record", "seq": 1})
+    );
+}
+
+#[test]
+fn a_record_an_earlier_undo_reversed_has_the_cause_already_undone() {
+    let mut f = Fixture::new();
+    f.change("new", Intent::Overwrite);
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let already = HashSet::from([1]);
+    let opts = UndoOptions::default();
+    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &already, only: None };
+    let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+    assert_eq!(code(&r, 0), "already_undone");
+}
+
+#[test]
+fn an_interrupted_temporary_name_has_the_cause_interrupted_temp_name() {
+    let mut f = Fixture::new();
+    let template = f.bp("tmpXXXXXX");
+    f.push(Op::TempName { template });
+    assert_eq!(code(&f.undo(), 0), "interrupted_temp_name");
+}
+
+#[test]
+fn a_system_call_that_fails_during_a_restore_names_its_errno() {
+    let (outcome, _, cause) = super::fs::failed_errno(rustix::io::Errno::ACCESS, "cannot create it");
+    assert_eq!(outcome, Outcome::Failed);
+    assert_eq!(serde_json::to_value(&cause).unwrap(), serde_json::json!({"code": "errno", "errno": 13}));
+    assert!(cause.concerns_files());
+}

@@ -245,7 +245,15 @@ pub fn snapshot_meta(st: &Stat, node: Node) -> Snapshot {
         atime: [st.st_atime, st.st_atime_nsec as i64],
         ident: ident_of(st),
         xattrs: None,
+        links: 0,
     }
+}
+
+/// The number of names of a regular file, when it has more than one (see
+/// [`Snapshot::links`]).
+#[allow(clippy::unnecessary_cast)] // st_nlink is u64 on x86-64, u32 on AArch64.
+fn extra_links(st: &Stat) -> u64 {
+    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_nlink > 1 { st.st_nlink as u64 } else { 0 }
 }
 
 /// Device and inode of a `stat` result.
@@ -365,6 +373,7 @@ impl Capturer<'_> {
                 let node = Node::File { blob, size: copied, hash, how, twin: None };
                 let mut snap = snapshot_meta(&fresh, node);
                 snap.xattrs = Some(xattrs);
+                snap.links = extra_links(&fresh);
                 Before::Contents(snap)
             }
             // It vanished between the stat and the capture (another process removed it): it

@@ -280,6 +280,15 @@ pub struct Snapshot {
     /// capture keeps the inode itself, attributes and all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xattrs: Option<Vec<Xattr>>,
+    /// For a regular file kept as a copy: how many names (hard links) it had, when more than
+    /// one (0: one, or not known). A copy put back where the file was removed is a new inode:
+    /// its other names keep the old one, and undo says so.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub links: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One extended attribute.
@@ -765,6 +774,7 @@ mod tests {
             atime: [3, 4],
             ident: Ident { dev: 1, ino: 2 },
             xattrs: Some(vec![Xattr { name: BPath::from("user.x"), value: Bytes(vec![0, 255]) }]),
+            links: 2,
         };
         for before in [
             Before::Contents(snap.clone()),

@@ -160,6 +160,7 @@ mod tests {
             atime: [0, 0],
             ident: Ident { dev: 1, ino: 1 },
             xattrs: None,
+            links: 0,
         })
     }
 

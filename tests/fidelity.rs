@@ -448,3 +448,30 @@ fn metadata_changed_through_a_descriptor_after_the_file_was_removed_is_set_back(
         "import os\nfd = os.open('f', os.O_RDONLY)\nos.unlink('f')\nos.fchmod(fd, 0o777)\nos.utime(fd, (0, 0))\n";
     roundtrip(&s, &[python(), "-c", script]);
 }
+
+#[test]
+fn a_hard_linked_file_removed_from_a_tree_on_another_file_system_than_the_store_is_named_as_not_back() {
+    // The tree on a tmpfs, the store on the disk: the removed inode cannot be linked into the
+    // store, so it is kept as a copy, and a copy put back is a new inode.
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "/dev/shm (a tmpfs) is needed for this test");
+    let s = Scratch::new("a_hard_linked_file_removed_from_a_tree_on_another_file_system");
+    let tree = tempfile::Builder::new().prefix("aj-links").tempdir_in(shm).unwrap();
+    let t = tree.path();
+    std::fs::write(t.join("a"), b"shared\n").unwrap();
+    std::fs::hard_link(t.join("a"), t.join("b")).unwrap();
+    std::fs::write(t.join("single"), b"alone\n").unwrap();
+    let session = s.session("session");
+    let script = format!("rm {0}/a {0}/single", t.display());
+    s.run_ok(&session, &["sh", "-c", &script]);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "the link group is not back: {r}");
+    let outcomes = r["outcomes"].as_array().unwrap();
+    let a = outcomes.iter().find(|o| o["path"] == t.join("a").to_str().unwrap()).unwrap();
+    assert_eq!(a["outcome"], "failed", "{r}");
+    assert_eq!(a["cause"], serde_json::json!({"code": "link_group_broken", "links": 2}), "{r}");
+    let single = outcomes.iter().find(|o| o["path"] == t.join("single").to_str().unwrap()).unwrap();
+    assert_eq!(single["outcome"], "recreated", "a file with one name comes back exactly: {r}");
+    assert_eq!(std::fs::read(t.join("a")).unwrap(), b"shared\n", "its bytes are back all the same");
+    assert_eq!(r["files_exact"], false);
+}

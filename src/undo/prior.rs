@@ -96,7 +96,10 @@ impl Executor<'_> {
     pub(super) fn forgive_superseded(&self, plan: &Plan<'_>, _failed_calls: &HashSet<u64>, report: &mut Report) {
         let by_seq: std::collections::HashMap<u64, &Record> = plan.journal.records.iter().map(|r| (r.seq, r)).collect();
         let facts = self.prior.borrow();
-        for o in report.outcomes.iter_mut().filter(|o| o.outcome == Outcome::Failed) {
+        // A broken link group is not a race: the path's bytes are back, its inode is not.
+        let forgivable =
+            |o: &StepReport| o.outcome == Outcome::Failed && !matches!(o.cause, Cause::LinkGroupBroken { .. });
+        for o in report.outcomes.iter_mut().filter(|o| forgivable(o)) {
             let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
             let (Some(f), Some(rec)) = (facts.get(path), by_seq.get(&seq)) else { continue };
             let aspects = match &rec.op {

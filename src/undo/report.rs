@@ -132,6 +132,12 @@ pub enum Cause {
         /// The blob.
         blob: String,
     },
+    /// The file was recreated from a copy, a new inode, though it had more hard links: its
+    /// other names still lead to the old one.
+    LinkGroupBroken {
+        /// How many names it had.
+        links: u64,
+    },
     /// Only a shorter prefix of the prior contents survives (an append was all that was kept).
     PriorBytesGone,
     /// A system call of the restore failed.

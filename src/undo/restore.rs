@@ -368,6 +368,17 @@ impl Executor<'_> {
         if let Some(problem) = set_meta_fd(&dst, snap) {
             return failed(format!("contents restored ({size} bytes), but {problem}"));
         }
+        let in_place = cur.is_some_and(|st| file_type(st) == FileType::RegularFile);
+        if !in_place && snap.links > 1 {
+            // A new inode: the file's other names still lead to the old one.
+            return failed_because(
+                Cause::LinkGroupBroken { links: snap.links },
+                format!(
+                    "recreated from a copy ({size} bytes, verified), but it had {} hard links: its other names still lead to the old inode, which this one no longer shares (the store was on another file system, so the inode itself could not be kept)",
+                    snap.links
+                ),
+            );
+        }
         let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
         done(outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
     }

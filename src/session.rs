@@ -778,6 +778,19 @@ pub fn latest_session(root: &Path) -> Result<Session, SessionError> {
     list_sessions(root).into_iter().find_map(|s| s.ok()).ok_or_else(|| SessionError::NoSessions(root.to_path_buf()))
 }
 
+/// Removes a session that journaled nothing because its command could not be started (no
+/// such program, not executable), with its link under `root`: nothing is left for `undo` to
+/// mistake for the last session.
+pub fn discard_unstarted(root: Option<&Path>, session: Session) -> io::Result<()> {
+    if let Some(root) = root {
+        let link = root.join(&session.header.id);
+        if link.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            fs::remove_file(link)?;
+        }
+    }
+    fs::remove_dir_all(&session.dir)
+}
+
 /// Adds a symlink `root/<id>` to a session kept elsewhere, so that commands without
 /// `--journal` find it.
 pub fn register(root: &Path, session: &Session) -> io::Result<()> {

@@ -583,3 +583,19 @@ fn a_program_run_through_the_dynamic_loader_is_journaled_and_undone_exactly() {
         }
     }
 }
+
+#[test]
+fn a_command_that_cannot_be_started_leaves_no_session_behind() {
+    for watch in BOTH {
+        let s = Scratch::new(&format!("a_command_that_cannot_be_started_leaves_no_session_behind_{watch:?}"));
+        let session = s.session("session");
+        let out = s.run_as(&session, &["/nonexistent/program"], watch);
+        assert_eq!(out.status.code(), Some(127), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!session.exists(), "no empty session for a plain undo to take for the last one");
+        // Written with mode 0644: not executable.
+        std::fs::write(s.path("plain"), b"x").unwrap();
+        let out = s.run_as(&s.session("s2"), &[s.path("plain").to_str().unwrap()], watch);
+        assert_eq!(out.status.code(), Some(126), "not executable");
+        assert!(!s.session("s2").exists());
+    }
+}

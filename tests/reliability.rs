@@ -943,3 +943,66 @@ fn undo_after_a_selective_undo_is_exact_with_no_conflict_against_its_own_work() 
     assert_complete(code, &r);
     assert_same_tree(&before, &manifest(&s.tree()));
 }
+
+/// Starts `run` of a command that writes `f` and its pid, then sleeps; waits until it has.
+fn started_sleeper(s: &Scratch, session: &std::path::Path, watch: Watch, own_group: bool) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let argv: Vec<&OsStr> = ["sh", "-c", "echo x > f; echo $$ > pid; exec sleep 30"].iter().map(OsStr::new).collect();
+    let mut cmd = run_cmd_as(s, session, &argv, watch);
+    if own_group {
+        cmd.process_group(0);
+    }
+    let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !s.path("pid").exists() || std::fs::read_to_string(s.path("pid")).unwrap_or_default().trim().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+/// Requires `run` to have ended with `code`, the command to be gone, the session sealed, and
+/// its undo exact.
+fn stopped_sealed_and_undone(s: &Scratch, session: &std::path::Path, mut run: std::process::Child, code: i32) {
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(code), "run passes the command's fate on: {status:?}");
+    let pid = std::fs::read_to_string(s.path("pid")).unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "the command was stopped, not left running"
+    );
+    assert!(session.join("seal.json").exists(), "run sealed the session");
+    let (code, r) = s.undo_json(session);
+    assert_complete(code, &r);
+    assert!(!s.path("f").exists());
+}
+
+#[test]
+fn sigterm_and_sigint_sent_to_run_alone_stop_the_command_and_run_seals_and_passes_the_status_on() {
+    for watch in BOTH {
+        for (sig, name) in [(rustix::process::Signal::TERM, "term"), (rustix::process::Signal::INT, "int")] {
+            let s = Scratch::new(&format!("signals_to_run_alone_{name}_{watch:?}"));
+            let session = s.session("session");
+            let run = started_sleeper(&s, &session, watch, false);
+            // As a harness's proc.send_signal does: to run's pid alone.
+            rustix::process::kill_process(rustix::process::Pid::from_raw(run.id() as i32).unwrap(), sig).unwrap();
+            stopped_sealed_and_undone(&s, &session, run, 128 + sig.as_raw());
+        }
+    }
+}
+
+#[test]
+fn sigint_to_the_whole_process_group_stops_the_command_and_run_still_seals() {
+    for watch in BOTH {
+        let s = Scratch::new(&format!("sigint_to_the_whole_process_group_{watch:?}"));
+        let session = s.session("session");
+        let run = started_sleeper(&s, &session, watch, true);
+        // What a terminal's Ctrl-C reaches: every process of the foreground group.
+        rustix::process::kill_process_group(
+            rustix::process::Pid::from_raw(run.id() as i32).unwrap(),
+            rustix::process::Signal::INT,
+        )
+        .unwrap();
+        stopped_sealed_and_undone(&s, &session, run, 130);
+    }
+}

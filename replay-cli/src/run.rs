@@ -168,17 +168,33 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
             cmd.env(ENV_MARK, format!("{:016x}", mark.unwrap_or(0)));
             run_supervised(&s, cmd, installer, mark.unwrap_or(0), opts.strict, &command[0])?
         }
-        None => match run_plain(&s, cmd, opts.strict, &program, &cwd, &command)? {
-            Ok(status) => status,
-            Err(code) => return Ok(code),
-        },
+        None => run_plain(&s, cmd, opts.strict, &program, &cwd, &command)?,
+    };
+    let status = match status {
+        Started::Ran(status) => status,
+        Started::Refused(code) => return Ok(code),
+        Started::Not(code) => {
+            // Nothing ran: no session is left for a plain `undo` to take for the last one.
+            if let Err(e) = session::discard_unstarted(root.as_deref(), s) {
+                let _ = writeln!(std::io::stderr(), "aether-journal: warning: the unused session was not removed: {e}");
+            }
+            return Ok(code);
+        }
     };
     seal(&s)?;
     Ok(status)
 }
 
+/// How the command went: it ran (its status as `run` passes it on), the strict policy refused
+/// it (journaled), or it could not be started at all (126 or 127, as a shell says).
+enum Started {
+    Ran(u8),
+    Refused(u8),
+    Not(u8),
+}
+
 /// Runs the command under the supervisor (which journals its exec and sees into every
-/// program). Returns its exit status.
+/// program).
 fn run_supervised(
     s: &Session,
     cmd: std::process::Command,
@@ -186,7 +202,7 @@ fn run_supervised(
     mark: u64,
     strict: bool,
     name: &OsString,
-) -> Result<u8, String> {
+) -> Result<Started, String> {
     // The settings the command's processes get: this environment's, and the policy.
     let (settings, _) =
         Settings::from_lookup(
@@ -197,12 +213,19 @@ fn run_supervised(
     let store = aether_journal_supervisor::store::Store::open(s.dir(), settings, mark)
         .map_err(|e| format!("cannot open the session for the supervisor: {e}"))?;
     let mut launched = launch(cmd, store, installer, 1).map_err(|e| format!("cannot start the supervisor: {e}"))?;
+    if let Some(child) = launched.started() {
+        pass_signals_to(child);
+    }
     let status = match launched.wait() {
         Ended::Status(st) => exit_code(std::process::ExitStatus::from_raw(st)),
         Ended::NotStarted(errno) => {
             let e = std::io::Error::from_raw_os_error(errno);
             let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", name.to_string_lossy());
-            if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+            let _ = rustix::process::waitpid(
+                rustix::process::Pid::from_raw(launched.supervisor as i32),
+                rustix::process::WaitOptions::empty(),
+            );
+            return Ok(Started::Not(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
         }
         Ended::SupervisorLost(st) => {
             let _ = writeln!(
@@ -218,7 +241,7 @@ fn run_supervised(
         Some(rustix::process::Pid::from_raw(launched.supervisor as i32).ok_or("bad supervisor pid")?),
         rustix::process::WaitOptions::NOHANG,
     );
-    Ok(status)
+    Ok(Started::Ran(status))
 }
 
 /// Runs the command with the shim alone, as without a supervisor: `run` checks the program
@@ -231,7 +254,7 @@ fn run_plain(
     program: &BPath,
     cwd: &Path,
     command: &[OsString],
-) -> Result<Result<u8, u8>, String> {
+) -> Result<Started, String> {
     // The command itself is started by this (unhooked) process: check it here, as the shim's
     // exec hooks check every program started after it.
     let first = s.reserve_ids_before_start(2).map_err(|e| e.to_string())?;
@@ -246,7 +269,7 @@ fn run_plain(
                 "aether-journal: refusing to run {} under --strict: {reason}",
                 program.display_lossy()
             );
-            return Ok(Err(126));
+            return Ok(Started::Refused(126));
         }
         let _ = writeln!(
             std::io::stderr(),
@@ -259,14 +282,40 @@ fn run_plain(
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", command[0].to_string_lossy());
-            return Ok(Err(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
+            return Ok(Started::Not(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
         }
     };
     let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
     let exec = Op::Exec { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) };
     let _ = s.append(&own_record(first + 1, exec));
+    pass_signals_to(child.id());
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
-    Ok(Ok(exit_code(status)))
+    Ok(Started::Ran(exit_code(status)))
+}
+
+/// From now on, passes the signals `run` is sent on to the command (`child`), so that a
+/// harness's `proc.send_signal(SIGTERM)` or `SIGINT` to `run`'s pid alone stops the command
+/// instead of killing `run` before it seals and leaving the command running. The terminal's
+/// own SIGINT, SIGQUIT and SIGHUP (sent by the kernel to the whole foreground process group)
+/// are not passed on: the command has its own. Called once the command has started (after the
+/// supervisor's fork: the thread it starts must not be in a forked child).
+fn pass_signals_to(child: u32) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    use signal_hook::iterator::SignalsInfo;
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    use signal_hook::low_level::siginfo::Cause;
+    let Ok(mut signals) = SignalsInfo::<WithOrigin>::new([SIGINT, SIGQUIT, SIGTERM, SIGHUP]) else { return };
+    let Some(pid) = rustix::process::Pid::from_raw(child as i32) else { return };
+    std::thread::spawn(move || {
+        for o in signals.forever() {
+            if matches!(o.cause, Cause::Kernel) && o.signal != SIGTERM {
+                continue;
+            }
+            if let Some(sig) = rustix::process::Signal::from_named_raw(o.signal) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    });
 }
 
 /// An exit status as `run` passes it on: the code, or 128 + N when killed by signal N.

@@ -34,6 +34,8 @@ pub struct Launched {
     /// The command's pid, once the supervisor said it.
     pub child: Option<u32>,
     events: BufReader<std::fs::File>,
+    /// An event [`Launched::started`] read that was not the start (kept for `wait`).
+    pending: Option<Event>,
 }
 
 /// How the supervised command ended.
@@ -72,7 +74,12 @@ pub fn launch(mut command: Command, store: Store, installer: Installer, workers:
         }
         pid => {
             drop(to_run);
-            Ok(Launched { supervisor: pid as u32, child: None, events: BufReader::new(from_supervisor.into()) })
+            Ok(Launched {
+                supervisor: pid as u32,
+                child: None,
+                events: BufReader::new(from_supervisor.into()),
+                pending: None,
+            })
         }
     }
 }
@@ -80,9 +87,10 @@ pub fn launch(mut command: Command, store: Store, installer: Installer, workers:
 impl Launched {
     /// Waits for the command's pid (`None`: it could not be started, or the supervisor died).
     pub fn started(&mut self) -> Option<u32> {
-        if self.child.is_none() {
-            if let Some(Event::Started(pid)) = self.next_event() {
-                self.child = Some(pid);
+        if self.child.is_none() && self.pending.is_none() {
+            match self.next_event() {
+                Some(Event::Started(pid)) => self.child = Some(pid),
+                other => self.pending = other,
             }
         }
         self.child
@@ -110,6 +118,9 @@ impl Launched {
     }
 
     fn next_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.pending.take() {
+            return Some(e);
+        }
         let mut line = String::new();
         loop {
             line.clear();

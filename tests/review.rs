@@ -421,3 +421,31 @@ fn completions_and_the_man_page_are_generated_from_the_cli_definition() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(".TH") && text.contains("aether-journal"), "{text}");
 }
+
+#[test]
+fn undo_log_and_review_print_no_escape_sequence_or_invisible_character_an_agent_put_in_a_name() {
+    let s = Scratch::new("undo_log_and_review_print_no_escape_sequence_or_invisible_character");
+    s.sh("echo a > a");
+    let session = s.session("session");
+    // OSC 0 (title), SGR colour, OSC 52 (clipboard), OSC 8 (link), a C1 CSI, bidi, tags.
+    let name = "b\u{1b}]0;pwned\u{7}\u{1b}[31mRED\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}]8;;https:x\u{1b}\\\u{9b}1m\u{202e}\u{e0041}\u{e0042}";
+    s.run_ok(&session, &["mv", "a", name]);
+    let forbidden = |out: &[u8]| {
+        let text = String::from_utf8_lossy(out);
+        text.chars().find(|c| {
+            matches!(*c, '\u{1b}' | '\u{7}' | '\u{9b}' | '\u{202e}') || ('\u{e0000}'..='\u{e007f}').contains(c)
+        })
+    };
+    for args in [vec!["log"], vec!["review"], vec!["undo", "--dry-run"], vec!["undo"]] {
+        let mut argv: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        argv.extend([OsStr::new("--journal"), session.as_os_str()]);
+        let out = s.cli(&argv);
+        assert_eq!(forbidden(&out.stdout), None, "{args:?} printed it raw:\n{}", String::from_utf8_lossy(&out.stdout));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("\\u{1b}]0;pwned"), "{args:?} names it, escaped");
+    }
+    assert!(s.path("a").exists(), "the undo itself worked");
+    // --json keeps the exact name.
+    let log = s.log_json(&session);
+    let to = log["records"].as_array().unwrap().iter().find_map(|r| r["op"]["to"].as_str()).unwrap().to_string();
+    assert!(to.ends_with(name), "{to:?}");
+}

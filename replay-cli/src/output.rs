@@ -19,13 +19,40 @@ pub fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
+/// Whether `c` must not reach a terminal as it is: controls (C0, DEL, C1: escape sequences,
+/// OSC 52 clipboard writes, OSC 8 links), the invisible and direction-changing format
+/// characters (soft hyphen, zero-width and bidi marks and overrides, word joiners and
+/// invisible operators, the BOM, interlinear annotations), and the tag block (U+E0000 to
+/// U+E007F, invisible text that can smuggle instructions to a language model). The set fd
+/// escapes, and the tags.
+fn must_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E007F}'
+        )
+}
+
+/// Escapes text an agent may have chosen for a terminal (a `why` that embeds names, a line of
+/// a diff: contents, like names, are the agent's).
+pub fn escape_text(s: &str) -> String {
+    escape(&BPath::from(s))
+}
+
 /// Escapes a name for display in a terminal.
 pub fn escape(p: &BPath) -> String {
     let mut out = String::new();
     for chunk in p.as_bytes().utf8_chunks() {
         for c in chunk.valid().chars() {
-            let invisible = c.is_control()
-                || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}');
+            let invisible = must_escape(c);
             match c {
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
@@ -53,7 +80,7 @@ fn describe_before(b: &Before) -> String {
     match b {
         Before::Absent => "did not exist".into(),
         Before::Exclusive => "did not exist (an exclusive create: the call fails if anything is there)".into(),
-        Before::Irreversible { reason } => format!("IRREVERSIBLE: {reason}"),
+        Before::Irreversible { reason } => format!("IRREVERSIBLE: {}", escape_text(&reason.to_string())),
         Before::Born { created } => {
             format!("a file this session created (#{created}); not kept, undoing that removes it")
         }
@@ -99,7 +126,9 @@ fn describe_record(r: &Record) -> String {
             format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
         }
         Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
-        Op::Unobserved { program, reason } => format!("UNOBSERVED {}: {reason}", escape(program)),
+        Op::Unobserved { program, reason } => {
+            format!("UNOBSERVED {}: {}", escape(program), escape_text(&reason.to_string()))
+        }
         Op::Connect { peer, result } => match result {
             ConnectResult::Failed { errno } => format!("connect to {peer} failed (errno {errno})"),
             _ => format!("IRREVERSIBLE: connected to {peer}"),
@@ -116,7 +145,7 @@ fn describe_record(r: &Record) -> String {
             child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
             argv.iter().map(escape).collect::<Vec<_>>().join(" ")
         ),
-        Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {what}"),
+        Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {}", escape_text(what)),
         Op::TempName { template } => format!("temporary name from {}", escape(template)),
         Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
         Op::DirTimes { path, .. } => format!("{}  [directory times kept before its entries change]", escape(path)),
@@ -372,11 +401,6 @@ impl Paint {
     }
 }
 
-/// Escapes every line of a diff for the terminal (contents, like names, are the agent's).
-fn escape_text(s: &str) -> String {
-    escape(&BPath::from(s))
-}
-
 /// The human form of `review`.
 pub fn review_text(s: &Session, rv: &Review, stat_only: bool, colour: bool) -> String {
     let p = Paint { on: colour };
@@ -528,10 +552,10 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     for o in &r.outcomes {
         let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
         let path = o.path.as_ref().map(escape).unwrap_or_default();
-        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), o.why);
+        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), escape_text(&o.why));
     }
     for n in &r.notes {
-        let _ = writeln!(out, "note: {n}");
+        let _ = writeln!(out, "note: {}", escape_text(n));
     }
     let m = r.summary();
     let _ = writeln!(
@@ -566,6 +590,18 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_escaping_neutralises_osc_sequences_c1_controls_soft_hyphens_joiners_and_tags() {
+        let nasty = "a\u{1b}]52;c;cHduZWQ=\u{7}b\u{1b}]8;;http://x\u{1b}\\c\u{9b}31m\u{ad}\u{2060}\u{2064}\u{fffb}\u{e0041}\u{e007f}d";
+        let out = escape_text(nasty);
+        assert!(out.chars().all(|c| !must_escape(c)), "{out:?}");
+        assert_eq!(
+            out,
+            "a\\u{1b}]52;c;cHduZWQ=\\u{7}b\\u{1b}]8;;http://x\\u{1b}\\\\c\\u{9b}31m\\u{ad}\\u{2060}\\u{2064}\\u{fffb}\\u{e0041}\\u{e007f}d"
+        );
+        assert_eq!(escape_text("plain élan"), "plain élan", "ordinary text is left alone");
+    }
 
     #[test]
     fn terminal_escaping_neutralises_controls_bidi_and_invalid_bytes() {

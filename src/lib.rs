@@ -32,6 +32,7 @@ pub mod bpath;
 pub mod capture;
 pub mod config;
 pub mod exec_check;
+pub mod exit_codes;
 pub mod journal;
 pub mod record;
 pub mod resolve;

@@ -84,7 +84,29 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
             })
             .map(|r| r.seq)
             .collect(),
-        Selection::Last(n) => journal.records.iter().rev().take(*n).map(|r| r.seq).collect(),
+        // Steps, as log shows them: the audit and bookkeeping records (an exec, a directory's
+        // times, a failed call's outcome, a temporary name's intent) come along, uncounted.
+        Selection::Last(0) => BTreeSet::new(),
+        Selection::Last(n) => {
+            let mut steps = 0;
+            journal
+                .records
+                .iter()
+                .rev()
+                .take_while(|r| {
+                    let step = !matches!(
+                        r.op,
+                        Op::Exec { .. } | Op::DirTimes { .. } | Op::CallFailed { .. } | Op::TempName { .. }
+                    );
+                    if steps == *n && step {
+                        return false;
+                    }
+                    steps += usize::from(step);
+                    true
+                })
+                .map(|r| r.seq)
+                .collect()
+        }
         Selection::Pid(pid) => {
             let pids = descendants(journal, *pid);
             journal.records.iter().filter(|r| pids.contains(&r.pid)).map(|r| r.seq).collect()

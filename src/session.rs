@@ -613,6 +613,9 @@ impl Session {
 /// What `aether-journal sessions` shows about a session.
 #[derive(Clone, Debug, Serialize)]
 pub struct SessionInfo {
+    /// What `sessions` shows: `open` (running, or ended without `run` sealing it), `sealed`
+    /// (ended under `run`, neither undone nor kept), `undone` or `kept`.
+    pub phase: &'static str,
     /// Session id.
     pub id: String,
     /// Its directory.
@@ -656,7 +659,15 @@ impl Session {
     /// The listing information.
     pub fn info(&self) -> SessionInfo {
         let journal = self.read_journal().unwrap_or_default();
+        let sealed = self.dir.join(crate::seal::SEAL_FILE).exists();
+        let phase = match self.state() {
+            State::Undone => "undone",
+            State::Kept => "kept",
+            State::Active if sealed => "sealed",
+            State::Active => "open",
+        };
         SessionInfo {
+            phase,
             id: self.header.id.clone(),
             dir: self.dir.clone(),
             root_command: self.header.root_command.clone(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::process::Command;
 
 use common::*;
@@ -598,4 +599,71 @@ fn a_command_that_cannot_be_started_leaves_no_session_behind() {
         assert_eq!(out.status.code(), Some(126), "not executable");
         assert!(!s.session("s2").exists());
     }
+}
+
+#[test]
+fn a_selective_undo_that_matches_nothing_says_so_and_exits_4() {
+    let s = Scratch::new("a_selective_undo_that_matches_nothing_says_so_and_exits_4");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > one"]);
+    let elsewhere = s.path("never-touched");
+    for args in [vec![elsewhere.to_str().unwrap()], vec!["--last", "0"]] {
+        let (code, r) = s.undo_json_with(&session, &args);
+        assert_eq!(code, 4, "{args:?}: {r}");
+        assert_eq!(r["selected"], 0, "{r}");
+        let mut argv: Vec<&OsStr> = vec!["undo".as_ref(), "--journal".as_ref(), session.as_os_str()];
+        argv.extend(args.iter().map(OsStr::new));
+        let out = s.cli(&argv);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("matched no record") && !text.contains("Undo complete"), "{text}");
+    }
+    assert!(s.path("one").exists(), "nothing was changed");
+}
+
+#[test]
+fn undo_last_n_counts_steps_not_the_execs_between_them() {
+    let s = Scratch::new("undo_last_n_counts_steps_not_the_execs_between_them");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > one; echo 2 > two; /bin/true"]);
+    let (code, r) = s.undo_json_with(&session, &["--last", "1"]);
+    assert_eq!(code, 0, "{r}");
+    assert!(s.path("one").exists() && !s.path("two").exists(), "the last step is the write of two: {r}");
+}
+
+#[test]
+fn completions_into_a_closed_pipe_end_quietly_with_success() {
+    let s = Scratch::new("completions_into_a_closed_pipe_end_quietly_with_success");
+    let cli = artifacts().cli.to_str().unwrap().to_string();
+    let out = Command::new("bash")
+        .args(["-c", &format!("set -o pipefail; {cli} completions bash | head -c 10 > /dev/null")])
+        .current_dir(s.tree())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn sessions_says_sealed_for_a_finished_session_and_the_help_lists_every_exit_code() {
+    let s = Scratch::new("sessions_says_sealed_for_a_finished_session");
+    s.run_ok(&s.session("session"), &["sh", "-c", "echo 1 > one"]);
+    let out = s.cli(&["sessions".as_ref()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.contains(" sealed ")), "{text}");
+    assert!(!text.contains(" active "), "{text}");
+    let help = s.cli(&["--help".as_ref()]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (code, what) in aether_journal::exit_codes::ALL {
+        assert!(help.contains(&format!("  {code}  {what}")), "{help}");
+    }
+}
+
+#[test]
+fn a_relative_xdg_state_home_is_named_as_ignored() {
+    let s = Scratch::new("a_relative_xdg_state_home_is_named_as_ignored");
+    let mut cmd = Command::new(&artifacts().cli);
+    isolate(&mut cmd, &s.root);
+    cmd.arg("sessions").env("XDG_STATE_HOME", "relative/state").env("HOME", s.root.join("home")).current_dir(s.tree());
+    let out = cmd.output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("XDG_STATE_HOME is relative"), "{out:?}");
 }

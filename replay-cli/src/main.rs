@@ -23,16 +23,14 @@ use aether_journal::session::{self, Session, SessionError};
 use aether_journal::undo::{self, UndoOptions};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-/// Exit status: an undo that could not undo every step exactly.
-pub const EXIT_INCOMPLETE: u8 = 3;
-/// Exit status: an error.
-pub const EXIT_ERROR: u8 = 1;
+use aether_journal::exit_codes::{ERROR as EXIT_ERROR, INCOMPLETE as EXIT_INCOMPLETE, NOTHING_SELECTED};
 
 #[derive(Parser)]
 #[command(name = "aether-journal", version, about = "Make any process tree's file changes reversible")]
 #[command(long_about = "Run a command with every file change journaled (aether-journal run), look at what it did \
 (review, log), then decide once: keep it (keep) or rewind it (undo). Undo reports every step it could not \
 reverse, and exits 3 when anything is not exactly as it was.")]
+#[command(after_long_help = aether_journal::exit_codes::help_text())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -203,6 +201,15 @@ fn leave_the_shim() {
 fn main() -> ExitCode {
     leave_the_shim();
     let cli = Cli::parse();
+    if let Some(x) =
+        std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty() && !x.to_string_lossy().starts_with('/'))
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "aether-journal: warning: XDG_STATE_HOME is relative ({}), which the XDG specification says to ignore: sessions are under $HOME/.local/state",
+            x.to_string_lossy()
+        );
+    }
     let result = match cli.command {
         Command::Run { journal, strict, no_supervise, command } => {
             run::run(run::RunOptions { journal, strict, no_supervise }, command)
@@ -224,7 +231,9 @@ fn main() -> ExitCode {
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "aether-journal", &mut std::io::stdout());
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "aether-journal", &mut out);
+            output::emit(&String::from_utf8_lossy(&out));
             Ok(0)
         }
         Command::Man => {
@@ -380,6 +389,9 @@ fn undo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, S
     let text =
         if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report, opts.select.is_some()) };
     output::emit(&text);
+    if report.selected == Some(0) {
+        return Ok(NOTHING_SELECTED);
+    }
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
 }
 

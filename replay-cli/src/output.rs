@@ -13,10 +13,21 @@ use aether_journal::review::{ProcessRun, Review};
 use aether_journal::session::{Collected, Session, SessionInfo};
 use aether_journal::undo::Report;
 
-/// Writes `text` to stdout; a closed pipe is not an error (`| head` is fine).
+/// Writes `text` to stdout.
+///
+/// A reader that closed the pipe (`| head`) has all it wanted: that ends the program with
+/// success. Any other failure to write ends it with [`aether_journal::exit_codes::ERROR`]: a
+/// report cut short must not pass for a whole one.
 pub fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "aether-journal: error: cannot write the output: {e}");
+            std::process::exit(i32::from(aether_journal::exit_codes::ERROR));
+        }
+    }
 }
 
 /// Whether `c` must not reach a terminal as it is: controls (C0, DEL, C1: escape sequences,
@@ -337,7 +348,7 @@ pub fn sessions_text(infos: &[SessionInfo]) -> String {
             out,
             "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5}  {}",
             i.id,
-            i.state.name(),
+            i.phase,
             i.created,
             i.records,
             size(i.bytes_captured),
@@ -565,6 +576,10 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     );
     if r.dry_run {
         let _ = writeln!(out, "Dry run: nothing was changed.");
+    }
+    if r.selected == Some(0) {
+        let _ = writeln!(out, "The selection matched no record of this session: nothing was changed.");
+        return out;
     }
     if r.complete {
         let _ = writeln!(

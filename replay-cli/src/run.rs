@@ -344,7 +344,7 @@ fn seal(s: &Session) -> Result<(), String> {
     let records = journal.records.len();
     let _ = writeln!(
         std::io::stderr(),
-        "aether-journal: {records} step(s) journaled in {}; review with `aether-journal log --journal {0}`, rewind with `aether-journal undo --journal {0}`",
+        "aether-journal: {records} step(s) journaled in {}; review with `aether-journal review --journal {0}`, rewind with `aether-journal undo --journal {0}`",
         s.dir().display()
     );
     Ok(())

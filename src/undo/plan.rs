@@ -122,6 +122,7 @@ pub fn undo_session_with_progress(
     };
     let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
     report.coverage = session.coverage();
+    report.selected = only.as_ref().map(|o| o.len());
     report.notes.extend(notes_live);
     let lost = session.counters().lost_records;
     if lost > 0 {

@@ -224,6 +224,9 @@ pub struct Report {
     pub undone: Vec<u64>,
     /// What the session's journaling could see (from its header).
     pub coverage: crate::session::Coverage,
+    /// For a selective undo, how many records the selection covers (`Some(0)`: it matched
+    /// nothing, and nothing was changed); `None` for a whole undo.
+    pub selected: Option<usize>,
 }
 
 impl Report {
@@ -271,6 +274,7 @@ impl Report {
             .collect();
         serde_json::json!({
             "complete": self.complete,
+            "selected": self.selected,
             "files_exact": self.files_exact(),
             "irreversible": self.outcomes.iter().filter(|o| !o.cause.concerns_files()).map(|o| &o.cause).collect::<Vec<_>>(),
             "dry_run": self.dry_run,

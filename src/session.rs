@@ -352,6 +352,23 @@ pub enum SessionError {
     /// No session exists yet.
     #[error("no sessions found under {0}")]
     NoSessions(PathBuf),
+    /// No session was started in this directory or above it.
+    #[error(
+        "no session was started in {cwd} or a directory above it (sessions are under {root}): pass --journal DIR, or --latest for the newest of all"
+    )]
+    NoSessionHere {
+        /// The directory asked about.
+        cwd: PathBuf,
+        /// Where sessions are.
+        root: PathBuf,
+    },
+    /// More than one session started here or above is still running: which one is meant
+    /// cannot be told.
+    #[error("{} sessions started here or above are still running ({}): pass --journal DIR", .dirs.len(), .dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "))]
+    Ambiguous {
+        /// Their directories, newest first.
+        dirs: Vec<PathBuf>,
+    },
     /// Any other I/O error, with the path involved.
     #[error("{path}: {source}")]
     Io {
@@ -782,6 +799,29 @@ pub fn list_sessions(root: &Path) -> Vec<Result<Session, SessionError>> {
         (Err(_), Err(_)) => std::cmp::Ordering::Equal,
     });
     out
+}
+
+/// The session a command without `--journal` means in `cwd` (as git finds its repository):
+/// the newest one under `root` started in `cwd` or a directory above it. Refuses to guess
+/// when more than one of them is still running ([`Session::live_processes`]).
+pub fn session_here(root: &Path, cwd: &Path) -> Result<Session, SessionError> {
+    use std::os::unix::ffi::OsStrExt;
+    let cwd = fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let here = BPath::new(cwd.as_os_str().as_bytes().to_vec());
+    let candidates: Vec<Session> = list_sessions(root)
+        .into_iter()
+        .filter_map(|s| s.ok())
+        .filter(|s| here.starts_with_dir(s.header.cwd.as_bytes()))
+        .collect();
+    let Some(newest) = candidates.first() else {
+        return Err(SessionError::NoSessionHere { cwd, root: root.to_path_buf() });
+    };
+    let running: Vec<PathBuf> =
+        candidates.iter().filter(|s| !s.live_processes().is_empty()).map(|s| s.dir.clone()).collect();
+    if running.len() > 1 {
+        return Err(SessionError::Ambiguous { dirs: running });
+    }
+    Session::open(&newest.dir)
 }
 
 /// The newest readable session under `root`.

@@ -667,3 +667,73 @@ fn a_relative_xdg_state_home_is_named_as_ignored() {
     let out = cmd.output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("XDG_STATE_HOME is relative"), "{out:?}");
 }
+
+#[test]
+fn plain_undo_takes_the_newest_session_started_in_the_current_directory_or_above_it() {
+    let s = Scratch::new("plain_undo_takes_the_newest_session_started_in_the_current_directory");
+    s.sh("mkdir -p a/sub b && echo a > a/f && echo b > b/f");
+    // Two agents, one per directory; the one in b ran last. Sessions under the state directory.
+    let run_in = |dir: &str, script: &str| {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.args(["run", "--", "sh", "-c", script]).current_dir(s.path(dir));
+        isolate(&mut cmd, &s.root);
+        assert!(cmd.output().unwrap().status.success());
+    };
+    run_in("a", "echo changed > f");
+    run_in("b", "echo changed > f");
+    let undo_in = |dir: &str, extra: &[&str]| {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.arg("undo").args(extra).current_dir(s.path(dir));
+        isolate(&mut cmd, &s.root);
+        cmd.output().unwrap()
+    };
+    // From a subdirectory of a: a's session, though b's is newer, and it says which.
+    let out = undo_in("a/sub", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("started in {}", s.path("a").display())));
+    assert_eq!(std::fs::read(s.path("a/f")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(s.path("b/f")).unwrap(), b"changed\n", "the other agent's work is untouched");
+    let out = undo_in("b", &[]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(s.path("b/f")).unwrap(), b"b\n");
+    // Where no session was started, nothing is guessed.
+    let out = undo_in(".", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no session was started in"), "{out:?}");
+    // --latest keeps the old meaning: the newest of all.
+    let out = undo_in(".", &["--latest"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn plain_undo_refuses_to_guess_between_two_sessions_still_running_here() {
+    let s = Scratch::new("plain_undo_refuses_to_guess_between_two_sessions_still_running_here");
+    let mut runs: Vec<std::process::Child> = ["one", "two"]
+        .iter()
+        .map(|name| {
+            let mut cmd = Command::new(&artifacts().cli);
+            let script = format!("echo x > {name}; exec sleep 20");
+            cmd.args(["run", "--", "sh", "-c", &script]).current_dir(s.tree());
+            cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+            isolate(&mut cmd, &s.root);
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(s.path("one").exists() && s.path("two").exists()) {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.arg("undo").current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    let out = cmd.output().unwrap();
+    for r in &mut runs {
+        // run passes SIGTERM on to its command, then seals and exits.
+        let _ = Command::new("kill").args(["-TERM", &r.id().to_string()]).status();
+        let _ = r.wait();
+    }
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("still running"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(s.path("one").exists() && s.path("two").exists(), "nothing was undone");
+}

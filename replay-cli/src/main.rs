@@ -32,6 +32,10 @@ use aether_journal::exit_codes::{ERROR as EXIT_ERROR, INCOMPLETE as EXIT_INCOMPL
 reverse, and exits 3 when anything is not exactly as it was.")]
 #[command(after_long_help = aether_journal::exit_codes::help_text())]
 struct Cli {
+    /// Without --journal, take the newest session of all, wherever it was started (by default:
+    /// the newest started in the current directory or above it).
+    #[arg(long, global = true)]
+    latest: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -201,6 +205,7 @@ fn leave_the_shim() {
 fn main() -> ExitCode {
     leave_the_shim();
     let cli = Cli::parse();
+    LATEST.store(cli.latest, std::sync::atomic::Ordering::Relaxed);
     if let Some(x) =
         std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty() && !x.to_string_lossy().starts_with('/'))
     {
@@ -279,16 +284,34 @@ fn canonical_arg(p: &Path) -> BPath {
 }
 
 /// Opens `--journal DIR`, or the most recent session.
+/// Set by `--latest`: a command without `--journal` takes the newest session of all, not the
+/// newest started in the current directory or above it.
+static LATEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
     let dir = match journal {
         Some(d) => d,
         None => {
             let root = sessions_root()?;
-            let s = session::latest_session(&root).map_err(|e| match e {
+            let s = if LATEST.load(std::sync::atomic::Ordering::Relaxed) {
+                session::latest_session(&root)
+            } else {
+                let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+                session::session_here(&root, &cwd)
+            };
+            let s = s.map_err(|e| match e {
                 SessionError::NoSessions(r) => format!("no sessions found under {}: pass --journal DIR", r.display()),
                 e => e.to_string(),
             })?;
             session::check_ownership(s.dir())?;
+            // Said, since it was chosen for the user.
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: session {} ({}, started in {})",
+                s.header().id,
+                s.dir().display(),
+                output::escape(&s.header().cwd)
+            );
             return Ok(s);
         }
     };

@@ -352,6 +352,15 @@ pub enum SessionError {
     /// No session exists yet.
     #[error("no sessions found under {0}")]
     NoSessions(PathBuf),
+    /// The session directory is owned by another user or writable by others: its journal
+    /// could name any file, and undo would write there.
+    #[error("{why}")]
+    NotTrusted {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
     /// No session was started in this directory or above it.
     #[error(
         "no session was started in {cwd} or a directory above it (sessions are under {root}): pass --journal DIR, or --latest for the newest of all"
@@ -452,17 +461,21 @@ pub fn ensure_table(path: &Path, len: usize) -> io::Result<fs::File> {
     Ok(f)
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, mode 0600.
+/// Writes `bytes` (and a newline) to `path`, mode 0600, atomically and durably: a temporary
+/// file of its own in the same directory, written and `fsync`ed, renamed over `path`, and the
+/// directory `fsync`ed, so that after a crash `path` holds either the old bytes or the new.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    {
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.write_all(b"\n")?;
-    }
-    fs::rename(&tmp, path)
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp =
+        tempfile::Builder::new().prefix(".tmp-").permissions(fs::Permissions::from_mode(0o600)).tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.write_all(b"\n")?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    fs::File::open(dir)?.sync_all()
 }
 
 /// The counters of a session, read without mapping the file.
@@ -491,6 +504,17 @@ impl Session {
 
     /// Opens an existing session directory.
     pub fn open(dir: &Path) -> Result<Session, SessionError> {
+        if !dir.exists() {
+            return Err(SessionError::NotFound(dir.to_path_buf()));
+        }
+        check_ownership(dir).map_err(|why| SessionError::NotTrusted { path: dir.to_path_buf(), why })?;
+        Session::open_untrusted(dir)
+    }
+
+    /// [`Session::open`] without its trust check: for a tool that only reads a session another
+    /// user owns (an administrator's audit). Undoing such a session writes where its records
+    /// say, with this process's rights: never do it on a session you do not trust.
+    pub fn open_untrusted(dir: &Path) -> Result<Session, SessionError> {
         if !dir.exists() {
             return Err(SessionError::NotFound(dir.to_path_buf()));
         }
@@ -891,6 +915,31 @@ mod tests {
 
     fn header(id: &str) -> Header {
         Header::new(id.into(), vec![BPath::from("bash")], BPath::from("/"), "cli")
+    }
+
+    #[test]
+    fn the_library_refuses_a_session_directory_others_can_write_unless_asked_not_to_check() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("s");
+        Session::create(&dir, &header("s")).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(Session::open(&dir), Err(SessionError::NotTrusted { .. })));
+        assert!(Session::open_untrusted(&dir).is_ok());
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(Session::open(&dir).is_ok());
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_whole_private_and_leaves_no_temporary_behind() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("state.json");
+        fs::write(&p, b"old").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        write_atomically(&p, b"new").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new\n");
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        let names: Vec<_> = fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
     }
 
     #[test]

@@ -287,6 +287,19 @@ pub fn sessions_root_from(xdg_state_home: Option<&[u8]>, home: Option<&[u8]>) ->
     Some(base.join("aether-journal"))
 }
 
+/// Where a session goes when the state directory cannot be written (a read-only home, a
+/// full disk, a sandbox): `$XDG_RUNTIME_DIR/aether-journal`, then `/tmp/aether-journal-UID`.
+/// Listed with the state directory's sessions, so that `undo` finds the last session rather
+/// than rewinding an older one.
+pub fn fallback_roots() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|r| r.is_absolute()) {
+        out.push(r.join("aether-journal"));
+    }
+    out.push(PathBuf::from(format!("/tmp/aether-journal-{}", rustix::process::getuid().as_raw())));
+    out
+}
+
 /// [`sessions_root_from`] applied to this process's environment.
 pub fn sessions_root() -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
@@ -809,8 +822,16 @@ pub fn gc(
 /// header), newest first. Entries that are not sessions are ignored; damaged ones are returned
 /// as errors so that a listing can name them.
 pub fn list_sessions(root: &Path) -> Vec<Result<Session, SessionError>> {
-    let Ok(rd) = fs::read_dir(root) else { return Vec::new() };
-    let mut out: Vec<Result<Session, SessionError>> = rd
+    let mut roots = vec![root.to_path_buf()];
+    // Sessions made where the state directory could not be written (see fallback_roots)
+    // belong to the same user's list.
+    if sessions_root().as_deref() == Some(root) {
+        roots.extend(fallback_roots());
+    }
+    let mut out: Vec<Result<Session, SessionError>> = roots
+        .iter()
+        .filter_map(|r| fs::read_dir(r).ok())
+        .flatten()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().is_dir())
         .map(|e| Session::open(&e.path()))

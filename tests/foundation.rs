@@ -737,3 +737,49 @@ fn plain_undo_refuses_to_guess_between_two_sessions_still_running_here() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("still running"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(s.path("one").exists() && s.path("two").exists(), "nothing was undone");
 }
+
+#[test]
+fn a_bare_preload_session_whose_state_directory_cannot_be_written_journals_in_a_private_fallback_that_undo_finds() {
+    let s = Scratch::new("a_bare_preload_session_whose_state_directory_cannot_be_written");
+    s.sh("echo one > first && echo two > second");
+    // An earlier session, in the state directory.
+    bash_with_raw_preload(&s, "echo changed > first", None);
+    let root = s.root.join("state/aether-journal");
+    assert!(root.is_dir());
+    // Now nothing can be made there: mode 0555, and for root (who ignores modes) the
+    // immutable flag too.
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let writable = || std::fs::create_dir(root.join("probe")).map(|_| std::fs::remove_dir(root.join("probe"))).is_ok();
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&root).status().is_ok_and(|s| s.success());
+    if writable() {
+        chattr("+i");
+    }
+    assert!(
+        !writable(),
+        "the state directory could not be made unwritable (neither its mode nor chattr +i holds here)"
+    );
+    let runtime = s.root.join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", "echo changed > second"]).current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
+    isolate(&mut cmd, &s.root);
+    cmd.env("XDG_RUNTIME_DIR", &runtime);
+    let status = cmd.status().unwrap();
+    let mut undo = Command::new(&artifacts().cli);
+    undo.args(["undo", "--json"]).current_dir(s.tree());
+    isolate(&mut undo, &s.root);
+    undo.env("XDG_RUNTIME_DIR", &runtime);
+    let out = undo.output().unwrap();
+    chattr("-i");
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_dir(runtime.join("aether-journal")).unwrap().count(),
+        1,
+        "the session went to the fallback"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_eq!(std::fs::read(s.path("second")).unwrap(), b"two\n", "the last session is the one undone");
+    assert_eq!(std::fs::read(s.path("first")).unwrap(), b"changed\n", "not the earlier one");
+}

@@ -291,14 +291,23 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         None => {
             // No session yet: this process is the root of a new one. Create it now and export
             // its directory so that every descendant joins it.
-            let Some(root) = session::sessions_root() else { return disabled };
             let id = session::new_session_id();
-            let dir = root.join(&id);
-            let mut header = session::Header::new(id, argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
+            let mut header = session::Header::new(id.clone(), argv.unwrap_or_else(cmdline), BPath::new(cwd()), "shim");
             header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
-            if session::ensure_layout(&dir, &header).is_err() {
-                return disabled;
-            }
+            // The state directory, or, when it cannot be written, a private fallback that the
+            // CLI lists with it: never a session that journals nothing and says nothing.
+            // A fallback under /tmp is shared with every user: it must be this user's, private.
+            use std::os::unix::fs::DirBuilderExt;
+            let fallbacks = session::fallback_roots().into_iter().filter(|root| {
+                std::fs::DirBuilder::new().mode(0o700).recursive(true).create(root).is_ok()
+                    && session::check_ownership(root).is_ok()
+            });
+            let made = session::sessions_root()
+                .into_iter()
+                .chain(fallbacks)
+                .map(|root| root.join(&id))
+                .find(|dir| session::ensure_layout(dir, &header).is_ok());
+            let Some(dir) = made else { return disabled };
             dir
         }
     };

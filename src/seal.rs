@@ -288,8 +288,12 @@ impl Seal {
 
     /// Reads a session's seal, if it has one.
     pub fn read(session_dir: &Path) -> io::Result<Option<Seal>> {
-        match std::fs::read(session_dir.join(SEAL_FILE)) {
-            Ok(text) => serde_json::from_slice(&text).map(Some).map_err(io::Error::other),
+        // Parsed as it is read: a seal of a million paths is 200 MB of text, which need not
+        // be held beside what it parses into.
+        match std::fs::File::open(session_dir.join(SEAL_FILE)) {
+            Ok(f) => {
+                serde_json::from_reader(io::BufReader::with_capacity(1 << 20, f)).map(Some).map_err(io::Error::other)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }

@@ -72,20 +72,47 @@ impl PriorFacts {
 impl Executor<'_> {
     /// Works out, before anything is restored, what every path of the plan was before the
     /// session (see [`Executor::prior_facts`]).
+    ///
+    /// Only a path with an append's capture reads the store (its blob's first bytes, which a
+    /// restore into the store may rewrite): those are worked out now, the rest when a step
+    /// fails ([`Executor::forgive_superseded`]), from records and hashes alone. A million
+    /// records that all succeed cost no map of facts.
     pub(super) fn learn_prior_facts(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>) {
+        let reads_store = |r: &Record| match &r.op {
+            Op::Change { before: Before::Contents(s), .. } | Op::Rename { to_before: Before::Contents(s), .. } => {
+                matches!(s.node, Node::Prefix { .. })
+            }
+            _ => false,
+        };
+        let wanted: HashSet<&BPath> =
+            plan.journal.records.iter().filter(|r| reads_store(r)).flat_map(crate::select::record_paths).collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let by_path = self.records_by_path(plan, failed_calls, |p| wanted.contains(p));
+        let mut prior = self.prior.borrow_mut();
+        for (path, records) in by_path {
+            prior.insert(path.clone(), self.prior_facts(path, &records));
+        }
+    }
+
+    /// The selected records of each path `keep` accepts, oldest first (failed calls left out).
+    fn records_by_path<'r>(
+        &self,
+        plan: &'r Plan<'_>,
+        failed_calls: &HashSet<u64>,
+        keep: impl Fn(&BPath) -> bool,
+    ) -> std::collections::HashMap<&'r BPath, Vec<&'r Record>> {
         let mut by_path: std::collections::HashMap<&BPath, Vec<&Record>> = std::collections::HashMap::new();
         for r in plan.journal.records.iter().filter(|r| plan.only.is_none_or(|o| o.contains(&r.seq))) {
             if failed_calls.contains(&r.seq) {
                 continue;
             }
-            for p in crate::select::record_paths(r) {
+            for p in crate::select::record_paths(r).into_iter().filter(|p| keep(p)) {
                 by_path.entry(p).or_default().push(r);
             }
         }
-        let mut prior = self.prior.borrow_mut();
-        for (path, records) in by_path {
-            prior.insert(path.clone(), self.prior_facts(path, &records));
-        }
+        by_path
     }
 
     /// A step can fail because processes of the session raced on one name (its target vanished
@@ -93,12 +120,28 @@ impl Executor<'_> {
     /// the end result: a failed step is forgiven when every aspect it would have restored
     /// (existence and contents, mode, owner) is, now, verifiably what it was before the session
     /// (see [`Executor::prior_facts`]).
-    pub(super) fn forgive_superseded(&self, plan: &Plan<'_>, _failed_calls: &HashSet<u64>, report: &mut Report) {
-        let by_seq: std::collections::HashMap<u64, &Record> = plan.journal.records.iter().map(|r| (r.seq, r)).collect();
-        let facts = self.prior.borrow();
+    pub(super) fn forgive_superseded(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>, report: &mut Report) {
         // A broken link group is not a race: the path's bytes are back, its inode is not.
         let forgivable =
             |o: &StepReport| o.outcome == Outcome::Failed && !matches!(o.cause, Cause::LinkGroupBroken { .. });
+        let failed: HashSet<&BPath> =
+            report.outcomes.iter().filter(|o| forgivable(o)).filter_map(|o| o.path.as_ref()).collect();
+        if failed.is_empty() {
+            return;
+        }
+        // The facts not worked out before the undo (see learn_prior_facts), for the failed paths.
+        let missing: Vec<BPath> =
+            failed.iter().filter(|p| !self.prior.borrow().contains_key(**p)).map(|p| (*p).clone()).collect();
+        if !missing.is_empty() {
+            let missing: HashSet<&BPath> = missing.iter().collect();
+            let by_path = self.records_by_path(plan, failed_calls, |p| missing.contains(p));
+            let mut prior = self.prior.borrow_mut();
+            for (path, records) in by_path {
+                prior.insert(path.clone(), self.prior_facts(path, &records));
+            }
+        }
+        let by_seq: std::collections::HashMap<u64, &Record> = plan.journal.records.iter().map(|r| (r.seq, r)).collect();
+        let facts = self.prior.borrow();
         for o in report.outcomes.iter_mut().filter(|o| forgivable(o)) {
             let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
             let (Some(f), Some(rec)) = (facts.get(path), by_seq.get(&seq)) else { continue };

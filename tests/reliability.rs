@@ -1006,3 +1006,66 @@ fn sigint_to_the_whole_process_group_stops_the_command_and_run_still_seals() {
         stopped_sealed_and_undone(&s, &session, run, 130);
     }
 }
+
+#[test]
+fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_ctrl_c() {
+    let s = Scratch::new("an_interactive_program_under_run_in_tmux");
+    let session = s.session("session");
+    let prog = s.root.join("interactive.py");
+    std::fs::write(
+        &prog,
+        "import os, sys, termios, time, tty\n\
+         size = os.get_terminal_size()\n\
+         open('size', 'w').write('%dx%d' % (size.columns, size.lines))\n\
+         saved = termios.tcgetattr(0)\n\
+         tty.setraw(0)\n\
+         c = os.read(0, 1)\n\
+         termios.tcsetattr(0, termios.TCSADRAIN, saved)\n\
+         open('key', 'wb').write(c)\n\
+         open('ready', 'w').write('waiting for Ctrl-C')\n\
+         time.sleep(60)\n",
+    )
+    .unwrap();
+    let socket = format!("aj-test-{}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").arg("-L").arg(&socket).args(args).output().expect("tmux");
+    let script = format!(
+        // The pane's shell outlives the Ctrl-C with a trap (a handler, not an ignored signal,
+        // which run's command would inherit).
+        "trap : INT; cd '{}' && env -u AETHER_JOURNAL_DIR -u AETHER_JOURNAL XDG_STATE_HOME='{}' '{}' run --journal '{}' -- {} '{}'; echo $? > '{}'",
+        s.tree().display(),
+        s.root.join("state").display(),
+        artifacts().cli.display(),
+        session.display(),
+        python(),
+        prog.display(),
+        s.root.join("rc").display()
+    );
+    let started = tmux(&["new-session", "-d", "-x", "100", "-y", "30", "sh", "-c", &script]);
+    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    let wait_for = |p: std::path::PathBuf| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !p.exists() {
+            if std::time::Instant::now() > deadline {
+                let pane = tmux(&["capture-pane", "-p"]);
+                let _ = tmux(&["kill-server"]);
+                panic!("{} never appeared; the pane:\n{}", p.display(), String::from_utf8_lossy(&pane.stdout));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait_for(s.path("size"));
+    let _ = tmux(&["send-keys", "x"]);
+    wait_for(s.path("ready"));
+    // The terminal's Ctrl-C: the kernel signals the whole foreground group.
+    let _ = tmux(&["send-keys", "C-c"]);
+    wait_for(s.root.join("rc"));
+    let _ = tmux(&["kill-server"]);
+    assert_eq!(std::fs::read_to_string(s.path("size")).unwrap(), "100x30", "the terminal's size");
+    assert_eq!(std::fs::read(s.path("key")).unwrap(), b"x", "raw mode: one key, unbuffered");
+    let rc = std::fs::read_to_string(s.root.join("rc")).unwrap();
+    assert_eq!(rc.trim(), "130", "Ctrl-C ended the program, and run passed it on");
+    assert!(session.join("seal.json").exists(), "run lived through the Ctrl-C and sealed");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert!(!s.path("size").exists() && !s.path("key").exists());
+}

@@ -737,15 +737,19 @@ impl Session {
     /// Accepts the session: releases its captured contents, keeps its header and journal (the
     /// audit log). With `forget`, deletes the session directory altogether.
     pub fn keep(&self, forget: bool, root: Option<&Path>) -> Result<u64, SessionError> {
-        let freed = dir_size_of(&self.dir, true);
         if forget {
-            if let Some(root) = root {
-                let link = root.join(&self.header.id);
+            // The directory itself, not a link to it (a session kept elsewhere is listed
+            // through a link under the state directory): only what is gone counts as freed.
+            let real = fs::canonicalize(&self.dir).map_err(io_at(&self.dir))?;
+            let before = dir_size_of(&real, true);
+            let removed = fs::remove_dir_all(&real).map_err(io_at(&real));
+            let freed = before.saturating_sub(if real.exists() { dir_size_of(&real, true) } else { 0 });
+            removed?;
+            for link in [Some(self.dir.clone()), root.map(|r| r.join(&self.header.id))].into_iter().flatten() {
                 if link.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
                     let _ = fs::remove_file(&link);
                 }
             }
-            fs::remove_dir_all(&self.dir).map_err(io_at(&self.dir))?;
             return Ok(freed);
         }
         let blobs = self.blobs_dir();
@@ -764,6 +768,10 @@ pub struct Collected {
     pub session: SessionInfo,
     /// Why it goes.
     pub why: String,
+    /// The bytes its removal freed (0 for a dry run).
+    pub freed: u64,
+    /// Why it could not be removed (wholly or in part), if it could not.
+    pub error: Option<String>,
 }
 
 /// Removes sessions under `root` older than `older_than`, then the oldest ones until the rest
@@ -792,7 +800,7 @@ pub fn gc(
         match (older_than, age) {
             (Some(limit), Some(age)) if age > limit => {
                 let why = format!("older than {} (started {})", humantime::format_duration(limit), info.created);
-                out.push((s, Collected { session: info, why }));
+                out.push((s, Collected { session: info, why, freed: 0, error: None }));
             }
             _ => keep.push((s, info)),
         }
@@ -804,15 +812,18 @@ pub fn gc(
             if total > max {
                 total -= info.bytes_total;
                 let why = format!("the sessions took more than {max} bytes; this is one of the oldest");
-                out.push((s, Collected { session: info, why }));
+                out.push((s, Collected { session: info, why, freed: 0, error: None }));
             } else {
                 rest.push((s, info));
             }
         }
     }
     if !dry_run {
-        for (s, _) in &out {
-            let _ = s.keep(true, Some(root));
+        for (s, c) in &mut out {
+            match s.keep(true, Some(root)) {
+                Ok(freed) => c.freed = freed,
+                Err(e) => c.error = Some(e.to_string()),
+            }
         }
     }
     out.into_iter().map(|(_, c)| c).collect()

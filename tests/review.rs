@@ -449,3 +449,71 @@ fn undo_log_and_review_print_no_escape_sequence_or_invisible_character_an_agent_
     let to = log["records"].as_array().unwrap().iter().find_map(|r| r["op"]["to"].as_str()).unwrap().to_string();
     assert!(to.ends_with(name), "{to:?}");
 }
+
+#[test]
+fn gc_removes_a_session_kept_elsewhere_whole_reports_only_bytes_freed_and_names_a_removal_that_fails() {
+    let s = Scratch::new("gc_removes_a_session_kept_elsewhere_whole");
+    s.sh("head -c 40000 /dev/urandom > big && head -c 40000 /dev/urandom > stuck");
+    // A session outside the state directory, registered there by a link.
+    let elsewhere = s.root.join("elsewhere/s1");
+    s.run_ok(&elsewhere, &["rm", "big"]);
+    let stuck = s.root.join("elsewhere/s2");
+    s.run_ok(&stuck, &["rm", "stuck"]);
+    for d in [&elsewhere, &stuck] {
+        age_session(d, "2020-01-01T00:00:00Z");
+    }
+    let (id1, id2) = (session_id_of(&elsewhere), session_id_of(&stuck));
+    // One removal that cannot succeed: a blob whose directory is read-only, or for root (who
+    // ignores modes) an immutable blob.
+    let blob = walk_files(&stuck.join("blobs")).remove(0);
+    let shard = blob.parent().unwrap().to_path_buf();
+    let root_user = rustix::process::geteuid().is_root();
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&blob).status().is_ok_and(|s| s.success());
+    let mode = |m: u32| std::fs::set_permissions(&shard, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    if root_user {
+        assert!(chattr("+i"), "the scratch file system must support chattr +i");
+    } else {
+        mode(0o555);
+    }
+    let out = s.cli(&["gc".as_ref(), "--older-than".as_ref(), "365d".as_ref(), "--json".as_ref()]);
+    if root_user {
+        chattr("-i");
+    } else {
+        mode(0o700);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(3), "one removal failed: {v}");
+    let removed = v["removed"].as_array().unwrap();
+    let by = |id: &str| removed.iter().find(|c| c["session"]["id"] == id).unwrap().clone();
+    assert!(!elsewhere.exists(), "the session itself is gone, not only its link");
+    assert!(by(&id1)["freed"].as_u64().unwrap() >= 40000, "{v}");
+    assert!(by(&id1)["error"].is_null());
+    assert!(by(&id2)["error"].as_str().is_some(), "{v}");
+    assert!(by(&id2)["freed"].as_u64().unwrap() < 40000, "what stayed is not reported freed: {v}");
+}
+
+#[test]
+fn sessions_names_a_damaged_session_and_exits_3() {
+    let s = Scratch::new("sessions_names_a_damaged_session_and_exits_3");
+    s.run_ok(&s.root.join("state/aether-journal/good"), &["true"]);
+    let bad = s.root.join("state/aether-journal/bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("session.json"), b"{not json").unwrap();
+    let out = s.cli(&["sessions".as_ref()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("!! "), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn session_id_of(dir: &std::path::Path) -> String {
+    let h: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap();
+    h["id"].as_str().unwrap().to_string()
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() { out.extend(walk_files(&p)) } else { out.push(p) }
+    }
+    out
+}

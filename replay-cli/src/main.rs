@@ -346,11 +346,12 @@ fn sessions(json: bool) -> Result<u8, String> {
     } else {
         let mut text = output::sessions_text(&infos);
         for e in list.iter().filter_map(|s| s.as_ref().err()) {
-            text.push_str(&format!("!! {e}\n"));
+            text.push_str(&format!("!! {}\n", output::escape_text(&e.to_string())));
         }
         output::emit(&text);
     }
-    Ok(0)
+    // A session that cannot be read is named, and the listing is not a clean one.
+    Ok(if list.iter().any(|s| s.is_err()) { EXIT_INCOMPLETE } else { 0 })
 }
 
 fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
@@ -453,5 +454,6 @@ fn gc(
     } else {
         output::emit(&output::gc_text(&removed, dry_run));
     }
-    Ok(0)
+    // Every session is tried; one that could not be removed makes the whole incomplete.
+    Ok(if removed.iter().any(|c| c.error.is_some()) { EXIT_INCOMPLETE } else { 0 })
 }

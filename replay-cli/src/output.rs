@@ -367,16 +367,14 @@ pub fn gc_text(removed: &[Collected], dry_run: bool) -> String {
     let mut out = String::new();
     let verb = if dry_run { "would remove" } else { "removed" };
     for c in removed {
-        let _ = writeln!(
-            out,
-            "{verb} {} ({}, {}): {}",
-            c.session.id,
-            c.session.state.name(),
-            size(c.session.bytes_total),
-            c.why
-        );
+        let _ =
+            writeln!(out, "{verb} {} ({}, {}): {}", c.session.id, c.session.phase, size(c.session.bytes_total), c.why);
+        if let Some(e) = &c.error {
+            let _ = writeln!(out, "  !! it could not be removed: {}", escape_text(e));
+        }
     }
-    let total: u64 = removed.iter().map(|c| c.session.bytes_total).sum();
+    // A dry run says what would go; a removal, only what went.
+    let total: u64 = removed.iter().map(|c| if dry_run { c.session.bytes_total } else { c.freed }).sum();
     let _ = writeln!(
         out,
         "{} session(s), {}{}",

@@ -596,6 +596,33 @@ impl Session {
         crate::journal::JournalWriter::open(&p).and_then(|w| w.append(rec)).map_err(io_at(&p))
     }
 
+    /// A record made by the process that starts the session's command (a harness, or `run`),
+    /// with the id `seq` (from [`Session::reserve_ids_before_start`]): its `exec` of the
+    /// command, or a refusal or `unobserved` step about it. The program, pid and time are this
+    /// process's.
+    pub fn starter_record(&self, seq: u64, call: &str, op: crate::record::Op) -> crate::record::Record {
+        crate::record::Record {
+            v: crate::record::RECORD_VERSION,
+            seq,
+            time: now_rfc3339(),
+            pid: std::process::id(),
+            ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+            prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
+            call: call.into(),
+            op,
+        }
+    }
+
+    /// Seals the session once its command has ended: the after-state of every path it
+    /// touched, so that a later undo tells a change made since from its own work
+    /// ([`crate::seal`]). Returns the journal it sealed; `progress` is called once per record.
+    pub fn seal(&self, progress: impl Fn() + Sync) -> Result<JournalContents, SessionError> {
+        let journal = self.read_journal()?;
+        let seal = crate::seal::take_seal(&journal, &self.blobs_dir(), progress);
+        seal.write(&self.dir).map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
+        Ok(journal)
+    }
+
     /// Takes `n` ids from the shared counter without mapping it, returning the first. Only
     /// correct while no process of the session is running (before `run` starts its command),
     /// since it is a read followed by a write.

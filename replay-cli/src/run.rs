@@ -19,27 +19,13 @@ use aether_journal::BPath;
 use aether_journal::bpath;
 use aether_journal::config::{ENV_DIR, ENV_MARK, ENV_POLICY, ENV_SHIM, ENV_SWITCH, Settings};
 use aether_journal::exec_check::{self, Creds};
-use aether_journal::record::{Op, RECORD_VERSION, Record};
+use aether_journal::record::Op;
 use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Header, Session};
 use aether_journal_supervisor::install::{Installer, Unavailable, probe};
 use aether_journal_supervisor::launch::{Ended, launch};
 
 fn libc_eperm() -> i32 {
     rustix::io::Errno::PERM.raw_os_error()
-}
-
-/// A record made by this process (the root of the session's tree).
-fn own_record(seq: u64, op: Op) -> Record {
-    Record {
-        v: RECORD_VERSION,
-        seq,
-        time: session::now_rfc3339(),
-        pid: std::process::id(),
-        ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
-        prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
-        call: "run".into(),
-        op,
-    }
 }
 
 /// The shim's file name.
@@ -263,7 +249,8 @@ fn run_plain(
     if let Err(reason) = exec_check::check_exec(program.as_bytes(), &argv, Creds::current()) {
         if strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
-            s.append(&own_record(first, Op::Refused { what, errno: libc_eperm() })).map_err(|e| e.to_string())?;
+            s.append(&s.starter_record(first, "run", Op::Refused { what, errno: libc_eperm() }))
+                .map_err(|e| e.to_string())?;
             let _ = writeln!(
                 std::io::stderr(),
                 "aether-journal: refusing to run {} under --strict: {reason}",
@@ -276,7 +263,8 @@ fn run_plain(
             "aether-journal: warning: {} runs unobserved: {reason}",
             program.display_lossy()
         );
-        s.append(&own_record(first, Op::Unobserved { program: program.clone(), reason })).map_err(|e| e.to_string())?;
+        s.append(&s.starter_record(first, "run", Op::Unobserved { program: program.clone(), reason }))
+            .map_err(|e| e.to_string())?;
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -287,7 +275,7 @@ fn run_plain(
     };
     let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
     let exec = Op::Exec { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) };
-    let _ = s.append(&own_record(first + 1, exec));
+    let _ = s.append(&s.starter_record(first + 1, "run", exec));
     pass_signals_to(child.id());
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
     Ok(Started::Ran(exit_code(status)))
@@ -330,18 +318,18 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 /// Seals the session: the after-state of every touched path, so that undo can tell later
 /// edits apart.
 fn seal(s: &Session) -> Result<(), String> {
-    let journal = s.read_journal().map_err(|e| e.to_string())?;
-    let pb = crate::progress_bar(journal.records.len() as u64, "sealing");
-    let seal = aether_journal::seal::take_seal(&journal, &s.blobs_dir(), || pb.inc(1));
+    let pb = crate::progress_bar(s.counters().last_id, "sealing");
+    let records = match s.seal(|| pb.inc(1)) {
+        Ok(journal) => journal.records.len(),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: warning: the session could not be sealed ({e}); undo will use a weaker check for later changes"
+            );
+            s.read_journal().map(|j| j.records.len()).unwrap_or(0)
+        }
+    };
     pb.finish_and_clear();
-    let sealed = serde_json::to_vec(&seal).map_err(|e| e.to_string())?;
-    if let Err(e) = session::write_atomically(&s.dir().join(aether_journal::seal::SEAL_FILE), &sealed) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "aether-journal: warning: the session could not be sealed ({e}); undo will use a weaker check for later changes"
-        );
-    }
-    let records = journal.records.len();
     let _ = writeln!(
         std::io::stderr(),
         "aether-journal: {records} step(s) journaled in {}; review with `aether-journal review --journal {0}`, rewind with `aether-journal undo --journal {0}`",

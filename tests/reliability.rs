@@ -1069,3 +1069,36 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
     assert_complete(code, &r);
     assert!(!s.path("size").exists() && !s.path("key").exists());
 }
+
+#[test]
+fn undo_with_a_store_it_cannot_write_changes_nothing_and_says_why() {
+    let s = Scratch::new("undo_with_a_store_it_cannot_write_changes_nothing_and_says_why");
+    s.sh("echo before > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo after > f; echo new > g"]);
+    // Read-only: mode 0555, and for root (who ignores modes) the immutable flag.
+    let root_user = rustix::process::geteuid().is_root();
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&session).status().is_ok_and(|s| s.success());
+    let mode = |m: u32| std::fs::set_permissions(&session, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    if root_user {
+        assert!(chattr("+i"), "the scratch file system must support chattr +i");
+    } else {
+        mode(0o555);
+    }
+    let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    if root_user {
+        chattr("-i");
+    } else {
+        mode(0o700);
+    }
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be written"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"after\n", "nothing was changed");
+    assert!(s.path("g").exists());
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+}

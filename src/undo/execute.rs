@@ -56,7 +56,9 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         }
     }
     use std::os::unix::ffi::OsStrExt;
+    let store_dev = rustix::fs::fstat(&blobs)?.st_dev;
     let exec = Executor {
+        store_dev,
         blobs: Dir::real(plan.blobs_dir.as_os_str().as_bytes(), blobs, sim.clone()),
         sim,
         blobs_path: plan.blobs_dir.to_path_buf(),

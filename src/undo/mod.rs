@@ -57,6 +57,8 @@ use tree::{Dir, Handle, Sim};
 struct Executor<'a> {
     /// The session's `blobs/` directory.
     blobs: Dir,
+    /// The device the store is on (a file on another one can only be kept as a copy).
+    store_dev: u64,
     /// For a dry run, the overlay its steps act on instead of the file system.
     sim: Option<std::rc::Rc<Sim>>,
     blobs_path: std::path::PathBuf,

@@ -84,6 +84,21 @@ pub fn undo_session_with_progress(
             ..Default::default()
         });
     }
+    if !opts.dry_run {
+        // An undo writes down what it did; a store that cannot take it is found out before
+        // anything in the tree changes.
+        if let Err(source) = tempfile::tempfile_in(session.dir()) {
+            return Err(SessionError::Io {
+                path: session.dir().to_path_buf(),
+                source: io::Error::new(
+                    source.kind(),
+                    format!(
+                        "the session store cannot be written ({source}), so an undo could not record what it did; nothing was changed"
+                    ),
+                ),
+            });
+        }
+    }
     let live = session.live_processes();
     if !live.is_empty() {
         let pids = live.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
@@ -138,19 +153,31 @@ pub fn undo_session_with_progress(
         report.complete = false;
     }
     if !opts.dry_run {
-        append_undone(session, &report.undone)
-            .map_err(|source| SessionError::Io { path: session.dir().join(UNDONE_FILE), source })?;
-        if let Some(mut seal) = seal.clone() {
+        // The tree is already changed: a failure to write down what was done is reported, as
+        // a step, beside everything the undo did; it is never a bare error that hides them.
+        let mut bookkeeping = append_undone(session, &report.undone).map_err(|e| (UNDONE_FILE, e));
+        if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.clone()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
             reseal(&mut seal, &journal, &report.undone);
-            seal.write(session.dir())
-                .map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
+            bookkeeping = seal.write(session.dir()).map_err(|e| (SEAL_FILE, e));
         }
         let undone: HashSet<u64> = report.undone.iter().copied().collect();
         let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || undone.contains(&r.seq));
-        if report.complete && all_done && journal.problems.is_empty() {
-            session.set_state(State::Undone)?;
+        if bookkeeping.is_ok() && report.complete && all_done && journal.problems.is_empty() {
+            bookkeeping = session.set_state(State::Undone).map_err(|e| ("state.json", io::Error::other(e.to_string())));
+        }
+        if let Err((file, e)) = bookkeeping {
+            report.outcomes.push(StepReport {
+                seq: None,
+                outcome: Outcome::Failed,
+                path: Some(crate::bpath::BPath::from(session.dir().join(file).as_path())),
+                why: format!(
+                    "the steps above were taken, but what this undo did could not be written down ({e}): a later undo of this session will take its work for changes made since"
+                ),
+                cause: Cause::Errno { errno: e.raw_os_error() },
+            });
+            report.complete = false;
         }
     }
     Ok(report)

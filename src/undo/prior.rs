@@ -121,9 +121,16 @@ impl Executor<'_> {
     /// (existence and contents, mode, owner) is, now, verifiably what it was before the session
     /// (see [`Executor::prior_facts`]).
     pub(super) fn forgive_superseded(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>, report: &mut Report) {
-        // A broken link group is not a race: the path's bytes are back, its inode is not.
-        let forgivable =
-            |o: &StepReport| o.outcome == Outcome::Failed && !matches!(o.cause, Cause::LinkGroupBroken { .. });
+        self.forgive_relinked(plan, report);
+        // A broken link group is not a race: the path's bytes are back, its inode is not. A
+        // step whose prior state was not kept (a capture that lost a race with another process
+        // of the session) is forgiven like a failed one when an older step verifiably put the
+        // path back as it was before the session.
+        let forgivable = |o: &StepReport| match o.outcome {
+            Outcome::Failed => !matches!(o.cause, Cause::LinkGroupBroken { .. }),
+            Outcome::Skipped => matches!(o.cause, Cause::NotKept { .. }),
+            _ => false,
+        };
         let failed: HashSet<&BPath> =
             report.outcomes.iter().filter(|o| forgivable(o)).filter_map(|o| o.path.as_ref()).collect();
         if failed.is_empty() {
@@ -163,6 +170,27 @@ impl Executor<'_> {
                     "this step could not be replayed ({}), but the path ended exactly as it was before the session (verified)",
                     o.why
                 );
+                report.undone.push(seq);
+            }
+        }
+    }
+
+    /// A copy put back as a new inode (the link group broken) is forgiven when an older step
+    /// then put the captured inode itself back at that name: the link group is whole again.
+    fn forgive_relinked(&self, plan: &Plan<'_>, report: &mut Report) {
+        for o in report.outcomes.iter_mut().filter(|o| matches!(o.cause, Cause::LinkGroupBroken { .. })) {
+            let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
+            let Ok(i) = plan.journal.records.binary_search_by_key(&seq, |r| r.seq) else { continue };
+            let snap = match &plan.journal.records[i].op {
+                Op::Change { before: Before::Contents(s), .. } | Op::Rename { to_before: Before::Contents(s), .. } => s,
+                _ => continue,
+            };
+            self.forget_parent();
+            let Ok((dir, name)) = self.parent_of(path) else { continue };
+            if dir.lstat(name).ok().flatten().is_some_and(|st| ident_of(&st) == snap.ident) {
+                o.outcome = Outcome::Unchanged;
+                o.cause = Cause::EndedAsBefore;
+                o.why = format!("{}; an older step then put the captured inode itself back (verified)", o.why);
                 report.undone.push(seq);
             }
         }

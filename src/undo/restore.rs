@@ -368,8 +368,11 @@ impl Executor<'_> {
         if let Some(problem) = set_meta_fd(&dst, snap) {
             return failed(format!("contents restored ({size} bytes), but {problem}"));
         }
+        // Only a file on another file system than the store had to be kept as a copy when it
+        // was removed; on the store's own, the inode itself was kept, and a copy recreated here
+        // is an intermediate state an older step replaces.
         let in_place = cur.is_some_and(|st| file_type(st) == FileType::RegularFile);
-        if !in_place && snap.links > 1 {
+        if !in_place && snap.links > 1 && snap.ident.dev != self.store_dev {
             // A new inode: the file's other names still lead to the old one.
             return failed_because(
                 Cause::LinkGroupBroken { links: snap.links },

@@ -17,6 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
@@ -308,11 +309,17 @@ impl Handle {
             Handle::Fd(fd) => rustix::fs::ftruncate(fd, len),
             Handle::Sim(sim, p) => {
                 let was = sim.content(p).ok();
+                // A real file's first `len` bytes are read and hashed; bytes the dry run only
+                // imagined cannot be, and get a name no real hash can equal.
+                let prefix = sim.node(p)?.filter(|n| n.content.is_none()).and_then(|n| n.real).and_then(|r| {
+                    let f = std::fs::File::open(std::ffi::OsStr::from_bytes(&r)).ok()?;
+                    let mut h = blake3::Hasher::new();
+                    let copied = io::copy(&mut io::Read::take(f, len), &mut h).ok()?;
+                    (copied == len).then(|| h.finalize().to_hex().to_string())
+                });
                 sim.update(p, |n| {
                     if was.as_ref().is_none_or(|(_, l)| *l != len) {
-                        // What the first `len` bytes hash to is not known without reading them:
-                        // a name no real hash can equal.
-                        n.content = Some((format!("truncated to {len} bytes"), len));
+                        n.content = Some((prefix.unwrap_or_else(|| format!("truncated to {len} bytes")), len));
                     }
                     n.st.st_size = len as _;
                 })

@@ -318,6 +318,20 @@ mod tests {
         Creds::current()
     }
 
+    /// A minimal static ELF of this architecture: header plus one PT_LOAD, no PT_INTERP.
+    fn minimal_static_elf() -> Vec<u8> {
+        let mut elf = vec![0u8; 64 + 56];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
+        elf[32..40].copy_from_slice(&64u64.to_le_bytes());
+        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
+        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
+        elf[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        elf
+    }
+
     #[test]
     fn a_dynamically_linked_program_is_observable() {
         assert_eq!(check(b"/bin/sh", me()), Ok(()));
@@ -332,16 +346,7 @@ mod tests {
     #[test]
     fn a_static_binary_is_unobservable() {
         let t = tempfile::tempdir().unwrap();
-        // A minimal static ELF: header plus one PT_LOAD, no PT_INTERP.
-        let mut elf = vec![0u8; 64 + 56];
-        elf[..4].copy_from_slice(b"\x7fELF");
-        elf[4] = 2;
-        elf[5] = 1;
-        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
-        elf[32..40].copy_from_slice(&64u64.to_le_bytes());
-        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
-        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
-        elf[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        let mut elf = minimal_static_elf();
         let p = t.path().join("static");
         std::fs::write(&p, &elf).unwrap();
         use std::os::unix::ffi::OsStrExt;
@@ -383,17 +388,8 @@ mod tests {
         assert_eq!(check_exec(&loader, &[ld, b"--library-path", b"/x", b"--", b"/bin/true"], me()), Ok(()));
         assert_eq!(check_exec(&loader, &[ld, b"--list", b"/bin/true"], me()), Ok(()));
         let t = tempfile::tempdir().unwrap();
-        let mut elf = vec![0u8; 64 + 56];
-        elf[..4].copy_from_slice(b"\x7fELF");
-        elf[4] = 2;
-        elf[5] = 1;
-        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
-        elf[32..40].copy_from_slice(&64u64.to_le_bytes());
-        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
-        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
-        elf[64..68].copy_from_slice(&1u32.to_le_bytes());
         let p = t.path().join("static");
-        std::fs::write(&p, &elf).unwrap();
+        std::fs::write(&p, minimal_static_elf()).unwrap();
         use std::os::unix::ffi::OsStrExt;
         assert_eq!(
             check_exec(&loader, &[ld, p.as_os_str().as_bytes()], me()),

@@ -660,27 +660,7 @@ impl Session {
     /// What it cannot see: a process of the session that has not journaled anything yet
     /// (it has opened nothing here), or one owned by another user.
     pub fn live_processes(&self) -> Vec<u32> {
-        use std::os::unix::ffi::OsStrExt;
-        let me = std::process::id();
-        let Ok(dir) = fs::canonicalize(&self.dir) else { return Vec::new() };
-        let mut prefix = dir.as_os_str().as_bytes().to_vec();
-        prefix.push(b'/');
-        let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
-        let mut live: Vec<u32> = procs
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| pid != me)
-            .filter(|pid| {
-                let fds = fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
-                let by_fd = fds
-                    .filter_map(|fd| fs::read_link(fd.path()).ok())
-                    .any(|target| target.as_os_str().as_bytes().starts_with(&prefix));
-                by_fd
-                    || fs::read(format!("/proc/{pid}/maps"))
-                        .is_ok_and(|maps| maps.split(|&c| c == b'\n').any(|l| memfind(l, &prefix)))
-            })
-            .collect();
-        live.sort_unstable();
-        live
+        live_processes_of(&[self]).pop().unwrap_or_default()
     }
 
     /// Records a new lifecycle state.
@@ -689,6 +669,44 @@ impl Session {
         let body = serde_json::to_vec(&StateFile { state, changed: now_rfc3339_seconds() }).map_err(io::Error::other);
         body.and_then(|b| write_atomically(&p, &b)).map_err(io_at(&p))
     }
+}
+
+/// [`Session::live_processes`] of each of `sessions`, from one pass over `/proc` (a choice
+/// among many sessions reads every process's descriptors once, not once per session).
+pub fn live_processes_of(sessions: &[&Session]) -> Vec<Vec<u32>> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let prefixes: Vec<Option<Vec<u8>>> = sessions
+        .iter()
+        .map(|s| {
+            fs::canonicalize(&s.dir).ok().map(|d| {
+                let mut p = d.as_os_str().as_bytes().to_vec();
+                p.push(b'/');
+                p
+            })
+        })
+        .collect();
+    let mut live = vec![Vec::new(); sessions.len()];
+    let me = std::process::id();
+    let Ok(procs) = fs::read_dir("/proc") else { return live };
+    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|&p| p != me) {
+        let mut held: Vec<Vec<u8>> = fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| fs::read_link(fd.path()).ok())
+            .map(|t| t.into_os_string().into_vec())
+            .collect();
+        let maps = fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
+        held.extend(
+            maps.split(|&c| c == b'\n').filter_map(|l| l.iter().position(|&c| c == b'/').map(|i| l[i..].to_vec())),
+        );
+        for (i, prefix) in prefixes.iter().enumerate() {
+            if prefix.as_ref().is_some_and(|p| held.iter().any(|h| h.starts_with(p))) {
+                live[i].push(pid);
+            }
+        }
+    }
+    live
 }
 
 /// What `aether-journal sessions` shows about a session.
@@ -899,8 +917,13 @@ pub fn session_here(root: &Path, cwd: &Path) -> Result<Session, SessionError> {
     let Some(newest) = candidates.first() else {
         return Err(SessionError::NoSessionHere { cwd, root: root.to_path_buf() });
     };
-    let running: Vec<PathBuf> =
-        candidates.iter().filter(|s| !s.live_processes().is_empty()).map(|s| s.dir.clone()).collect();
+    let refs: Vec<&Session> = candidates.iter().collect();
+    let running: Vec<PathBuf> = live_processes_of(&refs)
+        .into_iter()
+        .zip(&candidates)
+        .filter(|(pids, _)| !pids.is_empty())
+        .map(|(_, s)| s.dir.clone())
+        .collect();
     if running.len() > 1 {
         return Err(SessionError::Ambiguous { dirs: running });
     }
@@ -961,11 +984,6 @@ pub fn check_ownership(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Whether `needle` occurs in `hay`.
-fn memfind(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]

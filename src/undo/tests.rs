@@ -117,6 +117,8 @@ fn a_created_file_is_removed_and_a_never_created_one_is_unchanged() {
     let r = f.undo();
     assert!(r.complete, "{r:?}");
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Removed]);
+    assert_eq!((code(&r, 0).as_str(), code(&r, 1).as_str()), ("already_as_before", "undone"));
+    assert!(r.files_exact());
     assert!(!f.p("new").exists());
 }
 
@@ -201,6 +203,8 @@ fn an_irreversible_step_is_skipped_with_its_reason_and_makes_the_undo_incomplete
     assert!(!r.complete);
     assert_eq!(r.outcomes[0].outcome, Outcome::Skipped);
     assert!(r.outcomes[0].why.contains("budget"), "{}", r.outcomes[0].why);
+    assert_eq!(code(&r, 0), "not_kept");
+    assert!(!r.files_exact());
 }
 
 #[test]
@@ -595,17 +599,6 @@ fn peer() -> crate::record::Endpoint {
 }
 
 #[test]
-fn a_step_undone_as_recorded_has_the_cause_undone_and_one_already_as_before_already_as_before() {
-    let mut f = Fixture::new();
-    f.change("new", Intent::Overwrite);
-    f.change("never", Intent::Overwrite);
-    fs::write(f.p("new"), b"x").unwrap();
-    let r = f.undo();
-    assert_eq!((code(&r, 0).as_str(), code(&r, 1).as_str()), ("already_as_before", "undone"));
-    assert!(r.files_exact());
-}
-
-#[test]
 fn a_connection_a_datagram_and_an_outside_signal_leave_the_files_exact_but_the_undo_incomplete() {
     let mut f = Fixture::new();
     f.push(Op::Connect { peer: peer(), result: ConnectResult::Ok });
@@ -646,16 +639,6 @@ fn an_unobserved_program_is_named_with_its_typed_reason_and_the_files_are_not_ex
         v,
         serde_json::json!({"code": "unobserved", "program": "/bin/static", "reason": {"code": "static_executable"}})
     );
-}
-
-#[test]
-fn a_prior_state_that_was_not_kept_has_the_cause_not_kept_with_the_journaled_reason() {
-    let mut f = Fixture::new();
-    let path = f.bp("big");
-    f.push(Op::Change { path, before: Before::Irreversible { reason: Reason::OverFileBudget { size: 9, limit: 1 } } });
-    let r = f.undo();
-    assert_eq!(code(&r, 0), "not_kept");
-    assert!(!r.files_exact());
 }
 
 #[test]

@@ -444,6 +444,15 @@ fn parse_main_into(data: &[u8], out: &mut JournalContents) {
 
 fn take_line(line: &[u8], segment: Option<&str>, offset: usize, line_no: u64, out: &mut JournalContents) {
     match parse_line(line) {
+        // The marks segment is appended to by processes that may be of the session: it holds
+        // nothing that undo would act on.
+        Ok(rec)
+            if segment == Some(crate::marks::MARKS_SEGMENT) && !matches!(rec.op, crate::record::Op::Mark { .. }) =>
+        {
+            let mut p = corrupt(Some(rec.seq), "the marks segment holds only marks, and this record is not one");
+            p.place(segment, offset, line_no);
+            out.problems.push(p);
+        }
         Ok(rec) => out.records.push(rec),
         Err(mut p) => {
             p.place(segment, offset, line_no);

@@ -34,6 +34,7 @@ pub mod config;
 pub mod exec_check;
 pub mod exit_codes;
 pub mod journal;
+pub mod marks;
 pub mod record;
 pub mod resolve;
 pub mod review;

@@ -65,7 +65,8 @@ impl Record {
             | Op::Refused { .. }
             | Op::TempName { .. }
             | Op::CallFailed { .. }
-            | Op::DirTimes { .. } => false,
+            | Op::DirTimes { .. }
+            | Op::Mark { .. } => false,
         }
     }
 }
@@ -189,6 +190,26 @@ pub enum Op {
         /// The errno the call failed with.
         errno: i32,
     },
+    /// A point in the session a user or a harness named (`aether-journal mark`): the start of
+    /// a turn, say. Changes nothing; `undo --to` reverses every record after it and
+    /// `review --since` shows their net effect. Kept in the segment `segments/marks`, which
+    /// holds nothing else.
+    Mark {
+        /// Unique in the session (`turn-1`, `turn-2`, ... by default).
+        name: String,
+        /// Free text (a harness puts the first line of the prompt here).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// A caller's own key for the point (a harness's prompt or turn id): a second mark with
+        /// the same key is the first one again, so a retried hook marks once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// Files a process of the session held open for writing when the mark was made: what
+        /// it wrote through that descriptor after the mark was never journaled, so an undo to
+        /// the mark cannot put them back as they were at it, and says so.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        held: Vec<BPath>,
+    },
 }
 
 impl Op {
@@ -200,9 +221,12 @@ impl Op {
             Op::Rename { from, .. } => Some(from),
             Op::Unobserved { program, .. } | Op::Exec { program, .. } => Some(program),
             Op::TempName { template } => Some(template),
-            Op::Connect { .. } | Op::Send { .. } | Op::Signal { .. } | Op::Refused { .. } | Op::CallFailed { .. } => {
-                None
-            }
+            Op::Connect { .. }
+            | Op::Send { .. }
+            | Op::Signal { .. }
+            | Op::Refused { .. }
+            | Op::CallFailed { .. }
+            | Op::Mark { .. } => None,
         }
     }
 }

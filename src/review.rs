@@ -294,13 +294,161 @@ fn meta_changes(prior: &Snapshot, now: &AfterState) -> Vec<String> {
 
 /// Builds the review of a session from its journal, its store and the file system now.
 /// `limits` (absolute paths) restricts the path sections to those paths and what lies beneath.
-pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut progress: impl FnMut()) -> Review {
+pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], progress: impl FnMut()) -> Review {
+    review_span(journal, blobs, limits, Span::default(), progress)
+}
+
+/// The part of a session a review covers: the records after `after` (a mark's `seq`; 0: from
+/// the start) and up to `until` (another mark's; `None`: to the end, compared with the file
+/// system as it is now).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    /// The records after this id.
+    pub after: u64,
+    /// The records up to this id.
+    pub until: Option<u64>,
+}
+
+/// What a path was at the end of a span that ends before the session does: the prior state
+/// of the first record after the span that is about it.
+#[derive(Clone, Copy, Debug)]
+enum Later<'a> {
+    /// It was this, as that record kept it.
+    Was(&'a Before),
+    /// That record does not say what the path held (a rename away of it, a metadata change).
+    Unsaid,
+}
+
+/// The paths the records after `until` are about, each with what the first of them says it
+/// was at `until`.
+fn states_at<'a>(journal: &'a JournalContents, until: u64) -> HashMap<&'a BPath, Later<'a>> {
+    let mut out = HashMap::new();
+    for r in journal.records.iter().filter(|r| r.seq > until) {
+        match &r.op {
+            Op::Change { path, before } => {
+                out.entry(path).or_insert(Later::Was(before));
+            }
+            Op::Rename { from, to, to_before, .. } => {
+                out.entry(from).or_insert(Later::Unsaid);
+                out.entry(to).or_insert(Later::Was(to_before));
+            }
+            Op::Meta { path, .. } => {
+                out.entry(path).or_insert(Later::Unsaid);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The other side of a review: the file system now, or, for a span that ends at a mark, what
+/// the records after it say each path was there.
+struct Sides<'a> {
+    blobs: &'a Path,
+    at_end: Option<HashMap<&'a BPath, Later<'a>>>,
+}
+
+impl Sides<'_> {
+    /// The path's state at the end of the span: `Err` when it is not known.
+    fn state(&self, path: &BPath) -> Result<Option<AfterState>, String> {
+        let unkept = || Err("its state at the end of the span was not kept".to_string());
+        match self.at_end.as_ref().and_then(|m| m.get(path)) {
+            None => Ok(AfterState::of(path.as_bytes()).ok()),
+            Some(Later::Unsaid) => Err("it was moved away or its metadata changed after the span, and what it held at the span's end was not kept".into()),
+            Some(Later::Was(Before::Absent | Before::Exclusive)) => Ok(Some(AfterState::Absent)),
+            Some(Later::Was(Before::Contents(s))) => Ok(Some(match &s.node {
+                Node::File { size, hash, blob, .. } => {
+                    let hash = match hash {
+                        Some(h) => h.clone(),
+                        None => match std::fs::read(self.blobs.join(blob)) {
+                            Ok(b) => blake3::hash(&b).to_hex().to_string(),
+                            Err(_) => return unkept(),
+                        },
+                    };
+                    AfterState::File { ident: s.ident, size: *size, hash, mode: s.mode, uid: s.uid, gid: s.gid, ctime: None }
+                }
+                Node::Prefix { len } => {
+                    let Ok(now) = std::fs::read(path.as_path()) else { return unkept() };
+                    let Some(prefix) = now.get(..*len as usize) else { return unkept() };
+                    let hash = blake3::hash(prefix).to_hex().to_string();
+                    AfterState::File { ident: s.ident, size: *len, hash, mode: s.mode, uid: s.uid, gid: s.gid, ctime: None }
+                }
+                Node::Dir => AfterState::Dir { ident: s.ident, mode: s.mode, uid: s.uid, gid: s.gid },
+                Node::Symlink { target } => AfterState::Symlink { target: target.clone() },
+                Node::Special { .. } => AfterState::Other { ident: s.ident, mode: s.mode },
+            })),
+            Some(Later::Was(_)) => unkept(),
+        }
+    }
+
+    /// A regular file's bytes at the end of the span.
+    fn bytes(&self, path: &BPath) -> Vec<u8> {
+        match self.at_end.as_ref().and_then(|m| m.get(path)) {
+            Some(Later::Was(Before::Contents(s))) => match &s.node {
+                Node::File { blob, .. } => std::fs::read(self.blobs.join(blob)).unwrap_or_default(),
+                Node::Prefix { len } => {
+                    let mut b = std::fs::read(path.as_path()).unwrap_or_default();
+                    b.truncate(*len as usize);
+                    b
+                }
+                _ => Vec::new(),
+            },
+            _ => std::fs::read(path.as_path()).unwrap_or_default(),
+        }
+    }
+
+    /// The snapshot a path's metadata at the end of the span comes from, when the span ends
+    /// before the session (`None`: look at the file system).
+    fn snapshot(&self, path: &BPath) -> Option<Result<&Snapshot, ()>> {
+        match self.at_end.as_ref()?.get(path)? {
+            Later::Was(Before::Contents(s)) => Some(Ok(s)),
+            _ => Some(Err(())),
+        }
+    }
+}
+
+/// [`review`] of a span of the session: the net effect of the records in it, from the prior
+/// state the oldest of them kept to the state at the span's end.
+pub fn review_span(
+    journal: &JournalContents,
+    blobs: &Path,
+    limits: &[BPath],
+    span: Span,
+    mut progress: impl FnMut(),
+) -> Review {
+    let sides = Sides { blobs, at_end: span.until.map(|u| states_at(journal, u)) };
+    let inside;
+    let journal = if span == Span::default() {
+        journal
+    } else {
+        let records = journal
+            .records
+            .iter()
+            .filter(|r| r.seq > span.after && span.until.is_none_or(|u| r.seq <= u))
+            .cloned()
+            .collect();
+        let problems = journal
+            .problems
+            .iter()
+            .filter(|p| p.seq().is_none_or(|q| q > span.after && span.until.is_none_or(|u| q <= u)))
+            .cloned()
+            .collect();
+        inside = JournalContents { records, problems, ..Default::default() };
+        &inside
+    };
     let mut rv = Review::default();
     let mut state_now: HashMap<BPath, AfterState> = HashMap::new();
+    let mut unknown_now: HashMap<BPath, String> = HashMap::new();
     let priors = priors(journal);
     for (p, _) in &priors {
-        if let Ok(s) = AfterState::of(p.as_bytes()) {
-            state_now.insert(p.clone(), s);
+        match sides.state(p) {
+            Ok(Some(s)) => {
+                state_now.insert(p.clone(), s);
+            }
+            Ok(None) => {}
+            Err(why) => {
+                unknown_now.insert(p.clone(), why);
+            }
         }
     }
     // Renames of something that existed before the session to a name that holds it now.
@@ -328,6 +476,10 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
     for (path, prior) in &priors {
         progress();
         if !under(path, limits) || renamed_from.contains(path) {
+            continue;
+        }
+        if let Some(why) = unknown_now.get(path) {
+            rv.modified.push(Modified { path: path.clone(), diff: None, binary: None, note: Some(why.clone()) });
             continue;
         }
         let Some(now) = state_now.get(path) else { continue };
@@ -359,7 +511,7 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
             (Prior::Known(s), now @ AfterState::File { size, hash, .. })
                 if matches!(s.node, Node::File { .. } | Node::Prefix { .. }) =>
             {
-                let current = std::fs::read(path.as_path()).unwrap_or_default();
+                let current = sides.bytes(path);
                 match prior_bytes(blobs, s, &current) {
                     Ok(before) if before == current => {
                         let changes = meta_changes(s, now);
@@ -460,14 +612,21 @@ pub fn review(journal: &JournalContents, blobs: &Path, limits: &[BPath], mut pro
                 changes.push(format!("owner {}:{} -> {uid}:{gid}", m.uid, m.gid));
             }
             (MetaKind::Times, _) => {
-                if let Ok(st) = rustix::fs::lstat(path.as_path()) {
-                    if [st.st_mtime, st.st_mtime_nsec as i64] != m.mtime {
-                        changes.push("modification time changed".into());
-                    }
+                let mtime = match sides.snapshot(&path) {
+                    Some(Ok(s)) => Some(s.mtime),
+                    Some(Err(())) => None,
+                    None => rustix::fs::lstat(path.as_path()).ok().map(|st| [st.st_mtime, st.st_mtime_nsec as i64]),
+                };
+                if mtime.is_some_and(|t| t != m.mtime) {
+                    changes.push("modification time changed".into());
                 }
             }
             (MetaKind::Flags, _) => {
                 changes.push(format!("attributes (chattr) changed from {:#x}", m.flags.unwrap_or(0)))
+            }
+            (MetaKind::Xattr, _) if sides.snapshot(&path).is_some() => {
+                changes
+                    .push("extended attributes may have changed (their state at the span's end was not kept)".into());
             }
             (MetaKind::Xattr, _) => {
                 if let Some(x) = &m.xattr {

@@ -238,6 +238,11 @@ pub struct Seal {
     pub version: u32,
     /// When it was taken (RFC 3339).
     pub sealed: String,
+    /// The newest record it covers (0: every record, for a seal made before it was kept): a
+    /// path with a newer record (a process that joined the session after `run` sealed it)
+    /// is not as sealed for a reason the seal does not know, and is checked the unsealed way.
+    #[serde(default)]
+    pub through: u64,
     /// After-state of every touched path (a list, since paths are bytes).
     pub paths: Vec<(BPath, AfterState)>,
     /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures).
@@ -379,6 +384,7 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),
+        through: journal.records.last().map_or(0, |r| r.seq),
         paths,
         blob_hashes,
         blob_intact,
@@ -445,8 +451,12 @@ pub enum Expectation {
 }
 
 /// For every path the journal names, the expectation the newest record touching it implies
-/// (the weaker check for unsealed sessions), in one pass over the records.
-pub fn expectations(journal: &JournalContents) -> std::collections::HashMap<BPath, Expectation> {
+/// (the weaker check for unsealed sessions), in one pass over the records. A path whose newest
+/// record an earlier undo reversed (`undone`) is `Unknown`: that undo may have made it anew.
+pub fn expectations(
+    journal: &JournalContents,
+    undone: &std::collections::HashSet<u64>,
+) -> std::collections::HashMap<BPath, Expectation> {
     let ident_of_before = |b: &Before| match b {
         Before::Contents(s) => Some(s.ident),
         _ => None,
@@ -454,6 +464,12 @@ pub fn expectations(journal: &JournalContents) -> std::collections::HashMap<BPat
     let mut out = std::collections::HashMap::new();
     // Newest first: the first record met for a path is the one that counts.
     for r in journal.records.iter().rev() {
+        if undone.contains(&r.seq) {
+            for p in crate::select::record_paths(r) {
+                out.entry(p.clone()).or_insert(Expectation::Unknown);
+            }
+            continue;
+        }
         match &r.op {
             Op::Change { path, before } => {
                 out.entry(path.clone()).or_insert_with(|| match ident_of_before(before) {

@@ -21,6 +21,8 @@ pub enum Selection {
     Last(usize),
     /// Records made by this process and its descendants.
     Pid(u32),
+    /// Every record after this one (a mark's `seq`, for `undo --to`).
+    After(u64),
 }
 
 /// The paths a record is about.
@@ -111,6 +113,7 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
             let pids = descendants(journal, *pid);
             journal.records.iter().filter(|r| pids.contains(&r.pid)).map(|r| r.seq).collect()
         }
+        Selection::After(mark) => journal.records.iter().filter(|r| r.seq > *mark).map(|r| r.seq).collect(),
     };
     // A chosen record about a/b/c needs a and a/b to exist: bring back any directory on the
     // way that a later, unchosen record removed.
@@ -135,22 +138,34 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
         }
     }
     chosen.extend(extra);
-    // The times of every directory a chosen record changes an entry of go with it: undo sets
-    // them back once every change to its entries is undone.
-    let parents: HashSet<&[u8]> = journal
-        .records
-        .iter()
-        .filter(|r| chosen.contains(&r.seq))
-        .flat_map(record_paths)
-        .filter_map(|p| p.split_parent().map(|(d, _)| d))
-        .collect();
-    let times: Vec<u64> = journal
-        .records
-        .iter()
-        .filter(|r| matches!(&r.op, Op::DirTimes { path, .. } if parents.contains(path.as_bytes())))
-        .map(|r| r.seq)
-        .collect();
-    chosen.extend(times);
+    // Everything after a mark holds the times of each directory its changes are in: they are
+    // journaled again in every turn, before its entries first change.
+    if matches!(sel, Selection::After(_)) {
+        return chosen;
+    }
+    // The times of every directory a chosen record changes an entry of go with it: the
+    // newest `dir_times` of the directory taken before the oldest chosen change in it, and
+    // any after. Undo sets back the oldest it is given, once every change to the entries
+    // after it is undone.
+    let mut first_change: HashMap<&[u8], u64> = HashMap::new();
+    for r in journal.records.iter().filter(|r| chosen.contains(&r.seq)) {
+        for d in record_paths(r).into_iter().filter_map(|p| p.split_parent().map(|(d, _)| d)) {
+            first_change.entry(d).and_modify(|s| *s = (*s).min(r.seq)).or_insert(r.seq);
+        }
+    }
+    let mut times: HashMap<&[u8], Vec<u64>> = HashMap::new();
+    for r in &journal.records {
+        if let Op::DirTimes { path, .. } = &r.op {
+            if first_change.contains_key(path.as_bytes()) {
+                times.entry(path.as_bytes()).or_default().push(r.seq);
+            }
+        }
+    }
+    for (dir, seqs) in times {
+        let first = first_change[dir];
+        let from = seqs.iter().copied().filter(|&s| s < first).max().unwrap_or(0);
+        chosen.extend(seqs.into_iter().filter(|&s| s >= from));
+    }
     chosen
 }
 
@@ -225,6 +240,32 @@ mod tests {
     #[test]
     fn last_n_takes_the_newest_records() {
         assert_eq!(select(&journal(), &Selection::Last(2)), BTreeSet::from([4, 5]));
+    }
+
+    #[test]
+    fn everything_after_a_mark_is_selected_and_nothing_before_it() {
+        assert_eq!(select(&journal(), &Selection::After(3)), BTreeSet::from([4, 5]));
+        assert_eq!(select(&journal(), &Selection::After(5)), BTreeSet::new());
+    }
+
+    #[test]
+    fn a_selection_takes_a_directory_s_times_from_the_turn_its_first_chosen_change_is_in() {
+        let mut j = journal();
+        let times = |p: &str| Op::DirTimes {
+            path: BPath::from(p),
+            ident: Ident { dev: 1, ino: 2 },
+            atime: [0, 0],
+            mtime: [0, 0],
+        };
+        // /w's times journaled at 0 (before the session's first change there) and again at 6,
+        // after a mark at 5; then a change in /w at 7.
+        j.records.insert(0, rec(0, 10, 1, "open", times("/w")));
+        j.records.push(rec(6, 14, 1, "open", times("/w")));
+        j.records.push(rec(7, 14, 1, "open", Op::Change { path: BPath::from("/w/k"), before: Before::Absent }));
+        let after_mark = select(&j, &Selection::After(5));
+        assert_eq!(after_mark, BTreeSet::from([6, 7]), "the times of the mark's turn, not the session's first");
+        let whole_turn_one = select(&j, &Selection::Paths(vec![BPath::from("/w/g")]));
+        assert!(whole_turn_one.contains(&0) && whole_turn_one.contains(&6), "{whole_turn_one:?}");
     }
 
     #[test]

@@ -79,6 +79,14 @@ pub const SLOT_LOST: usize = 3;
 /// after a call that can change where an existing directory path leads (a rename, an
 /// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
 pub const SLOT_NAMES_GEN: usize = 8;
+/// Slot index of the number of marks made in the session: the turn a directory's times are
+/// journaled in (each directory's `dir_times` is journaled once per turn, so that an undo to
+/// a mark can set them back to what they were at it).
+pub const SLOT_MARKS: usize = 9;
+/// Slot index of the id of the session's newest mark: a file the session created, or copied
+/// whole, before it is captured again when it next changes (an undo to the mark needs the
+/// state it had there, which the creation or the copy does not hold).
+pub const SLOT_LAST_MARK: usize = 10;
 /// Slot index of the number of notifications the supervisor received (a call the kernel sent
 /// it), and, the next one, of those that were calls the shim had already journaled (passes).
 /// On a cache line of their own.
@@ -391,6 +399,14 @@ pub enum SessionError {
         /// Their directories, newest first.
         dirs: Vec<PathBuf>,
     },
+    /// No mark of the session has this name.
+    #[error("the session has no mark {name:?} ({})", if .known.is_empty() { "it has no marks".to_string() } else { format!("its marks: {}", .known.join(", ")) })]
+    NoSuchMark {
+        /// The name asked for.
+        name: String,
+        /// The names it has, oldest first.
+        known: Vec<String>,
+    },
     /// Any other I/O error, with the path involved.
     #[error("{path}: {source}")]
     Io {
@@ -433,6 +449,14 @@ pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
     mkdir_0700(&dir.join(BLOBS_DIR))?;
     let journal = dir.join(JOURNAL_FILE);
     fs::OpenOptions::new().append(true).create(true).mode(0o600).open(&journal)?;
+    // Made here, by whoever makes the session, so that a process of the session, which may
+    // not create files in the store, can lock it while it marks (through the shim).
+    mkdir_0700(&dir.join(SEGMENTS_DIR))?;
+    fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(dir.join(SEGMENTS_DIR).join(crate::marks::MARKS_SEGMENT))?;
     ensure_counters(&dir.join(COUNTERS_FILE))?;
     ensure_captures(&dir.join(CAPTURES_FILE))?;
     let header_path = dir.join(HEADER_FILE);
@@ -709,6 +733,54 @@ pub fn live_processes_of(sessions: &[&Session]) -> Vec<Vec<u32>> {
     live
 }
 
+impl Session {
+    /// The files the session's running processes hold open for writing (or have mapped
+    /// shared and writable), outside its store: what they write through those descriptors is
+    /// not journaled again after a mark. Regular files only, sorted.
+    ///
+    /// What it cannot see: processes of the session that hold no file of its store (a
+    /// program the supervisor journals for, which never opens the store itself).
+    pub fn held_for_writing(&self) -> Vec<BPath> {
+        use std::os::unix::ffi::OsStringExt;
+        let store = fs::canonicalize(&self.dir).map(|d| BPath::from(d.as_path())).ok();
+        let mut out = std::collections::BTreeSet::new();
+        let mut keep = |target: Vec<u8>| {
+            let p = BPath::new(target);
+            let regular = fs::symlink_metadata(p.as_path()).is_ok_and(|m| m.file_type().is_file());
+            if p.as_bytes().starts_with(b"/")
+                && regular
+                && store.as_ref().is_none_or(|s| !p.starts_with_dir(s.as_bytes()))
+            {
+                out.insert(p);
+            }
+        };
+        for pid in self.live_processes() {
+            for fd in fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+                let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()));
+                let flags = info.ok().and_then(|i| {
+                    let f = i.lines().find_map(|l| l.strip_prefix("flags:"))?.trim().to_string();
+                    u32::from_str_radix(&f, 8).ok()
+                });
+                if flags.is_some_and(|f| f & 0o3 != 0) {
+                    if let Ok(t) = fs::read_link(fd.path()) {
+                        keep(t.into_os_string().into_vec());
+                    }
+                }
+            }
+            for line in fs::read(format!("/proc/{pid}/maps")).unwrap_or_default().split(|&c| c == b'\n') {
+                let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
+                let perms = fields.nth(1).unwrap_or_default();
+                if perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's') {
+                    if let Some(i) = line.iter().position(|&c| c == b'/') {
+                        keep(line[i..].to_vec());
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
 /// What `aether-journal sessions` shows about a session.
 #[derive(Clone, Debug, Serialize)]
 pub struct SessionInfo {
@@ -733,6 +805,8 @@ pub struct SessionInfo {
     pub irreversible: usize,
     /// Bytes the session directory takes on disk in all (allocated blocks).
     pub bytes_total: u64,
+    /// Its marks' names, oldest first.
+    pub marks: Vec<String>,
 }
 
 /// Bytes of the files under `p`: their lengths, or (`on_disk`) the blocks they occupy, which is
@@ -776,6 +850,7 @@ impl Session {
             bytes_captured: dir_size(&self.blobs_dir()),
             irreversible: journal.records.iter().filter(|r| r.irreversible()).count(),
             bytes_total: dir_size_of(&self.dir, true),
+            marks: self.marks().unwrap_or_default().into_iter().map(|m| m.name).collect(),
         }
     }
 

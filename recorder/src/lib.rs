@@ -8,6 +8,7 @@
 //! - [`ops`]: what each file-changing call journals before it runs, generic over the store
 //!   ([`ops::Journal`]) and over how the calling process is seen ([`ops::Caller`]).
 //! - [`effects`]: connects, datagrams and signals, which nothing can undo.
+//! - [`marks`]: writing a mark, from outside the session or through the shim inside it.
 //!
 //! What this crate cannot do: make a call, or decide whether one runs. It journals what a call
 //! is about to change and says what must happen after it ([`ops::Pending`]); the shim and the
@@ -18,5 +19,6 @@
 
 pub mod effects;
 pub mod index;
+pub mod marks;
 pub mod ops;
 pub mod tables;

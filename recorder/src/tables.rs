@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::session::{
-    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LOST, SLOT_NAMES_GEN,
-    SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
+    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST,
+    SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
 };
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
@@ -87,6 +87,24 @@ impl SharedCounters {
     /// Tells every process of the session that a directory path may now lead elsewhere.
     pub fn names_changing(&self) {
         self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The marks made in the session so far: the turn directory times are journaled in.
+    pub fn marks(&self) -> u64 {
+        self.slot(SLOT_MARKS).load(Ordering::SeqCst)
+    }
+
+    /// Counts mark `seq`, once its record is written: from then on every process journals a
+    /// directory's times again before it next changes its entries, and captures a file the
+    /// session made (or copied) before the mark when it next changes it.
+    pub fn note_mark(&self, seq: u64) {
+        self.slot(SLOT_LAST_MARK).fetch_max(seq, Ordering::SeqCst);
+        self.slot(SLOT_MARKS).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The id of the session's newest mark (0: none).
+    pub fn last_mark(&self) -> u64 {
+        self.slot(SLOT_LAST_MARK).load(Ordering::SeqCst)
     }
 
     /// Counts a notification the supervisor received (`passed`: one the shim had journaled).

@@ -21,6 +21,7 @@ use aether_journal::config::parse_size;
 use aether_journal::select::Selection;
 use aether_journal::session::{self, Session, SessionError};
 use aether_journal::undo::{self, UndoOptions};
+use aether_journal_recorder::marks::{MarkRequest, Marked};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use aether_journal::exit_codes::{ERROR as EXIT_ERROR, INCOMPLETE as EXIT_INCOMPLETE, NOTHING_SELECTED};
@@ -75,6 +76,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Name this point of the session (the start of a turn): `undo --to NAME` rewinds to it,
+    /// `review --since NAME` shows what came after it. Safe from any process, inside the
+    /// session or outside it, while the session runs.
+    Mark {
+        /// Session directory (default: the session this process runs in, from
+        /// AETHER_JOURNAL_DIR, or else the most recent session).
+        #[arg(long, value_name = "DIR")]
+        journal: Option<PathBuf>,
+        /// Free text shown beside the name (a harness puts the prompt's first line here).
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+        /// Your own key for this point (a prompt or turn id): marking the same key again
+        /// names the mark made the first time, and writes nothing.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+        /// Print the mark as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Its name, unique in the session (default: turn-1, turn-2, ...).
+        name: Option<String>,
+    },
     /// Show the journal's records, oldest first.
     Log {
         /// Session directory (default: the most recent session).
@@ -106,6 +128,12 @@ enum Command {
         /// Never page the output.
         #[arg(long)]
         no_pager: bool,
+        /// Only what was done after this mark.
+        #[arg(long, value_name = "MARK")]
+        since: Option<String>,
+        /// Only what was done up to this mark (with --since: the span between the two).
+        #[arg(long, value_name = "MARK")]
+        until: Option<String>,
         /// Only these paths (and what lies beneath them).
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -125,8 +153,11 @@ enum Command {
         #[arg(long)]
         force: bool,
         /// Only the newest N records.
-        #[arg(long, value_name = "N", conflicts_with_all = ["pid", "paths"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["pid", "paths", "to"])]
         last: Option<usize>,
+        /// Everything done after this mark (`aether-journal mark`): the tree as it was there.
+        #[arg(long, value_name = "MARK", conflicts_with_all = ["pid", "paths"])]
+        to: Option<String>,
         /// Only what this process and its descendants did.
         #[arg(long, value_name = "PID", conflicts_with = "paths")]
         pid: Option<u32>,
@@ -178,8 +209,11 @@ fn leave_the_shim() {
     // The subcommands that only read run under the shim as any reader does: the session sees
     // all they do (nothing), and need not count them as unobserved.
     let sub = std::env::args_os().skip(1).find(|a| !a.to_string_lossy().starts_with('-'));
-    if sub.is_none_or(|s| ["sessions", "log", "review", "completions", "man", "help"].contains(&&*s.to_string_lossy()))
-    {
+    // `mark` stays too: inside a session it appends through the shim (see
+    // aether_journal_recorder::marks).
+    if sub.is_none_or(|s| {
+        ["sessions", "log", "review", "mark", "completions", "man", "help"].contains(&&*s.to_string_lossy())
+    }) {
         return;
     }
     let Some(preload) = std::env::var_os("LD_PRELOAD") else { return };
@@ -221,17 +255,20 @@ fn main() -> ExitCode {
         }
         Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
-        Command::Review { journal, json, stat, color, no_pager, paths } => {
-            review(journal, json, stat, color, no_pager, paths)
+        Command::Mark { journal, label, key, json, name } => mark(journal, MarkRequest { name, label, key }, json),
+        Command::Review { journal, json, stat, color, no_pager, since, until, paths } => {
+            review(journal, ReviewArgs { json, stat, color, no_pager, since, until, paths })
         }
-        Command::Undo { journal, json, dry_run, force, last, pid, paths } => {
-            let select = match (last, pid, paths.is_empty()) {
-                (Some(n), _, _) => Some(Selection::Last(n)),
-                (_, Some(p), _) => Some(Selection::Pid(p)),
-                (_, _, false) => Some(Selection::Paths(paths.iter().map(|p| canonical_arg(p)).collect())),
-                _ => None,
-            };
-            undo(journal, json, UndoOptions { dry_run, force, select })
+        Command::Undo { journal, json, dry_run, force, last, to, pid, paths } => {
+            undo(journal, json, dry_run, force, |s| {
+                Ok(match (last, to, pid, paths.is_empty()) {
+                    (Some(n), ..) => Some(Selection::Last(n)),
+                    (_, Some(m), ..) => Some(Selection::After(s.mark_named(&m).map_err(|e| e.to_string())?.seq)),
+                    (_, _, Some(p), _) => Some(Selection::Pid(p)),
+                    (.., false) => Some(Selection::Paths(paths.iter().map(|p| canonical_arg(p)).collect())),
+                    _ => None,
+                })
+            })
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
@@ -368,19 +405,55 @@ fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
     Ok(0)
 }
 
-fn review(
-    journal: Option<PathBuf>,
+fn mark(journal: Option<PathBuf>, req: MarkRequest, json: bool) -> Result<u8, String> {
+    // Inside a session, its own session is the one meant.
+    let journal = journal.or_else(|| std::env::var_os(aether_journal::config::ENV_DIR).map(PathBuf::from));
+    let s = open_session(journal)?;
+    let marked = aether_journal_recorder::marks::mark(&s, &req).map_err(|e| e.to_string())?;
+    let (m, new) = match &marked {
+        Marked::New(m) => (m, true),
+        Marked::Again(m) => (m, false),
+    };
+    if json {
+        let doc = serde_json::json!({"name": m.name, "seq": m.seq, "label": m.label, "key": m.key, "new": new});
+        output::emit(&format!("{doc}\n"));
+    } else if new {
+        output::emit(&format!("marked {} (record {})\n", output::escape_text(&m.name), m.seq));
+    } else {
+        output::emit(&format!("{} was marked already for this key (record {})\n", output::escape_text(&m.name), m.seq));
+    }
+    Ok(0)
+}
+
+/// `review`'s options.
+struct ReviewArgs {
     json: bool,
     stat: bool,
     color: Color,
     no_pager: bool,
+    since: Option<String>,
+    until: Option<String>,
     paths: Vec<PathBuf>,
-) -> Result<u8, String> {
+}
+
+fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, String> {
+    let ReviewArgs { json, stat, color, no_pager, since, until, paths } = a;
     let s = open_session(journal)?;
     let j = s.read_journal().map_err(|e| e.to_string())?;
+    let seq_of = |m: &Option<String>| -> Result<Option<u64>, String> {
+        m.as_deref().map(|m| s.mark_named(m).map(|m| m.seq).map_err(|e| e.to_string())).transpose()
+    };
+    let span = aether_journal::review::Span { after: seq_of(&since)?.unwrap_or(0), until: seq_of(&until)? };
+    if span.until.is_some_and(|u| u <= span.after) {
+        return Err(format!(
+            "--until {} is not after --since {}",
+            until.unwrap_or_default(),
+            since.unwrap_or_default()
+        ));
+    }
     let limits: Vec<BPath> = paths.iter().map(|p| canonical_arg(p)).collect();
     let pb = progress_bar(j.records.len() as u64, "reviewing");
-    let rv = aether_journal::review::review(&j, &s.blobs_dir(), &limits, || pb.inc(1));
+    let rv = aether_journal::review::review_span(&j, &s.blobs_dir(), &limits, span, || pb.inc(1));
     pb.finish_and_clear();
     if json {
         output::emit(&output::review_json(&s, &rv));
@@ -401,8 +474,15 @@ fn review(
     Ok(0)
 }
 
-fn undo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, String> {
+fn undo(
+    journal: Option<PathBuf>,
+    json: bool,
+    dry_run: bool,
+    force: bool,
+    select: impl FnOnce(&Session) -> Result<Option<Selection>, String>,
+) -> Result<u8, String> {
     let s = open_session(journal)?;
+    let opts = UndoOptions { dry_run, force, select: select(&s)? };
     let pb = progress_bar(0, if opts.dry_run { "planning" } else { "undoing" });
     let report = undo::undo_session_with_progress(&s, &opts, &mut |done, total| {
         pb.set_length(total as u64);
@@ -413,7 +493,8 @@ fn undo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, S
     let text =
         if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report, opts.select.is_some()) };
     output::emit(&text);
-    if report.selected == Some(0) {
+    // Nothing to undo, and nothing left as it should not be.
+    if report.selected == Some(0) && report.complete {
         return Ok(NOTHING_SELECTED);
     }
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })

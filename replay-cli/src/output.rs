@@ -160,6 +160,11 @@ fn describe_record(r: &Record) -> String {
         Op::TempName { template } => format!("temporary name from {}", escape(template)),
         Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
         Op::DirTimes { path, .. } => format!("{}  [directory times kept before its entries change]", escape(path)),
+        Op::Mark { name, label, .. } => format!(
+            "MARK {}{}",
+            escape_text(name),
+            label.as_ref().map(|l| format!(": {}", escape_text(l))).unwrap_or_default()
+        ),
     }
 }
 
@@ -339,20 +344,21 @@ pub fn sessions_text(infos: &[SessionInfo]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5}  COMMAND",
-        "ID", "STATE", "STARTED", "RECORDS", "CAPTURED", "IRREV"
+        "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5} {:>5}  COMMAND",
+        "ID", "STATE", "STARTED", "RECORDS", "CAPTURED", "IRREV", "MARKS"
     );
     for i in infos {
         let cmd: Vec<String> = i.root_command.iter().map(escape).collect();
         let _ = writeln!(
             out,
-            "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5}  {}",
+            "{:<32} {:<7} {:<20} {:>7} {:>10} {:>5} {:>5}  {}",
             i.id,
             i.phase,
             i.created,
             i.records,
             size(i.bytes_captured),
             i.irreversible,
+            i.marks.len(),
             cmd.join(" ")
         );
     }

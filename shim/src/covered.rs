@@ -35,11 +35,43 @@ fn slot(id: Ident) -> usize {
     (id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(29)) as usize % SLOTS
 }
 
+/// The session's mark count the entries (and the descriptor memo's) were learnt under;
+/// `u64::MAX` before the process first looked.
+static TURN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Forgets every entry here and in the descriptor memo if the session was marked since they
+/// were learnt: an undo to the mark needs each file's state at it, which the creation or copy
+/// made before it does not hold. Two relaxed loads when nothing changed; a process that never
+/// looked before only notes the count (it has learnt nothing yet, or only in this turn).
+#[inline]
+pub fn check_turn() {
+    let Some(store) = crate::state::published_store() else { return };
+    let turn = store.counters.marks();
+    let seen = TURN.load(Ordering::Relaxed);
+    if seen != turn {
+        TURN.store(turn, Ordering::Relaxed);
+        if seen != u64::MAX {
+            forget_all();
+        }
+    }
+}
+
+#[cold]
+fn forget_all() {
+    for s in &TABLE {
+        if s.ino.load(Ordering::Relaxed) != 0 {
+            s.ino.store(0, Ordering::Release);
+        }
+    }
+    crate::fdmemo::forget_all();
+}
+
 /// Remembers that `id`'s whole state is journaled.
 pub fn insert(id: Ident) {
     if id.ino == 0 || id.ino == WRITING {
         return;
     }
+    check_turn();
     let s = &TABLE[slot(id)];
     // Reserve the slot with a write first (a read of a page never touched maps the zero page,
     // and the write after it faults a second time).
@@ -50,8 +82,9 @@ pub fn insert(id: Ident) {
     s.ino.store(id.ino, Ordering::Release);
 }
 
-/// Whether `id`'s whole state is already journaled by this process.
+/// Whether `id`'s whole state is already journaled by this process (in this turn).
 pub fn contains(id: Ident) -> bool {
+    check_turn();
     let s = &TABLE[slot(id)];
     let first = s.ino.load(Ordering::Acquire);
     if first != id.ino {

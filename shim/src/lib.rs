@@ -35,6 +35,7 @@ mod tempname;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use aether_journal_recorder::marks::ShimMarkArgs;
 use guard::{Guard, errno, set_errno};
 
 #[global_allocator]
@@ -94,6 +95,58 @@ extern "C" fn after_fork_in_child() {
 #[used]
 #[unsafe(link_section = ".init_array")]
 static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) = shim_init;
+
+/// `aether-journal mark` in a process of the session: appends the mark `args` describes to
+/// this process's session (see `aether_journal_recorder::marks`). Returns the mark's record
+/// id, or 0 with errno set: `ENOENT` when `args` names another session than this process's
+/// (or it has none), `EINVAL` for a name, label or key that is not UTF-8, `EBUSY` when the
+/// thread is inside the shim already.
+///
+/// # Safety
+/// `args` points to a [`ShimMarkArgs`] whose ranges are readable for the call (null `label`
+/// or `key`: none).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn aether_journal_append_mark(args: *const ShimMarkArgs) -> u64 {
+    // Checked against the type the caller uses.
+    const _: aether_journal_recorder::marks::AppendMarkFn = aether_journal_append_mark;
+    let Some(guard) = Guard::enter() else {
+        set_errno(libc::EBUSY);
+        return 0;
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        if args.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid ShimMarkArgs (this function's contract).
+        let a = unsafe { &*args };
+        let bytes = |p: *const u8, len: usize| -> Option<&[u8]> {
+            // SAFETY: the caller's ranges are readable for the call; null means none.
+            (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, len) })
+        };
+        let text = |p, len| -> Result<Option<String>, c_int> {
+            bytes(p, len).map(|b| std::str::from_utf8(b).map(str::to_owned).map_err(|_| libc::EINVAL)).transpose()
+        };
+        let session = bytes(a.session, a.session_len).ok_or(libc::EINVAL)?;
+        let name = text(a.name, a.name_len)?.ok_or(libc::EINVAL)?;
+        let (label, key) = (text(a.label, a.label_len)?, text(a.key, a.key_len)?);
+        let held = bytes(a.held, a.held_len).unwrap_or_default();
+        let held = held.split(|&c| c == 0).filter(|p| !p.is_empty()).map(|p| journal::BPath::new(p.to_vec())).collect();
+        let store = state::store().ok_or(libc::ENOENT)?;
+        if store.session_canon.as_slice() != session {
+            return Err(libc::ENOENT);
+        }
+        store.append_mark(journal::record::Op::Mark { name, label, key, held }).map_err(|e| e.raw_os_error())
+    }))
+    .unwrap_or(Err(libc::EIO));
+    drop(guard);
+    match result {
+        Ok(seq) => seq,
+        Err(e) => {
+            set_errno(e);
+            0
+        }
+    }
+}
 
 /// Self-test for the test suite: the number of hooked symbols that do not resolve to a real
 /// definition in the libraries loaded after this one (0 when every hook has its original).

@@ -326,6 +326,7 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
 /// this `stat` instead of asking again.
 #[inline]
 pub fn uncovered_fd(fd: i32) -> Option<Stat> {
+    crate::covered::check_turn();
     if crate::fdmemo::created(fd) {
         return None;
     }

@@ -746,6 +746,41 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Appends a mark (`aether-journal mark` run by a process of the session: see
+    /// `aether_journal_recorder::marks`) to the marks segment, with a single write, and counts
+    /// it. The caller holds the marks file's lock.
+    pub fn append_mark(&self, op: Op) -> Result<u64, rustix::io::Errno> {
+        use rustix::fs::{Mode, OFlags};
+        let seq = self.counters.next_id();
+        let (pid, ppid) = match OWNER_PID.load(Ordering::Relaxed) {
+            0 => (
+                rustix::process::getpid().as_raw_nonzero().get() as u32,
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+            ),
+            pid => (pid, OWNER_PPID.load(Ordering::Relaxed)),
+        };
+        let env =
+            Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call: "mark" };
+        let line = journal::journal::encode_fields(&env, &op);
+        let mut path = self.session_canon.clone();
+        path.extend_from_slice(b"/");
+        path.extend_from_slice(session::SEGMENTS_DIR.as_bytes());
+        path.extend_from_slice(b"/");
+        path.extend_from_slice(journal::marks::MARKS_SEGMENT.as_bytes());
+        let fd = crate::kernel::open(
+            rustix::fs::CWD,
+            &path,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )?;
+        journal::capture::write_all(&fd, &line)
+            .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))?;
+        self.counters.note_mark(seq);
+        Ok(seq)
+    }
+}
+
 impl aether_journal_recorder::ops::Journal for Store {
     fn record(&self, call: &str, op: Op) -> u64 {
         Store::record(self, call, op)

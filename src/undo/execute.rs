@@ -70,12 +70,15 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
         seal: plan.seal,
         only: plan.only,
         already: plan.already,
+        undo_times: plan.undo_times,
+        turn_ends: Default::default(),
         deferred: Default::default(),
         prior: Default::default(),
         current: Default::default(),
         drift: Default::default(),
         interrupted: plan.journal.interrupted_temp_names(),
         expected: Default::default(),
+        after_seal: Default::default(),
         parent: Default::default(),
         dir_times: Default::default(),
     };
@@ -279,11 +282,15 @@ impl Executor<'_> {
                 let cause = Cause::InterruptedTempName;
                 out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why, cause });
             }
-            // Audit entries: nothing to reverse (a completed temp_name is undone through the
-            // record that names what the call created).
             // Set back at the end, once every entry is back (see Executor::apply_dir_times).
             Op::DirTimes { .. } => self.dir_times.borrow_mut().push(rec.seq),
-            Op::Signal { outside: false, .. } | Op::Exec { .. } | Op::TempName { .. } | Op::CallFailed { .. } => {}
+            // Audit entries and marks: nothing to reverse (a completed temp_name is undone
+            // through the record that names what the call created).
+            Op::Signal { outside: false, .. }
+            | Op::Exec { .. }
+            | Op::TempName { .. }
+            | Op::CallFailed { .. }
+            | Op::Mark { .. } => {}
         }
     }
 
@@ -310,10 +317,21 @@ impl Executor<'_> {
             Ok(now) => now,
             Err(e) => return Some(format!("it cannot be examined ({e}); left alone")),
         };
-        if let Some(sealed) = self.seal.and_then(|s| s.state_of(path)) {
+        let sealed = self.seal.and_then(|seal| {
+            let newer = self.after_seal.get_or_init(|| {
+                let through = seal.through;
+                let newer = self.journal.records.iter().filter(|r| through != 0 && r.seq > through);
+                newer.flat_map(crate::select::record_paths).cloned().collect()
+            });
+            seal.state_of(path).filter(|_| !newer.contains(path))
+        });
+        if let Some(sealed) = sealed {
             return sealed.difference(&now).map(|d| {
                 format!("changed since the session ended: {d}; left alone (use --force to restore it anyway)")
             });
+        }
+        if let Some(d) = self.changed_after_turn(path, &now) {
+            return Some(d);
         }
         let weak = |d: &str| {
             Some(format!(
@@ -326,7 +344,7 @@ impl Executor<'_> {
                 Some(*ident)
             }
         };
-        let expected = self.expected.get_or_init(|| expectations(self.journal));
+        let expected = self.expected.get_or_init(|| expectations(self.journal, self.already));
         match (expected.get(path).unwrap_or(&Expectation::Unknown), &now) {
             (Expectation::Unknown, _) => None,
             (Expectation::Allowed { may_be_absent: false, .. }, AfterState::Absent) => weak("it no longer exists"),
@@ -337,6 +355,65 @@ impl Executor<'_> {
             }
             (Expectation::Allowed { .. }, _) => None,
         }
+    }
+
+    /// For a path the seal does not vouch for, in a session with marks: whether it changed
+    /// (its change time) after the turn that last changed it ended, at the first mark after
+    /// its newest record no earlier undo reversed, or after the earlier undo that last put it
+    /// back, whichever is later. The user's own edits between turns are caught this way.
+    /// Directories are not judged so (a later turn's entries change their change time), nor
+    /// a path whose newest record is in the turn still open.
+    fn changed_after_turn(&self, path: &BPath, now: &AfterState) -> Option<String> {
+        if matches!(now, AfterState::Absent | AfterState::Dir { .. }) {
+            return None;
+        }
+        let ends = self.turn_ends.get_or_init(|| {
+            let marks: Vec<(u64, i64, &String)> = self
+                .journal
+                .records
+                .iter()
+                .filter_map(|r| match &r.op {
+                    Op::Mark { name, .. } => Some((r.seq, time_ns(&r.time)?, name)),
+                    _ => None,
+                })
+                .collect();
+            let mut out: std::collections::HashMap<BPath, TurnEnd> = std::collections::HashMap::new();
+            if marks.is_empty() {
+                return out;
+            }
+            for r in self.journal.records.iter().rev() {
+                let undone_at = self.undo_times.get(&r.seq).copied();
+                if !self.already.contains(&r.seq) {
+                    for p in crate::select::record_paths(r) {
+                        let e = out.entry(p.clone()).or_default();
+                        if e.newest.is_none() {
+                            e.newest = Some(r.seq);
+                            e.end = marks.iter().find(|m| m.0 > r.seq).map(|m| (m.1, m.2.clone()));
+                        }
+                    }
+                } else if let Some(at) = undone_at {
+                    for p in crate::select::record_paths(r) {
+                        let e = out.entry(p.clone()).or_default();
+                        e.put_back = Some(e.put_back.map_or(at, |b| b.max(at)));
+                    }
+                }
+            }
+            out
+        });
+        let e = ends.get(path)?;
+        let (mark_ns, mark) = e.end.as_ref()?;
+        let put_back = e.put_back;
+        let since = put_back.map_or(*mark_ns, |u| u.max(*mark_ns));
+        let st = rustix::fs::lstat(path.as_path()).ok()?;
+        let ctime = (st.st_ctime as i64).saturating_mul(1_000_000_000).saturating_add(st.st_ctime_nsec as i64);
+        (ctime > since).then(|| {
+            let when = if put_back.is_some_and(|u| u >= *mark_ns) {
+                "an earlier undo put it back".to_string()
+            } else {
+                format!("the turn that last changed it ended (mark {mark:?})")
+            };
+            format!("changed after {when}; left alone (use --force to restore it anyway)")
+        })
     }
 
     /// The directory `path` is in, opened without following a symlink at or above it, and

@@ -487,6 +487,15 @@ impl Executor<'_> {
         }
         let by_then: std::collections::HashMap<&[u8], BPath> =
             want.values().map(|w| (w.then.as_bytes(), w.path.clone())).collect();
+        // The oldest record of each directory's times in the whole journal: the one from
+        // before the session. A later one (a directory's times are journaled again in every
+        // turn) already holds the effect of every change made to its entries before it.
+        let mut oldest: std::collections::HashMap<&[u8], u64> = std::collections::HashMap::new();
+        for r in &self.journal.records {
+            if let Op::DirTimes { path, .. } = &r.op {
+                oldest.entry(path.as_bytes()).or_insert(r.seq);
+            }
+        }
         for r in &self.journal.records {
             for p in crate::select::record_paths(r) {
                 // An older record that puts the directory itself back whole (its capture, its
@@ -498,13 +507,14 @@ impl Executor<'_> {
                     _ => false,
                 };
                 if let Some(w) = by_then.get(p.as_bytes()).and_then(|k| want.get_mut(k)) {
-                    if r.seq < w.seq && whole && p == w.then {
+                    if r.seq < w.seq && whole && p == w.then && self.undoes(r.seq) {
                         w.older_self.get_or_insert(r.seq);
                     }
                 }
                 let parent = p.split_parent().map(|(d, _)| d);
                 if let Some(w) = parent.and_then(|d| by_then.get(d)).and_then(|k| want.get_mut(k)) {
-                    w.partial |= !self.undoes(r.seq);
+                    let matters = r.seq > w.seq || oldest.get(w.then.as_bytes()) == Some(&w.seq);
+                    w.partial |= matters && !self.undoes(r.seq);
                 }
             }
         }

@@ -75,6 +75,12 @@ struct Executor<'a> {
     /// The records this undo reverses (`None`: all), and those earlier undos reversed.
     only: Option<&'a BTreeSet<u64>>,
     already: &'a HashSet<u64>,
+    /// See [`Plan::undo_times`].
+    undo_times: &'a std::collections::HashMap<u64, i64>,
+    /// For each path, the newest record of it no earlier undo reversed, and when the turn it
+    /// was in ended (the time of the first mark after it), if one did (built on first use,
+    /// for a session with marks).
+    turn_ends: std::cell::OnceCell<std::collections::HashMap<BPath, TurnEnd>>,
     /// The drift verdict for every path checked so far (`Some(why)`: changed since).
     drift: std::cell::RefCell<std::collections::HashMap<BPath, Option<String>>>,
     /// Directory metadata, applied after every entry has been put back: a read-only or
@@ -91,10 +97,34 @@ struct Executor<'a> {
     /// What the newest record of each path implies it is now, for an unsealed session (built
     /// on first use).
     expected: std::cell::OnceCell<std::collections::HashMap<BPath, Expectation>>,
+    /// The paths of the records newer than the seal (built on first use; see [`Seal::through`]).
+    after_seal: std::cell::OnceCell<HashSet<BPath>>,
     /// The directory the last step's path was in, open (see [`Executor::parent_of`]).
     parent: std::cell::RefCell<Option<(Vec<u8>, Dir)>>,
     /// The `dir_times` records this undo reverses, set back at the very end.
     dir_times: std::cell::RefCell<Vec<u64>>,
+}
+
+/// What the end-of-turn check knows of a path (see `Executor::changed_after_turn`).
+#[derive(Default)]
+struct TurnEnd {
+    /// Its newest record no earlier undo reversed.
+    newest: Option<u64>,
+    /// When the turn of that record ended: the first mark after it (ns, and its name).
+    end: Option<(i64, String)>,
+    /// When an earlier undo last put it back (ns).
+    put_back: Option<i64>,
+}
+
+/// Nanoseconds since the epoch now.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// A record's RFC 3339 time in nanoseconds since the epoch.
+pub(crate) fn time_ns(rfc3339: &str) -> Option<i64> {
+    let t = humantime::parse_rfc3339(rfc3339).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_nanos() as i64)
 }
 
 /// Result of one restore action: outcome, explanation, and its cause.

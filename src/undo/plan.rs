@@ -1,12 +1,13 @@
 //! What to undo: the options, the session's bookkeeping of what earlier undos reversed, and
 //! the entry points that read a session and run its plan.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::Path;
 
 use super::{Cause, Outcome, Report, StepReport, run_plan};
 use crate::journal::JournalContents;
+use crate::record::Op;
 use crate::seal::{SEAL_FILE, Seal};
 use crate::select::{Selection, select};
 use crate::session::{Session, SessionError, State};
@@ -27,9 +28,19 @@ pub struct UndoOptions {
 /// undos reversed.
 pub const UNDONE_FILE: &str = "undone";
 
-fn read_undone(session: &Session) -> HashSet<u64> {
+/// The records earlier undos reversed, each with when (ns since the epoch; lines written
+/// before undos kept it hold the seq alone).
+fn read_undone(session: &Session) -> HashMap<u64, Option<i64>> {
     std::fs::read_to_string(session.dir().join(UNDONE_FILE))
-        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| {
+                    let mut f = l.split_whitespace();
+                    let seq = f.next()?.parse().ok()?;
+                    Some((seq, f.next().and_then(|t| t.parse().ok())))
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -41,8 +52,11 @@ fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
     }
     let mut f =
         std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
-    let text: String = seqs.iter().map(|s| format!("{s}\n")).collect();
-    f.write_all(text.as_bytes())
+    let now = crate::undo::now_ns();
+    let text: String = seqs.iter().map(|s| format!("{s} {now}\n")).collect();
+    f.write_all(text.as_bytes())?;
+    crate::marks::wait_for_clock_tick(now);
+    Ok(())
 }
 
 /// Undoes a session, or the selected part of it (or reports what an undo would do). When
@@ -71,7 +85,9 @@ pub fn undo_session_with_progress(
     }
     let mut notes_live = None;
     let journal = session.read_journal()?;
-    let already = read_undone(session);
+    let undone_at = read_undone(session);
+    let already: HashSet<u64> = undone_at.keys().copied().collect();
+    let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, t)| Some((*s, (*t)?))).collect();
     // Undone is per record: what a process of the session journaled after an earlier undo is
     // undone by this one.
     if undone_before && journal.records.iter().all(|r| already.contains(&r.seq)) {
@@ -100,9 +116,15 @@ pub fn undo_session_with_progress(
         }
     }
     let live = session.live_processes();
+    // An undo to a mark is how a running session (a harness between two turns) is rewound:
+    // what its processes journal after it is undone by the next.
+    let to_mark = match opts.select {
+        Some(Selection::After(seq)) => journal.records.iter().find(|r| r.seq == seq),
+        _ => None,
+    };
     if !live.is_empty() {
         let pids = live.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-        if !opts.force {
+        if !opts.force && to_mark.is_none() {
             return Ok(Report {
                 complete: false,
                 dry_run: opts.dry_run,
@@ -133,12 +155,27 @@ pub fn undo_session_with_progress(
         opts,
         seal: seal.as_ref(),
         already: &already,
+        undo_times: &undo_times,
         only: only.as_ref(),
     };
     let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
     report.coverage = session.coverage();
     report.selected = only.as_ref().map(|o| o.len());
     report.notes.extend(notes_live);
+    if let Some(crate::record::Record { seq, op: Op::Mark { name, held, .. }, .. }) = to_mark {
+        for path in held {
+            report.outcomes.push(StepReport {
+                seq: Some(*seq),
+                outcome: Outcome::Skipped,
+                path: Some(path.clone()),
+                why: format!(
+                    "a process of the session held it open for writing when mark {name:?} was made: what it wrote through that descriptor after the mark was not journaled, so it was not put back as it was at the mark"
+                ),
+                cause: Cause::HeldOpenAtMark { mark: name.clone() },
+            });
+            report.complete = false;
+        }
+    }
     let lost = session.counters().lost_records;
     if lost > 0 {
         report.outcomes.push(StepReport {
@@ -195,6 +232,8 @@ pub struct Plan<'a> {
     pub seal: Option<&'a Seal>,
     /// Records undone by an earlier undo.
     pub already: &'a HashSet<u64>,
+    /// When an earlier undo reversed each record it did (ns since the epoch), where known.
+    pub undo_times: &'a HashMap<u64, i64>,
     /// The selected records, for a selective undo.
     pub only: Option<&'a BTreeSet<u64>>,
 }
@@ -202,8 +241,9 @@ pub struct Plan<'a> {
 /// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
 /// bookkeeping (for tests and tools that manage their own journal).
 pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
-    let none = HashSet::new();
-    run_plan(&Plan { journal, blobs_dir, opts, seal: None, already: &none, only: None }, &mut |_, _| {})
+    let (none, no_times) = (HashSet::new(), HashMap::new());
+    let plan = Plan { journal, blobs_dir, opts, seal: None, already: &none, undo_times: &no_times, only: None };
+    run_plan(&plan, &mut |_, _| {})
 }
 
 /// Takes into `seal` the state, now, of every path the records `undone` name.

@@ -159,6 +159,12 @@ pub enum Cause {
     },
     /// A record of the journal is damaged.
     DamagedJournal,
+    /// A process of the session held the file open for writing when the mark an undo goes
+    /// back to was made: what it wrote after the mark was not journaled.
+    HeldOpenAtMark {
+        /// The mark.
+        mark: String,
+    },
 }
 
 impl Cause {

@@ -253,7 +253,15 @@ fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
     let j = JournalContents { records: f.records.clone(), ..Default::default() };
     let opts = UndoOptions::default();
     let plan = |only: &BTreeSet<u64>, already: &HashSet<u64>| {
-        let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already, only: Some(only) };
+        let plan = Plan {
+            journal: &j,
+            blobs_dir: &f.blobs,
+            opts: &opts,
+            seal: None,
+            already,
+            undo_times: &Default::default(),
+            only: Some(only),
+        };
         run_plan(&plan, &mut |_, _| {}).unwrap()
     };
     // The newest record alone: what `out` held before it was not kept.
@@ -287,7 +295,15 @@ fn a_rewrite_kept_by_an_earlier_copy_is_undone_only_with_that_copy() {
     let opts = UndoOptions::default();
     let only = BTreeSet::from([2]);
     let none = HashSet::new();
-    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &none, only: Some(&only) };
+    let plan = Plan {
+        journal: &j,
+        blobs_dir: &f.blobs,
+        opts: &opts,
+        seal: None,
+        already: &none,
+        undo_times: &Default::default(),
+        only: Some(&only),
+    };
     let r = run_plan(&plan, &mut |_, _| {}).unwrap();
     assert!(!r.complete, "{r:?}");
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
@@ -702,7 +718,15 @@ fn a_rewrite_covered_by_its_creation_has_the_cause_covered_by_and_without_it_nee
     let only = std::collections::BTreeSet::from([2]);
     let none = HashSet::new();
     let opts = UndoOptions::default();
-    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &none, only: Some(&only) };
+    let plan = Plan {
+        journal: &j,
+        blobs_dir: &f.blobs,
+        opts: &opts,
+        seal: None,
+        already: &none,
+        undo_times: &Default::default(),
+        only: Some(&only),
+    };
     let r = run_plan(&plan, &mut |_, _| {}).unwrap();
     assert_eq!(
         serde_json::to_value(&r.outcomes[0].cause).unwrap(),
@@ -717,7 +741,15 @@ fn a_record_an_earlier_undo_reversed_has_the_cause_already_undone() {
     let j = JournalContents { records: f.records.clone(), ..Default::default() };
     let already = HashSet::from([1]);
     let opts = UndoOptions::default();
-    let plan = Plan { journal: &j, blobs_dir: &f.blobs, opts: &opts, seal: None, already: &already, only: None };
+    let plan = Plan {
+        journal: &j,
+        blobs_dir: &f.blobs,
+        opts: &opts,
+        seal: None,
+        already: &already,
+        undo_times: &Default::default(),
+        only: None,
+    };
     let r = run_plan(&plan, &mut |_, _| {}).unwrap();
     assert_eq!(code(&r, 0), "already_undone");
 }

@@ -203,6 +203,15 @@ fn kept_change<J: Journal, C: Caller>(
 /// it, once, if the file was born no earlier than the path was seen absent; it then goes into
 /// the born table.
 fn origin_of<J: Journal>(journal: &J, t: &Target<'_>, st: &Stat) -> Option<Origin> {
+    // Made or copied before the session's newest mark: an undo to the mark needs the state
+    // the file had there, which that record does not hold.
+    let since = journal.counters().last_mark();
+    known_origin(journal, t, st).filter(|o| match o {
+        Origin::Born(seq) | Origin::Kept(seq) => *seq > since,
+    })
+}
+
+fn known_origin<J: Journal>(journal: &J, t: &Target<'_>, st: &Stat) -> Option<Origin> {
     let index = journal.born()?;
     let ident = ident_of(st);
     if !index.may_be_born(ident) {

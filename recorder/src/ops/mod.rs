@@ -364,9 +364,9 @@ const DIR_TIMES_SIZE: u64 = u64::MAX - 2;
 
 /// Journals the times of `t`'s directory before a call makes, removes or renames a name in
 /// it, the first time the session does so there: the capture index remembers the directory
-/// (by device, inode and birth time) for every process of the session. An entry evicted or a
-/// process that cannot map the index only journals the times again, later, which undo ignores
-/// (the oldest record wins).
+/// (by device, inode and birth time, and the number of marks made so far: once per turn) for
+/// every process of the session. An entry evicted or a process that cannot map the index only
+/// journals the times again, later, which undo ignores (the oldest record it undoes wins).
 fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
     use aether_journal::capture::{CaptureIndex, CaptureKey};
     use rustix::fs::StatxFlags;
@@ -377,10 +377,11 @@ fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
     // the generation on.
     static LAST: AtomicU64 = AtomicU64::new(0);
     let Some((parent, _)) = t.abs.split_parent() else { return };
+    let turn = journal.counters().marks();
     let last = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (parent, journal.counters().names_gen()).hash(&mut h);
+        (parent, journal.counters().names_gen(), turn).hash(&mut h);
         h.finish() | 1
     };
     if LAST.load(Ordering::Relaxed) == last {
@@ -404,7 +405,7 @@ fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
     } else {
         0
     };
-    let key = CaptureKey { ident, size: DIR_TIMES_SIZE, mtime_ns: btime, ctime_ns: 0 };
+    let key = CaptureKey { ident, size: DIR_TIMES_SIZE, mtime_ns: btime, ctime_ns: turn as i64 };
     let index = journal.index();
     if index.is_some_and(|i| i.find(&key).is_some()) {
         LAST.store(last, Ordering::Relaxed);

@@ -1,0 +1,336 @@
+//! Marks and turns: a session marked between the turns of an agent, rewound to any mark with
+//! `undo --to`, reviewed from one with `review --since`, with real tools doing the work and the
+//! user editing between turns outside the session.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+/// Runs `script` with `sh -c` in the tree as a harness's shell tool does when its hooks joined
+/// the session: the shim preloaded, the session named by AETHER_JOURNAL_DIR.
+fn agent(s: &Scratch, session: &Path, script: &str) -> Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session);
+    // The CLI is on PATH for scripts that mark from inside.
+    let path = format!("{}:{}", artifacts().cli.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    cmd.env("PATH", path);
+    let out = bounded(cmd, 60);
+    assert!(out.status.success(), "agent step failed: {script}\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// A session for a harness, made before its first turn (as its SessionStart hook does), in the
+/// scratch state directory: what `sessions` lists.
+fn harness_session(s: &Scratch) -> std::path::PathBuf {
+    use aether_journal::session::{Coverage, CoverageReason, Header, Session};
+    let id = aether_journal::session::new_session_id();
+    let dir = s.root.join("state/aether-journal").join(&id);
+    let mut header = Header::new(id, vec!["harness".into()], s.tree().as_path().into(), "harness");
+    header.coverage = Some(Coverage::libc(CoverageReason::PreloadOnly));
+    Session::create(&dir, &header).expect("create the session");
+    dir
+}
+
+/// `aether-journal mark --json` of `session` from outside it (a harness's hook): the mark's JSON.
+fn mark(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<&OsStr> = vec!["mark".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    let out = s.cli(&all);
+    assert!(out.status.success(), "mark failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("mark --json")
+}
+
+fn review_json(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<&OsStr> = vec!["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    let out = s.cli(&all);
+    assert!(out.status.success(), "review failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("review --json")
+}
+
+/// The paths (relative to the tree, outside `.git`) a review lists in `section`, sorted.
+fn listed(s: &Scratch, review: &serde_json::Value, section: &str) -> Vec<String> {
+    let tree = format!("{}/", s.tree().display());
+    let mut out: Vec<String> = review["review"][section]
+        .as_array()
+        .or_else(|| review[section].as_array())
+        .unwrap_or_else(|| panic!("no {section} in {review}"))
+        .iter()
+        .filter_map(|e| e["path"].as_str().or_else(|| e["to"].as_str()))
+        .map(|p| p.strip_prefix(&tree).unwrap_or(p).to_string())
+        .filter(|p| !p.starts_with(".git"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The outcome a report gives `path` (relative to the tree), with its cause's code.
+fn outcome_of(s: &Scratch, report: &serde_json::Value, rel: &str) -> Vec<(String, String)> {
+    let want = s.path(rel).display().to_string();
+    report["outcomes"]
+        .as_array()
+        .expect("outcomes")
+        .iter()
+        .filter(|o| o["path"].as_str() == Some(&want))
+        .map(|o| {
+            (o["outcome"].as_str().unwrap_or("").to_string(), o["cause"]["code"].as_str().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+fn git_fixture(s: &Scratch) {
+    s.sh("mkdir -p src docs notes && printf 'alpha\\nbeta\\ngamma\\n' > src/main.txt && \
+         for i in 1 2 3; do echo doc $i > docs/d$i.md; done && echo mine > user.txt && \
+         git init -q . && git add -A && git -c user.name=t -c user.email=t@e commit -q -m init");
+}
+
+/// Five turns of an agent with real tools, the user editing between turns outside the
+/// session; then rewinds to turn 3 and to turn 1.
+#[test]
+fn an_undo_to_a_mark_puts_back_the_tree_of_that_turn_and_leaves_the_user_s_own_edits_alone() {
+    let s = Scratch::new("undo_to_mark_user_edits");
+    git_fixture(&s);
+    let session = harness_session(&s);
+    let turns = [
+        "sed -i 's/beta/BETA/' src/main.txt && echo one > src/new1.txt",
+        "rm -rf docs && mkdir -p build/out && echo obj > build/out/a.o && git add -A && \
+         git -c user.name=a -c user.email=a@e commit -q -m turn2",
+        "python3 -c \"open('src/main.txt','a').write('delta\\n'); open('src/gen.py','w').write('x=1\\n')\" && \
+         mv src/new1.txt src/renamed.txt && chmod 600 src/gen.py",
+        "echo first > notes/notes.txt && sed -i 's/alpha/ALPHA/' src/main.txt && rm -f src/renamed.txt",
+        "git rm -q -r --cached build && rm -rf build && echo last > src/last.txt",
+    ];
+    let mut at_start = Vec::new();
+    let mut marks = Vec::new();
+    for (i, script) in turns.iter().enumerate() {
+        let n = i + 1;
+        at_start.push(manifest(&s.tree()));
+        let m = mark(&s, &session, &["--label", &format!("prompt {n}")]);
+        assert_eq!(m["name"], format!("turn-{n}"), "default names count the turns");
+        marks.push(m);
+        agent(&s, &session, script);
+        // The end of the turn (the harness's Stop hook).
+        mark(&s, &session, &[&format!("end-{n}")]);
+        if n == 4 {
+            // Between turns 4 and 5 the user edits a file the agent made, and one it never touched.
+            s.sh("echo 'user line' >> notes/notes.txt && echo 'also mine' >> user.txt");
+        }
+    }
+    let log = s.log_json(&session);
+    let logged: Vec<&str> = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mark")
+        .map(|r| r["op"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(logged.len(), 10, "every mark is in the log: {logged:?}");
+
+    // The net effect of turns 3 to 5: from the tree at the start of turn 3 to now.
+    let rv = review_json(&s, &session, &["--since", "turn-3"]);
+    assert_eq!(listed(&s, &rv, "created"), ["notes/notes.txt", "src/gen.py", "src/last.txt"]);
+    assert_eq!(listed(&s, &rv, "deleted"), ["build", "build/out", "build/out/a.o", "src/new1.txt"]);
+    assert!(listed(&s, &rv, "modified").contains(&"src/main.txt".to_string()), "{rv}");
+    // Turn 2 alone, between two marks: what it removed and made, nothing of the later turns.
+    let rv2 = review_json(&s, &session, &["--since", "turn-2", "--until", "end-2"]);
+    assert_eq!(listed(&s, &rv2, "created"), ["build", "build/out", "build/out/a.o"]);
+    assert!(listed(&s, &rv2, "deleted").contains(&"docs/d1.md".to_string()), "{rv2}");
+    assert!(!listed(&s, &rv2, "created").contains(&"src/gen.py".to_string()));
+
+    // Rewind to the start of turn 3: exact for the agent's paths; the user's edit of a file the
+    // agent made in turn 4 is left alone and named, and the file the agent never touched keeps
+    // the user's edit.
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
+    assert_eq!(code, 3, "a conflict makes the undo incomplete: {report}");
+    assert_eq!(
+        outcome_of(&s, &report, "notes/notes.txt"),
+        [("conflict".to_string(), "changed_since_session".to_string())]
+    );
+    let mut want = at_start[2].clone();
+    let now = manifest(&s.tree());
+    for kept in ["notes", "notes/notes.txt", "user.txt"] {
+        want.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
+    }
+    assert_same_tree(&want, &now);
+    assert_eq!(std::fs::read_to_string(s.path("notes/notes.txt")).unwrap(), "first\nuser line\n");
+
+    // Then to the start of turn 1: every turn's work is gone, the user's edits stay.
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+    assert_eq!(code, 3, "{report}");
+    let mut want = at_start[0].clone();
+    let now = manifest(&s.tree());
+    for kept in ["notes", "notes/notes.txt", "user.txt"] {
+        want.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
+    }
+    assert_same_tree(&want, &now);
+    assert_eq!(std::fs::read_to_string(s.path("user.txt")).unwrap(), "mine\nalso mine\n");
+}
+
+/// A file the session made (or copied whole) before a mark carries no prior state of its own
+/// when it is next changed; after the mark it must be captured again.
+#[test]
+fn a_file_the_session_made_before_a_mark_is_captured_again_when_a_later_turn_rewrites_it() {
+    let s = Scratch::new("born_before_mark");
+    let session = s.session("session");
+    agent(&s, &session, "printf 'made in turn one\\n' > made.txt && mkdir d && echo x > d/f && chmod 640 d/f");
+    let at_mark = manifest(&s.tree());
+    mark(&s, &session, &[]);
+    agent(&s, &session, "printf 'rewritten\\n' > made.txt && echo y > d/f && chmod 600 d/f && touch -d 2001-01-01 d/f");
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+    assert_same_tree(&at_mark, &manifest(&s.tree()));
+    assert_complete(code, &report);
+}
+
+/// A mark made by a process of the session (a harness hook, when the harness itself runs
+/// under `aether-journal run`) goes through the shim: the store stays out of the process's
+/// reach, nothing is refused, and the undo to it is exact.
+#[test]
+fn a_mark_made_from_inside_a_supervised_session_goes_through_the_shim_and_is_exact() {
+    let s = Scratch::new("mark_from_inside");
+    s.sh("echo keep > kept.txt");
+    let session = s.session("session");
+    let cli = artifacts().cli.display().to_string();
+    let script = format!(
+        "echo before > a.txt && {cli} mark inside-1 --label 'from inside' >/dev/null && echo after > b.txt && \
+         echo changed > kept.txt && mkdir sub && echo z > sub/z"
+    );
+    let before_mark_tree = {
+        // The tree at the mark, rebuilt: a.txt made, nothing else yet.
+        let t = Scratch::new("mark_from_inside_expected");
+        t.sh("echo keep > kept.txt && echo before > a.txt");
+        t
+    };
+    s.run_ok(&session, &["sh", "-c", &script]);
+    let log = s.log_json(&session);
+    let records = log["records"].as_array().unwrap();
+    let m = records.iter().find(|r| r["kind"] == "mark").expect("the mark is journaled");
+    assert_eq!(m["op"]["name"], "inside-1");
+    assert_eq!(m["prog"].as_str().unwrap(), cli, "made by the CLI process inside the session");
+    assert!(!records.iter().any(|r| r["kind"] == "refused"), "nothing was refused: {log}");
+    let (code, report) = s.undo_json_with(&session, &["--to", "inside-1"]);
+    assert_complete(code, &report);
+    let strip = |m: std::collections::BTreeMap<Vec<u8>, Entry>| -> Vec<(Vec<u8>, String)> {
+        m.into_iter().map(|(k, e)| (k, e.content)).collect()
+    };
+    assert_eq!(strip(manifest(&s.tree())), strip(manifest(&before_mark_tree.tree())));
+}
+
+/// A process that holds a file open for writing across a mark writes through that descriptor
+/// unjournaled: an undo to the mark names the file and is incomplete.
+#[test]
+fn a_file_held_open_for_writing_across_a_mark_is_named_by_the_undo_to_it() {
+    let s = Scratch::new("held_across_mark");
+    let session = s.session("session");
+    let go = s.root.join("go");
+    let ready = s.root.join("ready");
+    let py = format!(
+        "import os,time\nf=open('log.txt','w')\nf.write('one\\n'); f.flush()\nopen('{}','w').close()\n\
+         while not os.path.exists('{}'): time.sleep(0.01)\nf.write('two\\n'); f.close()\n",
+        ready.display(),
+        go.display()
+    );
+    let mut cmd = Command::new(python());
+    cmd.arg("-c").arg(&py).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session);
+    let mut child = cmd.spawn().expect("python");
+    while !ready.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let m = mark(&s, &session, &[]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(child.wait().unwrap().success());
+    let held = s.log_json(&session)["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "mark")
+        .map(|r| r["op"]["held"].clone())
+        .unwrap();
+    assert_eq!(held, serde_json::json!([s.path("log.txt").display().to_string()]), "{m}");
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(outcome_of(&s, &report, "log.txt"), [("skipped".to_string(), "held_open_at_mark".to_string())]);
+}
+
+/// Mark names: unique per session, a key makes a retried mark the same mark, and an unknown
+/// mark is an error that lists the session's marks.
+#[test]
+fn a_mark_s_name_is_unique_its_key_makes_a_retry_the_same_mark_and_an_unknown_one_is_named() {
+    let s = Scratch::new("mark_names");
+    let session = harness_session(&s);
+    agent(&s, &session, "echo a > a");
+    let first = mark(&s, &session, &["--key", "prompt-7", "--label", "fix the build"]);
+    let again = mark(&s, &session, &["--key", "prompt-7"]);
+    assert_eq!((first["seq"].clone(), again["new"].clone()), (again["seq"].clone(), serde_json::json!(false)));
+    let named = mark(&s, &session, &["setup"]);
+    assert_eq!(named["name"], "setup");
+    let dup = s.cli(&["mark".as_ref(), "--journal".as_ref(), session.as_os_str(), "setup".as_ref()]);
+    assert_eq!(dup.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&dup.stderr).contains("has a mark \"setup\" already"), "{dup:?}");
+    assert_eq!(mark(&s, &session, &[])["name"], "turn-2", "the next default name");
+    let unknown =
+        s.cli(&["undo".as_ref(), "--to".as_ref(), "nope".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(err.contains("no mark \"nope\"") && err.contains("turn-1, setup, turn-2"), "{err}");
+    let sessions = s.cli(&["sessions".as_ref(), "--json".as_ref()]);
+    let list: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    assert_eq!(list[0]["marks"], serde_json::json!(["turn-1", "setup", "turn-2"]), "{list}");
+}
+
+/// A process alive across a mark that changes, after it, a file it made before it (through a
+/// descriptor it still holds, read-only) must journal that change: the mark made its
+/// knowledge that the file is journaled whole stale.
+#[test]
+fn a_process_alive_across_a_mark_journals_again_what_it_knew_was_journaled_before_it() {
+    let s = Scratch::new("alive_across_mark");
+    let session = harness_session(&s);
+    let (go, ready) = (s.root.join("go"), s.root.join("ready"));
+    let py = format!(
+        "import os,time\nfd=os.open('made.txt', os.O_CREAT|os.O_RDONLY, 0o644)\nopen('{}','w').close()\n\
+         while not os.path.exists('{}'): time.sleep(0.01)\nos.fchmod(fd, 0o600)\nos.close(fd)\n",
+        ready.display(),
+        go.display()
+    );
+    let mut cmd = Command::new(python());
+    cmd.arg("-c").arg(&py).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session);
+    let mut child = cmd.spawn().expect("python");
+    while !ready.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let at_mark = manifest(&s.tree());
+    mark(&s, &session, &[]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_ne!(manifest(&s.tree()), at_mark, "the process changed the file after the mark");
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+    assert_same_tree(&at_mark, &manifest(&s.tree()));
+    assert_complete(code, &report);
+}
+
+/// A session that `run` sealed and that processes joined afterwards (a harness's shell tool,
+/// through the same session directory): the paths those processes changed are checked against
+/// their newer records, not the seal that predates them.
+#[test]
+fn paths_changed_after_the_seal_are_not_judged_by_the_seal() {
+    let s = Scratch::new("joined_after_seal");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo one > a && mkdir d && echo x > d/f"]);
+    mark(&s, &session, &[]);
+    agent(&s, &session, "echo two >> a && rm -r d && echo new > b");
+    let at_mark = manifest(&s.tree());
+    mark(&s, &session, &[]);
+    agent(&s, &session, "echo three > a && echo c > c");
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
+    assert_same_tree(&at_mark, &manifest(&s.tree()));
+    assert_complete(code, &report);
+}

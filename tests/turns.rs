@@ -280,6 +280,9 @@ fn a_mark_s_name_is_unique_its_key_makes_a_retry_the_same_mark_and_an_unknown_on
     assert_eq!(unknown.status.code(), Some(1));
     let err = String::from_utf8_lossy(&unknown.stderr);
     assert!(err.contains("no mark \"nope\"") && err.contains("turn-1, setup, turn-2"), "{err}");
+    let tree = s.cli(&["log".as_ref(), "--tree".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    assert!(tree.contains(&format!("-- #{} MARK setup", named["seq"])), "{tree}");
     let sessions = s.cli(&["sessions".as_ref(), "--json".as_ref()]);
     let list: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
     assert_eq!(list[0]["marks"], serde_json::json!(["turn-1", "setup", "turn-2"]), "{list}");
@@ -333,4 +336,130 @@ fn paths_changed_after_the_seal_are_not_judged_by_the_seal() {
     let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
     assert_same_tree(&at_mark, &manifest(&s.tree()));
     assert_complete(code, &report);
+}
+
+/// Runs `aether-journal hook claude-code` with `input` on stdin (and `CLAUDE_ENV_FILE`), as
+/// Claude Code runs a command hook: it must exit 0 and print nothing unless asked.
+fn claude_hook(s: &Scratch, env_file: &Path, input: serde_json::Value) -> Output {
+    use std::io::Write as _;
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["hook", "claude-code"]).current_dir(s.tree()).env("CLAUDE_ENV_FILE", env_file);
+    isolate(&mut cmd, &s.root);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hook");
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "a hook always exits 0: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Five turns of a scripted Claude Code session driven through the real hook command with the
+/// harness's documented JSON: each turn an edit-tool write the test makes itself without the
+/// shim (as the harness's own process, which nothing sees into, does), shell commands that
+/// join the session through `CLAUDE_ENV_FILE`, and a user edit between turns outside it.
+#[test]
+fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
+    let s = Scratch::new("claude_code_hooks");
+    git_fixture(&s);
+    let env_file = s.root.join("claude-env");
+    let tree = s.tree().display().to_string();
+    let base = |event: &str| serde_json::json!({"session_id": "7f3c-aa", "transcript_path": "/dev/null", "cwd": tree, "hook_event_name": event});
+    let mut start = base("SessionStart");
+    start["source"] = "startup".into();
+    let out = claude_hook(&s, &env_file, start);
+    assert!(out.stdout.is_empty(), "SessionStart's stdout would become the model's context");
+    let exports = std::fs::read_to_string(&env_file).expect("the hook wrote the env file");
+    assert!(exports.contains("AETHER_JOURNAL_DIR=") && exports.contains("LD_PRELOAD="), "{exports}");
+    let session = s.root.join("state/aether-journal/claude-code-7f3c-aa");
+    // The harness's Bash tool: a fresh shell that sources the env file first.
+    let bash = |script: &str| {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg(format!(". '{}'; {script}", env_file.display())).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        let out = bounded(cmd, 60);
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let turns: [(&str, &str, &str); 5] = [
+        ("src/plan.md", "step one\n", "sed -i 's/beta/BETA/' src/main.txt && echo one > src/new1.txt"),
+        ("src/main.txt", "rewritten by the edit tool\n", "rm -rf docs && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t2"),
+        ("src/plan.md", "step two\n", "python3 -c \"open('src/gen.py','w').write('x=1\\n')\" && mv src/new1.txt src/renamed.txt"),
+        ("notes/notes.txt", "first\n", "sed -i 's/step/STEP/' src/plan.md && rm -f src/renamed.txt"),
+        ("src/last.txt", "last\n", "rm -rf src/gen.py && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t5"),
+    ];
+    let mut at_start = Vec::new();
+    for (i, (edit, content, script)) in turns.iter().enumerate() {
+        let n = i + 1;
+        at_start.push(manifest(&s.tree()));
+        let mut prompt = base("UserPromptSubmit");
+        prompt["prompt"] = format!("turn {n}: do the thing\nwith details").into();
+        prompt["prompt_id"] = format!("p-{n}").into();
+        assert!(claude_hook(&s, &env_file, prompt.clone()).stdout.is_empty());
+        // A retried hook marks once.
+        claude_hook(&s, &env_file, prompt);
+        let mut pre = base("PreToolUse");
+        pre["prompt_id"] = format!("p-{n}").into();
+        pre["tool_name"] = "Write".into();
+        pre["tool_use_id"] = format!("tu-{n}").into();
+        pre["tool_input"] = serde_json::json!({"file_path": s.path(edit).display().to_string(), "content": content});
+        assert!(claude_hook(&s, &env_file, pre).stdout.is_empty());
+        std::fs::write(s.path(edit), content).unwrap();
+        bash(script);
+        let mut stop = base("Stop");
+        stop["prompt_id"] = format!("p-{n}").into();
+        stop["stop_hook_active"] = false.into();
+        claude_hook(&s, &env_file, stop);
+        if n == 4 {
+            s.sh("echo 'user line' >> notes/notes.txt && echo 'also mine' >> user.txt");
+        }
+    }
+    let marks: Vec<String> = s.log_json(&session)["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mark")
+        .map(|r| r["op"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = (1..=5).flat_map(|n| [format!("turn-{n}"), format!("turn-{n}-end")]).collect();
+    assert_eq!(marks, want);
+
+    let rv = review_json(&s, &session, &["--since", "turn-3"]);
+    assert_eq!(listed(&s, &rv, "created"), ["notes/notes.txt", "src/last.txt"], "{rv}");
+    assert!(listed(&s, &rv, "modified").contains(&"src/plan.md".to_string()), "{rv}");
+    assert!(listed(&s, &rv, "deleted").contains(&"src/new1.txt".to_string()), "{rv}");
+
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(outcome_of(&s, &report, "notes/notes.txt"), [("conflict".to_string(), "changed_since_session".to_string())]);
+    let mut expect = at_start[2].clone();
+    let now = manifest(&s.tree());
+    for kept in ["notes", "notes/notes.txt", "user.txt"] {
+        expect.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
+    }
+    assert_same_tree(&expect, &now);
+
+    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+    assert_eq!(code, 3, "{report}");
+    let mut expect = at_start[0].clone();
+    let now = manifest(&s.tree());
+    for kept in ["notes", "notes/notes.txt", "user.txt"] {
+        expect.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
+    }
+    assert_same_tree(&expect, &now);
+    assert!(!s.root.join("state/aether-journal/hook-errors.log").exists(), "no hook failed");
+}
+
+/// A hook given something it cannot use (not JSON, no session id) still exits 0, prints
+/// nothing, and says what went wrong in hook-errors.log.
+#[test]
+fn a_hook_that_cannot_do_its_work_exits_0_prints_nothing_and_logs_why() {
+    let s = Scratch::new("hook_failure");
+    let env_file = s.root.join("env");
+    let out = claude_hook(&s, &env_file, serde_json::json!({"hook_event_name": "UserPromptSubmit", "prompt": "x"}));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+    let log = std::fs::read_to_string(s.root.join("state/aether-journal/hook-errors.log")).unwrap();
+    assert!(log.contains("claude-code UserPromptSubmit: the hook's input has no session_id"), "{log}");
 }

@@ -9,6 +9,7 @@
 //! What this program cannot do: undo what the journal marks irreversible. It says so, names
 //! each such step, and exits 3.
 
+mod hook;
 mod output;
 mod run;
 
@@ -96,6 +97,14 @@ enum Command {
         json: bool,
         /// Its name, unique in the session (default: turn-1, turn-2, ...).
         name: Option<String>,
+    },
+    /// What an agent harness's hooks run (the hook's JSON on stdin): one session per harness
+    /// session that its shell commands join, a mark at the start and end of every turn, and
+    /// the files its own edit tools are about to write journaled first. Always exits 0.
+    Hook {
+        /// The harness.
+        #[arg(value_enum)]
+        harness: hook::Harness,
     },
     /// Show the journal's records, oldest first.
     Log {
@@ -209,10 +218,10 @@ fn leave_the_shim() {
     // The subcommands that only read run under the shim as any reader does: the session sees
     // all they do (nothing), and need not count them as unobserved.
     let sub = std::env::args_os().skip(1).find(|a| !a.to_string_lossy().starts_with('-'));
-    // `mark` stays too: inside a session it appends through the shim (see
+    // `mark` and `hook` stay too: inside a session a mark is appended through the shim (see
     // aether_journal_recorder::marks).
     if sub.is_none_or(|s| {
-        ["sessions", "log", "review", "mark", "completions", "man", "help"].contains(&&*s.to_string_lossy())
+        ["sessions", "log", "review", "mark", "hook", "completions", "man", "help"].contains(&&*s.to_string_lossy())
     }) {
         return;
     }
@@ -255,6 +264,7 @@ fn main() -> ExitCode {
         }
         Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
+        Command::Hook { harness } => Ok(hook::hook(harness)),
         Command::Mark { journal, label, key, json, name } => mark(journal, MarkRequest { name, label, key }, json),
         Command::Review { journal, json, stat, color, no_pager, since, until, paths } => {
             review(journal, ReviewArgs { json, stat, color, no_pager, since, until, paths })

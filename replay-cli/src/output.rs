@@ -130,7 +130,7 @@ fn describe_meta(m: &MetaBefore) -> String {
 }
 
 /// One line describing a record (without its process).
-fn describe_record(r: &Record) -> String {
+pub fn describe_record(r: &Record) -> String {
     match &r.op {
         Op::Change { path, before } => format!("{}  [{}]", escape(path), describe_before(before)),
         Op::Rename { from, to, to_before, .. } => {
@@ -213,6 +213,9 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
         _records: Vec<&'a Record>,
     }
     let mut procs: BTreeMap<u32, Proc<'_>> = BTreeMap::new();
+    // Marks are points of the session, not work of the process that made them: shown between
+    // the process trees, in order.
+    let (marks, records): (Vec<&Record>, Vec<&Record>) = j.records.iter().partition(|r| matches!(r.op, Op::Mark { .. }));
     let mut touch = |pid: u32, ppid: u32, seq: u64| {
         let p = procs.entry(pid).or_insert_with(|| Proc { ppid, first_seq: seq, ..Default::default() });
         if p.ppid == 0 {
@@ -220,13 +223,13 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
         }
         p.first_seq = p.first_seq.min(seq);
     };
-    for r in &j.records {
+    for r in &records {
         touch(r.pid, r.ppid, r.seq);
         if let Op::Exec { child: Some(c), .. } = &r.op {
             touch(*c, r.pid, r.seq);
         }
     }
-    for r in &j.records {
+    for r in &records {
         match &r.op {
             Op::Exec { program, argv, child: Some(c), .. } => {
                 let args: Vec<String> = argv.iter().map(escape).collect();
@@ -281,8 +284,15 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
             }
         }
     }
+    let mut marks = marks.into_iter().peekable();
     for pid in roots {
+        while let Some(m) = marks.next_if(|m| m.seq < procs[&pid].first_seq) {
+            let _ = writeln!(out, "-- #{} {}", m.seq, describe_record(m));
+        }
         walk(&mut out, pid, 0, &procs, &children);
+    }
+    for m in marks {
+        let _ = writeln!(out, "-- #{} {}", m.seq, describe_record(m));
     }
     out
 }

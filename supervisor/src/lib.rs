@@ -12,6 +12,7 @@ pub mod install;
 pub mod launch;
 pub mod listener;
 pub mod names;
+pub mod outside;
 pub mod serve;
 pub mod store;
 pub mod target;

@@ -385,10 +385,22 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
     };
     let turns: [(&str, &str, &str); 5] = [
         ("src/plan.md", "step one\n", "sed -i 's/beta/BETA/' src/main.txt && echo one > src/new1.txt"),
-        ("src/main.txt", "rewritten by the edit tool\n", "rm -rf docs && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t2"),
-        ("src/plan.md", "step two\n", "python3 -c \"open('src/gen.py','w').write('x=1\\n')\" && mv src/new1.txt src/renamed.txt"),
+        (
+            "src/main.txt",
+            "rewritten by the edit tool\n",
+            "rm -rf docs && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t2",
+        ),
+        (
+            "src/plan.md",
+            "step two\n",
+            "python3 -c \"open('src/gen.py','w').write('x=1\\n')\" && mv src/new1.txt src/renamed.txt",
+        ),
         ("notes/notes.txt", "first\n", "sed -i 's/step/STEP/' src/plan.md && rm -f src/renamed.txt"),
-        ("src/last.txt", "last\n", "rm -rf src/gen.py && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t5"),
+        (
+            "src/last.txt",
+            "last\n",
+            "rm -rf src/gen.py && git add -A && git -c user.name=a -c user.email=a@e commit -q -m t5",
+        ),
     ];
     let mut at_start = Vec::new();
     for (i, (edit, content, script)) in turns.iter().enumerate() {
@@ -433,7 +445,10 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
 
     let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
     assert_eq!(code, 3, "{report}");
-    assert_eq!(outcome_of(&s, &report, "notes/notes.txt"), [("conflict".to_string(), "changed_since_session".to_string())]);
+    assert_eq!(
+        outcome_of(&s, &report, "notes/notes.txt"),
+        [("conflict".to_string(), "changed_since_session".to_string())]
+    );
     let mut expect = at_start[2].clone();
     let now = manifest(&s.tree());
     for kept in ["notes", "notes/notes.txt", "user.txt"] {

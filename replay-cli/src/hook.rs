@@ -91,7 +91,9 @@ fn event_of(harness: Harness, v: &Value) -> Event {
         (Harness::ClaudeCode, "UserPromptSubmit") => {
             Event::Prompt { text: key("prompt").unwrap_or_default(), key: key("prompt_id") }
         }
-        (Harness::Codex, "UserPromptSubmit") => Event::Prompt { text: key("prompt").unwrap_or_default(), key: key("turn_id") },
+        (Harness::Codex, "UserPromptSubmit") => {
+            Event::Prompt { text: key("prompt").unwrap_or_default(), key: key("turn_id") }
+        }
         (Harness::Gemini, "BeforeAgent") => Event::Prompt { text: key("prompt").unwrap_or_default(), key: None },
         (Harness::ClaudeCode | Harness::Codex, "PreToolUse") | (Harness::Gemini, "BeforeTool") => {
             let tool = str_of(v, "tool_name").unwrap_or_default().to_string();
@@ -246,7 +248,7 @@ fn handle(harness: Harness, v: &Value, event: Event) -> Result<Option<String>, S
                 .records
                 .iter()
                 .filter(|r| r.seq > turn.seq && r.seq < end.seq && r.irreversible())
-                .map(|r| crate::output::describe_record(r))
+                .map(crate::output::describe_record)
                 .collect();
             if irreversible.is_empty() || harness != Harness::ClaudeCode {
                 return Ok(None);
@@ -291,13 +293,14 @@ fn note_failure(harness: Harness, v: &Value, why: &str) {
 pub fn hook(harness: Harness) -> u8 {
     let mut input = Vec::new();
     let read = std::io::stdin().take(64 << 20).read_to_end(&mut input);
-    let v: Value = match read.map_err(|e| e.to_string()).and_then(|_| serde_json::from_slice(&input).map_err(|e| e.to_string())) {
-        Ok(v) => v,
-        Err(e) => {
-            note_failure(harness, &Value::Null, &format!("the hook's input is not JSON: {e}"));
-            return 0;
-        }
-    };
+    let v: Value =
+        match read.map_err(|e| e.to_string()).and_then(|_| serde_json::from_slice(&input).map_err(|e| e.to_string())) {
+            Ok(v) => v,
+            Err(e) => {
+                note_failure(harness, &Value::Null, &format!("the hook's input is not JSON: {e}"));
+                return 0;
+            }
+        };
     let event = event_of(harness, &v);
     match std::panic::catch_unwind(|| handle(harness, &v, event)) {
         Ok(Ok(Some(text))) => {
@@ -322,13 +325,21 @@ mod tests {
 
     #[test]
     fn each_harness_s_events_are_read_from_its_own_field_names() {
-        let v = serde_json::json!({"hook_event_name": "UserPromptSubmit", "prompt": "fix it\nplease", "prompt_id": "p1"});
-        assert_eq!(event_of(Harness::ClaudeCode, &v), Event::Prompt { text: "fix it\nplease".into(), key: Some("p1".into()) });
+        let v =
+            serde_json::json!({"hook_event_name": "UserPromptSubmit", "prompt": "fix it\nplease", "prompt_id": "p1"});
+        assert_eq!(
+            event_of(Harness::ClaudeCode, &v),
+            Event::Prompt { text: "fix it\nplease".into(), key: Some("p1".into()) }
+        );
         let v = serde_json::json!({"hook_event_name": "UserPromptSubmit", "prompt": "x", "turn_id": "t9"});
         assert_eq!(event_of(Harness::Codex, &v), Event::Prompt { text: "x".into(), key: Some("t9".into()) });
         let v = serde_json::json!({"hook_event_name": "BeforeTool", "tool_name": "write_file", "tool_input": {"file_path": "/w/a"}});
-        assert_eq!(event_of(Harness::Gemini, &v), Event::Writes { tool: "write_file".into(), paths: vec!["/w/a".into()] });
-        let v = serde_json::json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}});
+        assert_eq!(
+            event_of(Harness::Gemini, &v),
+            Event::Writes { tool: "write_file".into(), paths: vec!["/w/a".into()] }
+        );
+        let v =
+            serde_json::json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}});
         assert_eq!(event_of(Harness::ClaudeCode, &v), Event::Other, "the shim sees shell commands");
     }
 

@@ -215,7 +215,8 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
     let mut procs: BTreeMap<u32, Proc<'_>> = BTreeMap::new();
     // Marks are points of the session, not work of the process that made them: shown between
     // the process trees, in order.
-    let (marks, records): (Vec<&Record>, Vec<&Record>) = j.records.iter().partition(|r| matches!(r.op, Op::Mark { .. }));
+    let (marks, records): (Vec<&Record>, Vec<&Record>) =
+        j.records.iter().partition(|r| matches!(r.op, Op::Mark { .. }));
     let mut touch = |pid: u32, ppid: u32, seq: u64| {
         let p = procs.entry(pid).or_insert_with(|| Proc { ppid, first_seq: seq, ..Default::default() });
         if p.ppid == 0 {

@@ -478,3 +478,48 @@ fn a_hook_that_cannot_do_its_work_exits_0_prints_nothing_and_logs_why() {
     let log = std::fs::read_to_string(s.root.join("state/aether-journal/hook-errors.log")).unwrap();
     assert!(log.contains("claude-code UserPromptSubmit: the hook's input has no session_id"), "{log}");
 }
+
+/// `init claude-code` merges the hooks into the user's settings, keeping theirs, shows the
+/// diff, writes nothing on a dry run and nothing new the second time; the command it writes
+/// is the hook that works.
+#[test]
+fn init_merges_the_hooks_into_the_harness_settings_once_and_the_written_command_runs() {
+    let s = Scratch::new("init_claude_code");
+    let home = s.root.join("home");
+    let settings = home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, r#"{"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "lint"}]}]}}"#).unwrap();
+    let init = |args: &[&str]| {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.arg("init").arg("claude-code").args(args).env("HOME", &home).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let original = std::fs::read_to_string(&settings).unwrap();
+    let dry = init(&["--dry-run"]);
+    assert!(dry.contains("+") && dry.contains("hook claude-code") && dry.contains("dry run"), "{dry}");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), original, "a dry run changes nothing");
+    assert!(init(&[]).contains("wrote"));
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+    assert_eq!(written["model"], "opus");
+    assert_eq!(written["hooks"]["PreToolUse"][0]["hooks"][0]["command"], "lint");
+    assert!(init(&[]).contains("nothing to change"));
+    // The harness runs the command through a shell, with the hook's JSON on stdin.
+    let command = written["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"].as_str().unwrap().to_string();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(&command).current_dir(s.tree()).stdin(std::process::Stdio::piped());
+    isolate(&mut cmd, &s.root);
+    let mut child = cmd.spawn().unwrap();
+    use std::io::Write as _;
+    let input = serde_json::json!({"session_id": "s1", "cwd": s.tree(), "hook_event_name": "UserPromptSubmit", "prompt": "hello", "prompt_id": "p1"});
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+    let session = s.root.join("state/aether-journal/claude-code-s1");
+    let log = s.log_json(&session);
+    assert!(
+        log["records"].as_array().unwrap().iter().any(|r| r["kind"] == "mark" && r["op"]["label"] == "hello"),
+        "{log}"
+    );
+}

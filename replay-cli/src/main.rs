@@ -10,6 +10,7 @@
 //! each such step, and exits 3.
 
 mod hook;
+mod init;
 mod output;
 mod run;
 
@@ -105,6 +106,22 @@ enum Command {
         /// The harness.
         #[arg(value_enum)]
         harness: hook::Harness,
+    },
+    /// Add the hooks `aether-journal hook` needs to a harness's settings (idempotent; shows
+    /// the change as a diff).
+    Init {
+        /// The harness.
+        #[arg(value_enum)]
+        harness: hook::Harness,
+        /// The user's settings, for every project (the default).
+        #[arg(long, conflicts_with = "project")]
+        user: bool,
+        /// The current project's settings.
+        #[arg(long)]
+        project: bool,
+        /// Show the change without making it.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show the journal's records, oldest first.
     Log {
@@ -265,6 +282,13 @@ fn main() -> ExitCode {
         Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
         Command::Hook { harness } => Ok(hook::hook(harness)),
+        Command::Init { harness, user: _, project, dry_run } => {
+            let scope = if project { init::Scope::Project } else { init::Scope::User };
+            init::init(harness, scope, dry_run).map(|text| {
+                output::emit(&text);
+                0
+            })
+        }
         Command::Mark { journal, label, key, json, name } => mark(journal, MarkRequest { name, label, key }, json),
         Command::Review { journal, json, stat, color, no_pager, since, until, paths } => {
             review(journal, ReviewArgs { json, stat, color, no_pager, since, until, paths })

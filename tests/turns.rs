@@ -46,6 +46,24 @@ fn mark(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("mark --json")
 }
 
+/// `redo --json`, preceded by `redo --dry-run --json`, which must predict it.
+fn redo_json(s: &Scratch, session: &Path) -> (i32, serde_json::Value) {
+    let redo = |dry: bool| {
+        let mut args: Vec<&OsStr> = vec!["redo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+        if dry {
+            args.push("--dry-run".as_ref());
+        }
+        let out = s.cli(&args);
+        let json = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("redo printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap_or(-1), json)
+    };
+    let predicted = redo(true);
+    let done = redo(false);
+    assert_dry_run_predicts(&predicted, &done);
+    done
+}
+
 fn review_json(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
     let mut all: Vec<&OsStr> = vec!["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
     all.extend(args.iter().map(OsStr::new));
@@ -443,6 +461,7 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
     assert!(listed(&s, &rv, "modified").contains(&"src/plan.md".to_string()), "{rv}");
     assert!(listed(&s, &rv, "deleted").contains(&"src/new1.txt".to_string()), "{rv}");
 
+    let before_undo = manifest(&s.tree());
     let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
     assert_eq!(code, 3, "{report}");
     assert_eq!(
@@ -455,6 +474,11 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
         expect.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
     }
     assert_same_tree(&expect, &now);
+
+    // Take the rewind back: the tree as it was just before it.
+    let (code, report) = redo_json(&s, &session);
+    assert_complete(code, &report);
+    assert_same_tree(&before_undo, &manifest(&s.tree()));
 
     let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
     assert_eq!(code, 3, "{report}");
@@ -522,4 +546,61 @@ fn init_merges_the_hooks_into_the_harness_settings_once_and_the_written_command_
         log["records"].as_array().unwrap().iter().any(|r| r["kind"] == "mark" && r["op"]["label"] == "hello"),
         "{log}"
     );
+}
+
+/// Undo, redo, undo again: each exact, with real tools that rename directories, rewrite files
+/// in place, remove trees, change modes and extended attributes; a redo while nothing is left
+/// to redo is an error that says so.
+#[test]
+fn undo_redo_and_undo_again_are_each_exact() {
+    let s = Scratch::new("undo_redo_undo");
+    s.sh("mkdir -p src/lib docs && for i in 1 2 3; do echo line $i > src/lib/f$i.txt; done && echo d > docs/a.md && \
+          echo keep > keep.txt && tar cf ../src.tar src");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(
+        &session,
+        &[
+            "sh",
+            "-c",
+            "sed -i 's/line/LINE/' src/lib/f1.txt && mv src/lib src/core && rm -rf docs && chmod 600 keep.txt && \
+             setfattr -n user.tag -v v1 keep.txt && mkdir -p out && tar xf ../src.tar -C out && echo new > new.txt && \
+             ln -s keep.txt link && printf 'rewritten' > src/core/f2.txt",
+        ],
+    );
+    let after_session = manifest(&s.tree());
+    assert_ne!(before, after_session);
+    let (code, report) = s.undo_json(&session);
+    assert_complete(code, &report);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    let (code, report) = redo_json(&s, &session);
+    assert_complete(code, &report);
+    assert_same_tree(&after_session, &manifest(&s.tree()));
+    let (code, report) = s.undo_json(&session);
+    assert_complete(code, &report);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    let (code, report) = redo_json(&s, &session);
+    assert_complete(code, &report);
+    assert_same_tree(&after_session, &manifest(&s.tree()));
+    // Both undos are taken back: nothing is left to redo.
+    let out = s.cli(&["redo".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no undo of this session to take back"), "{out:?}");
+}
+
+/// A file changed after an undo is not overwritten by the redo: a conflict, named.
+#[test]
+fn a_redo_leaves_alone_what_changed_since_the_undo() {
+    let s = Scratch::new("redo_drift");
+    s.sh("echo v1 > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo v2 > f && echo made > g"]);
+    let (code, report) = s.undo_json(&session);
+    assert_complete(code, &report);
+    s.sh("echo mine > f");
+    let (code, report) = redo_json(&s, &session);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(outcome_of(&s, &report, "f"), [("conflict".to_string(), "changed_since_session".to_string())]);
+    assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "mine\n");
+    assert_eq!(std::fs::read_to_string(s.path("g")).unwrap(), "made\n", "the rest is taken back");
 }

@@ -191,6 +191,22 @@ enum Command {
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Take back the last undo of the session: every path it changed goes back to what it was
+    /// just before it, with the same report and exit codes as an undo.
+    Redo {
+        /// Session directory (default: the most recent session).
+        #[arg(long, value_name = "DIR")]
+        journal: Option<PathBuf>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Say what would be done without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Restore paths that changed since the undo (otherwise: conflicts).
+        #[arg(long)]
+        force: bool,
+    },
     /// Accept the session: release its captured contents, keep its journal as an audit log.
     Keep {
         /// Session directory (default: the most recent session).
@@ -303,6 +319,9 @@ fn main() -> ExitCode {
                     _ => None,
                 })
             })
+        }
+        Command::Redo { journal, json, dry_run, force } => {
+            redo(journal, json, UndoOptions { dry_run, force, select: None })
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
@@ -531,6 +550,14 @@ fn undo(
     if report.selected == Some(0) && report.complete {
         return Ok(NOTHING_SELECTED);
     }
+    Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
+}
+
+fn redo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, String> {
+    let s = open_session(journal)?;
+    let report = undo::redo_session(&s, &opts).map_err(|e| e.to_string())?;
+    let text = if json { format!("{}\n", report.to_json()) } else { output::redo_text(&s, &report) };
+    output::emit(&text);
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
 }
 

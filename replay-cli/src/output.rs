@@ -617,6 +617,33 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     out
 }
 
+/// The human form of a redo's report (an undo of the last undo's own journal).
+pub fn redo_text(s: &Session, r: &Report) -> String {
+    let mut out = String::new();
+    let what = if r.dry_run { "Dry run of a redo of" } else { "Redo of" };
+    let _ = writeln!(out, "{what} session {} ({}): taking back its last undo", s.header().id, s.dir().display());
+    for o in &r.outcomes {
+        let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
+        let path = o.path.as_ref().map(escape).unwrap_or_default();
+        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), escape_text(&o.why));
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {}", escape_text(n));
+    }
+    let m = r.summary();
+    let bad = m.skipped + m.failed + m.conflict;
+    let verdict = match (r.complete, r.dry_run) {
+        (true, true) => "A redo would be complete.".to_string(),
+        (true, false) => "Redo complete: every path the undo changed is as it was before it.".to_string(),
+        (false, dry) => format!(
+            "Redo INCOMPLETE: {bad} step(s) {} not be taken back exactly; each is listed above with its reason.",
+            if dry { "would" } else { "could" }
+        ),
+    };
+    let _ = writeln!(out, "{verdict}");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -382,19 +382,16 @@ impl Executor<'_> {
                 return out;
             }
             for r in self.journal.records.iter().rev() {
-                let undone_at = self.undo_times.get(&r.seq).copied();
-                if !self.already.contains(&r.seq) {
-                    for p in crate::select::record_paths(r) {
-                        let e = out.entry(p.clone()).or_default();
-                        if e.newest.is_none() {
-                            e.newest = Some(r.seq);
-                            e.end = marks.iter().find(|m| m.0 > r.seq).map(|m| (m.1, m.2.clone()));
-                        }
-                    }
-                } else if let Some(at) = undone_at {
-                    for p in crate::select::record_paths(r) {
-                        let e = out.entry(p.clone()).or_default();
+                // When an undo (or a redo, which makes it not undone again) last acted on it.
+                let acted = self.undo_times.get(&r.seq).copied();
+                for p in crate::select::record_paths(r) {
+                    let e = out.entry(p.clone()).or_default();
+                    if let Some(at) = acted {
                         e.put_back = Some(e.put_back.map_or(at, |b| b.max(at)));
+                    }
+                    if !self.already.contains(&r.seq) && e.newest.is_none() {
+                        e.newest = Some(r.seq);
+                        e.end = marks.iter().find(|m| m.0 > r.seq).map(|m| (m.1, m.2.clone()));
                     }
                 }
             }
@@ -408,7 +405,7 @@ impl Executor<'_> {
         let ctime = (st.st_ctime as i64).saturating_mul(1_000_000_000).saturating_add(st.st_ctime_nsec as i64);
         (ctime > since).then(|| {
             let when = if put_back.is_some_and(|u| u >= *mark_ns) {
-                "an earlier undo put it back".to_string()
+                "an earlier undo (or redo) put it back".to_string()
             } else {
                 format!("the turn that last changed it ended (mark {mark:?})")
             };

@@ -77,7 +77,7 @@ impl<'a> MetaTarget<'a> {
 /// symlink planted in its place), or a node of a dry run (see [`super::tree`]).
 pub(super) enum MetaHandle<'a> {
     Fd(BorrowedFd<'a>),
-    Node { dir: BorrowedFd<'a>, name: &'a [u8], fd: OwnedFd, symlink: bool },
+    Node { dir: BorrowedFd<'a>, name: &'a [u8], fd: OwnedFd, symlink: bool, path: Vec<u8> },
     Sim { sim: &'a Sim, path: Vec<u8>, real: Option<Vec<u8>>, symlink: bool },
 }
 
@@ -88,10 +88,11 @@ impl<'a> MetaHandle<'a> {
             let symlink = file_type(&st) == FileType::Symlink;
             return Ok(MetaHandle::Sim { sim, path: dir.child(name), real: dir.real_path(name), symlink });
         }
-        let dir = dir.borrowed()?;
-        let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let path = dir.child(name);
+        let dir_fd = dir.borrowed()?;
+        let fd = rustix::fs::openat(dir_fd, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
         let symlink = rustix::fs::fstat(&fd).map(|st| file_type(&st) == FileType::Symlink)?;
-        Ok(MetaHandle::Node { dir, name, fd, symlink })
+        Ok(MetaHandle::Node { dir: dir_fd, name, fd, symlink, path })
     }
 
     /// The handle for a node opened for its contents.
@@ -124,7 +125,16 @@ impl<'a> MetaHandle<'a> {
         }
     }
 
+    /// Journals what `what` (and `xattr`) of a node the undo did not make is now, before the
+    /// undo sets it (see [`super::redo`]).
+    fn journal(&self, what: MetaKind, xattr: Option<&[u8]>) {
+        if let MetaHandle::Node { fd, path, .. } = self {
+            super::redo::before_meta(path, fd.as_fd(), what, xattr);
+        }
+    }
+
     fn chown(&self, uid: u32, gid: u32) -> Result<(), Errno> {
+        self.journal(MetaKind::Owner, None);
         let (o, g) = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
         match self {
             MetaHandle::Fd(fd) => rustix::fs::fchown(fd, o, g),
@@ -137,6 +147,7 @@ impl<'a> MetaHandle<'a> {
     }
 
     fn chmod(&self, mode: u32) -> Result<(), Errno> {
+        self.journal(MetaKind::Mode, None);
         match self {
             MetaHandle::Fd(fd) => rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)),
             // Linux has no mode for symlinks.
@@ -147,6 +158,7 @@ impl<'a> MetaHandle<'a> {
     }
 
     fn set_times(&self, ts: &Timestamps) -> Result<(), Errno> {
+        self.journal(MetaKind::Times, None);
         match self {
             MetaHandle::Fd(fd) => rustix::fs::futimens(fd, ts),
             MetaHandle::Node { dir, name, symlink: true, .. } => {
@@ -163,6 +175,7 @@ impl<'a> MetaHandle<'a> {
     /// ioctl needs one; a node is reopened through its verified `O_PATH` descriptor).
     fn set_flags(&self, flags: u32) -> Result<(), Errno> {
         let set = |fd: BorrowedFd<'_>| rustix::fs::ioctl_setflags(fd, rustix::fs::IFlags::from_bits_retain(flags));
+        self.journal(MetaKind::Flags, None);
         match self {
             MetaHandle::Fd(fd) => set(*fd),
             MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. } => Ok(()),
@@ -211,6 +224,7 @@ impl<'a> MetaHandle<'a> {
     }
 
     fn set_xattr(&self, name: &[u8], value: Option<&[u8]>) -> Result<(), Errno> {
+        self.journal(MetaKind::Xattr, Some(name));
         let flags = rustix::fs::XattrFlags::empty();
         match (self, value) {
             (MetaHandle::Node { symlink: true, .. } | MetaHandle::Sim { symlink: true, .. }, _) => Ok(()),

@@ -18,7 +18,8 @@
 //!
 //! The parts: `plan` (what to undo, the session's entry points), `execute` (running it),
 //! `restore`, `rename` and `meta` (the actions), `prior` (what each path was before the
-//! session), `fs` (file-system helpers), `report` (what comes out).
+//! session), `fs` (file-system helpers), `report` (what comes out), `redo` (the journal every
+//! undo keeps of itself, and the redo that takes it back).
 
 use std::collections::{BTreeSet, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -38,6 +39,7 @@ mod fs;
 mod meta;
 mod plan;
 mod prior;
+mod redo;
 mod rename;
 mod report;
 mod restore;
@@ -48,6 +50,7 @@ mod tree;
 pub use execute::run_plan;
 pub use fs::open_dir_nofollow;
 pub use plan::{Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_with_progress};
+pub use redo::{REDONE_FILE, REVERSED_FILE, UNDOS_DIR, redo_session};
 pub use report::{Cause, Outcome, Report, StepReport, Summary};
 
 use meta::Deferred;

@@ -28,20 +28,46 @@ pub struct UndoOptions {
 /// undos reversed.
 pub const UNDONE_FILE: &str = "undone";
 
-/// The records earlier undos reversed, each with when (ns since the epoch; lines written
-/// before undos kept it hold the seq alone).
-fn read_undone(session: &Session) -> HashMap<u64, Option<i64>> {
-    std::fs::read_to_string(session.dir().join(UNDONE_FILE))
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| {
-                    let mut f = l.split_whitespace();
-                    let seq = f.next()?.parse().ok()?;
-                    Some((seq, f.next().and_then(|t| t.parse().ok())))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// What earlier undos did to each record they reversed: whether it is undone now (a redo
+/// makes it not undone again: a line `-SEQ NS`), and when the last of them acted (ns since
+/// the epoch; lines written before undos kept it hold the seq alone).
+fn read_undone(session: &Session) -> HashMap<u64, (bool, Option<i64>)> {
+    let mut out = HashMap::new();
+    for l in std::fs::read_to_string(session.dir().join(UNDONE_FILE)).unwrap_or_default().lines() {
+        let mut f = l.split_whitespace();
+        let Some(first) = f.next() else { continue };
+        let (undone, seq) = match first.strip_prefix('-') {
+            Some(s) => (false, s),
+            None => (true, first),
+        };
+        let Ok(seq) = seq.parse::<u64>() else { continue };
+        let at = f.next().and_then(|t| t.parse().ok());
+        let e = out.entry(seq).or_insert((undone, at));
+        *e = (undone, at.or(e.1));
+    }
+    out
+}
+
+/// After a redo: the session records `seqs` that its undo reversed are not undone any more,
+/// and the seal takes the state the redo left.
+pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let now = crate::undo::now_ns();
+    let text: String = seqs.iter().map(|s| format!("-{s} {now}\n")).collect();
+    let mut f =
+        std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
+    f.write_all(text.as_bytes())?;
+    if let Some(mut seal) = Seal::read(session.dir())? {
+        let journal = session.read_journal().map_err(io::Error::other)?;
+        reseal(&mut seal, &journal, seqs);
+        seal.write(session.dir())?;
+    }
+    if session.state() == State::Undone {
+        session.set_state(State::Active).map_err(io::Error::other)?;
+    }
+    crate::marks::wait_for_clock_tick(now);
+    Ok(())
 }
 
 fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
@@ -86,8 +112,8 @@ pub fn undo_session_with_progress(
     let mut notes_live = None;
     let journal = session.read_journal()?;
     let undone_at = read_undone(session);
-    let already: HashSet<u64> = undone_at.keys().copied().collect();
-    let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, t)| Some((*s, (*t)?))).collect();
+    let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();
+    let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, (_, t))| Some((*s, (*t)?))).collect();
     // Undone is per record: what a process of the session journaled after an earlier undo is
     // undone by this one.
     if undone_before && journal.records.iter().all(|r| already.contains(&r.seq)) {
@@ -158,7 +184,28 @@ pub fn undo_session_with_progress(
         undo_times: &undo_times,
         only: only.as_ref(),
     };
-    let mut report = run_plan(&plan, progress).map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    // A real undo journals itself (see super::redo), so that `redo` can take it back.
+    let log = match opts.dry_run {
+        true => None,
+        false => {
+            let (settings, _) = crate::config::Settings::from_env();
+            let log = super::redo::UndoLog::create(session.dir(), settings.budget)
+                .map_err(|source| SessionError::Io { path: session.dir().join(super::redo::UNDOS_DIR), source })?;
+            Some(log.start())
+        }
+    };
+    let ran = run_plan(&plan, progress);
+    let undo_log = log.map(|l| l.finish());
+    let mut report = ran.map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    if let Some((dir, written, lost)) = undo_log {
+        super::redo::close(&dir, written, &report.undone);
+        if lost > 0 {
+            report.notes.push(format!(
+                "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
+                dir.display()
+            ));
+        }
+    }
     report.coverage = session.coverage();
     report.selected = only.as_ref().map(|o| o.len());
     report.notes.extend(notes_live);

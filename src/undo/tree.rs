@@ -112,7 +112,10 @@ impl Dir {
     pub(super) fn remove(&self, name: &[u8], st: &Stat) -> Result<(), Errno> {
         let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         match &self.sim {
-            None => rustix::fs::unlinkat(self.fd()?, name, if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() }),
+            None => {
+                super::redo::before_remove(&self.path, self.fd()?, name, st);
+                rustix::fs::unlinkat(self.fd()?, name, if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() })
+            }
             Some(sim) => {
                 let p = self.child(name);
                 if sim.lstat(&p)?.is_none() {
@@ -148,28 +151,40 @@ impl Dir {
     /// Renames `name` here to `to_name` in `to` (`NOREPLACE`, `EXCHANGE` or none).
     pub(super) fn rename(&self, name: &[u8], to: &Dir, to_name: &[u8], flags: RenameFlags) -> Result<(), Errno> {
         match &self.sim {
-            None => rustix::fs::renameat_with(self.fd()?, name, to.fd()?, to_name, flags),
+            None => {
+                super::redo::before_rename(&self.path, self.fd()?, name, &to.path, to.fd()?, to_name, flags);
+                rustix::fs::renameat_with(self.fd()?, name, to.fd()?, to_name, flags)
+            }
             Some(sim) => sim.rename(&self.child(name), &to.child(to_name), flags),
         }
     }
 
     pub(super) fn mkdir(&self, name: &[u8], mode: u32) -> Result<(), Errno> {
         match &self.sim {
-            None => rustix::fs::mkdirat(self.fd()?, name, Mode::from_raw_mode(mode)),
+            None => {
+                super::redo::before_make(&self.path, name);
+                rustix::fs::mkdirat(self.fd()?, name, Mode::from_raw_mode(mode))
+            }
             Some(sim) => sim.make(&self.child(name), FileType::Directory, mode, 0, None),
         }
     }
 
     pub(super) fn symlink(&self, target: &[u8], name: &[u8]) -> Result<(), Errno> {
         match &self.sim {
-            None => rustix::fs::symlinkat(target, self.fd()?, name),
+            None => {
+                super::redo::before_make(&self.path, name);
+                rustix::fs::symlinkat(target, self.fd()?, name)
+            }
             Some(sim) => sim.make(&self.child(name), FileType::Symlink, 0o777, 0, Some(target.to_vec())),
         }
     }
 
     pub(super) fn mknod(&self, name: &[u8], ft: FileType, mode: u32, rdev: u64) -> Result<(), Errno> {
         match &self.sim {
-            None => rustix::fs::mknodat(self.fd()?, name, ft, Mode::from_raw_mode(mode), rdev),
+            None => {
+                super::redo::before_make(&self.path, name);
+                rustix::fs::mknodat(self.fd()?, name, ft, Mode::from_raw_mode(mode), rdev)
+            }
             Some(sim) => sim.make(&self.child(name), ft, mode, rdev, None),
         }
     }
@@ -179,6 +194,7 @@ impl Dir {
         match &self.sim {
             None => {
                 let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                super::redo::before_make(&self.path, name);
                 rustix::fs::openat(self.fd()?, name, flags, Mode::from_raw_mode(mode)).map(Handle::Fd)
             }
             Some(sim) => {
@@ -193,6 +209,9 @@ impl Dir {
     pub(super) fn open_wronly(&self, name: &[u8]) -> Result<Handle, Errno> {
         match &self.sim {
             None => {
+                if let Ok(Some(st)) = super::fs::lstat(self.fd()?, name) {
+                    super::redo::before_rewrite(&self.path, self.fd()?, name, &st);
+                }
                 rustix::fs::openat(self.fd()?, name, OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
                     .map(Handle::Fd)
             }
@@ -204,7 +223,10 @@ impl Dir {
     /// writable for the moment if its owner's mode forbids writing (undo sets the mode back).
     pub(super) fn open_write(&self, name: &[u8], st: &Stat) -> Result<Handle, Errno> {
         match &self.sim {
-            None => super::fs::open_write_in_place(self.fd()?, name, st).map(Handle::Fd),
+            None => {
+                super::redo::before_rewrite(&self.path, self.fd()?, name, st);
+                super::fs::open_write_in_place(self.fd()?, name, st).map(Handle::Fd)
+            }
             Some(sim) => self.sim_open(sim, name),
         }
     }

@@ -1,0 +1,362 @@
+//! Every undo is journaled, so that it can be taken back: before an undo removes, renames,
+//! makes or rewrites a name, or sets a node's metadata, it captures what is there into a
+//! journal of its own, `undos/N/` in the session (the same record format and capture
+//! strategies as the session's, in a store of its own). `redo` is then an undo of that
+//! journal: it puts every path back as it was just before the undo, newest change first,
+//! with drift protection against the state the undo left (sealed when it ended).
+//!
+//! Each record is appended before the change it describes, so an undo that is killed leaves
+//! a journal of what it did up to there.
+//!
+//! What this module cannot do: journal what the undo could not journal (a capture over the
+//! session's budgets is `irreversible` here as anywhere, and the redo says so), or redo an
+//! undo whose journal is gone.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
+
+use crate::bpath::BPath;
+use crate::capture::{Capturer, Counters, Direct, Intent, ident_of, meta_before};
+use crate::config::Budget;
+use crate::journal::JournalWriter;
+use crate::record::{Before, MetaKind, Op, RECORD_VERSION, Record, XattrBefore};
+
+/// The directory (in the session) holding one journal per undo, `1`, `2`, ...
+pub const UNDOS_DIR: &str = "undos";
+
+/// In an undo's journal directory: written once a redo has taken it back.
+pub const REDONE_FILE: &str = "redone";
+
+/// In an undo's journal directory: the session's records the undo reversed, one per line
+/// (a redo makes them not undone again).
+pub const REVERSED_FILE: &str = "reversed";
+
+/// The journal an undo in progress writes.
+pub(super) struct UndoLog {
+    dir: PathBuf,
+    writer: JournalWriter,
+    blobs: OwnedFd,
+    next: Cell<u64>,
+    kept: Cell<u64>,
+    budget: Budget,
+    /// Paths this undo made: what it does to them later needs no record of its own.
+    made: RefCell<HashSet<Vec<u8>>>,
+    /// Directories whose times are journaled already.
+    dirs: RefCell<HashSet<Vec<u8>>>,
+    /// Records that could not be written.
+    lost: Cell<u64>,
+    written: Cell<u64>,
+    prog: BPath,
+}
+
+impl Counters for UndoLog {
+    fn next_id(&self) -> u64 {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        n
+    }
+    fn bytes_kept(&self) -> u64 {
+        self.kept.get()
+    }
+    fn add_bytes_kept(&self, n: u64) {
+        self.kept.set(self.kept.get() + n);
+    }
+}
+
+thread_local! {
+    /// The journal of the undo running on this thread, if it journals (a real undo, not a dry
+    /// run or a redo).
+    static LOG: RefCell<Option<Rc<UndoLog>>> = const { RefCell::new(None) };
+}
+
+/// The next free `undos/N` of a session.
+fn next_dir(session: &Path) -> PathBuf {
+    let root = session.join(UNDOS_DIR);
+    let highest = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    root.join((highest + 1).to_string())
+}
+
+impl UndoLog {
+    /// Opens a new undo journal in the session at `session`.
+    pub(super) fn create(session: &Path, budget: Budget) -> std::io::Result<UndoLog> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = next_dir(session);
+        std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir.join(crate::session::BLOBS_DIR))?;
+        let writer = JournalWriter::open(&dir.join(crate::session::JOURNAL_FILE))?;
+        let blobs = rustix::fs::open(
+            dir.join(crate::session::BLOBS_DIR).as_path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let prog = std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default();
+        Ok(UndoLog {
+            dir,
+            writer,
+            blobs,
+            next: Cell::new(0),
+            kept: Cell::new(0),
+            budget,
+            made: Default::default(),
+            dirs: Default::default(),
+            lost: Cell::new(0),
+            written: Cell::new(0),
+            prog,
+        })
+    }
+
+    /// Makes this the journal of the undo running on this thread until [`UndoLog::finish`].
+    pub(super) fn start(self) -> Rc<UndoLog> {
+        let log = Rc::new(self);
+        LOG.with(|l| *l.borrow_mut() = Some(log.clone()));
+        log
+    }
+
+    /// Stops journaling; returns the journal's directory, how many records it holds, and how
+    /// many could not be written.
+    pub(super) fn finish(&self) -> (PathBuf, u64, u64) {
+        LOG.with(|l| *l.borrow_mut() = None);
+        (self.dir.clone(), self.written.get(), self.lost.get())
+    }
+
+    fn record(&self, op: Op) {
+        let rec = Record {
+            v: RECORD_VERSION,
+            seq: self.next_id(),
+            time: crate::session::now_rfc3339(),
+            pid: std::process::id(),
+            ppid: 0,
+            prog: self.prog.clone(),
+            call: "undo".into(),
+            op,
+        };
+        match self.writer.append(&rec) {
+            Ok(()) => self.written.set(self.written.get() + 1),
+            Err(_) => self.lost.set(self.lost.get() + 1),
+        }
+    }
+
+    fn capturer(&self) -> Capturer<'_> {
+        Capturer {
+            blobs: self.blobs.as_fd(),
+            budget: self.budget,
+            counters: self,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        }
+    }
+
+    /// The directory `path`'s times, once, before the undo first changes its entries.
+    fn note_dir(&self, path: &[u8]) {
+        if !self.dirs.borrow_mut().insert(path.to_vec()) || self.made.borrow().contains(path) {
+            return;
+        }
+        if let Ok(st) = rustix::fs::lstat(path) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                self.record(Op::DirTimes {
+                    path: BPath::new(path.to_vec()),
+                    ident: ident_of(&st),
+                    atime: [st.st_atime, st.st_atime_nsec as i64],
+                    mtime: [st.st_mtime, st.st_mtime_nsec as i64],
+                });
+            }
+        }
+    }
+}
+
+/// Runs `f` with the undo journal of this thread, if there is one.
+fn with_log(f: impl FnOnce(&UndoLog)) {
+    let log = LOG.with(|l| l.borrow().clone());
+    if let Some(log) = log {
+        f(&log);
+    }
+}
+
+fn child(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    crate::bpath::join(dir, name)
+}
+
+/// Before the undo removes `name` (whose `lstat` is `st`) from the directory `dir` (at `path`).
+pub(super) fn before_remove(path: &[u8], dir: BorrowedFd<'_>, name: &[u8], st: &Stat) {
+    with_log(|log| {
+        log.note_dir(path);
+        let p = child(path, name);
+        if log.made.borrow_mut().remove(&p) {
+            // Made by this undo and removed again: the redo has nothing to put back.
+            return;
+        }
+        let before = log.capturer().capture_stat(dir, name, st, Intent::Destroy);
+        log.record(Op::Change { path: BPath::new(p), before });
+    });
+}
+
+/// Before the undo renames `name` in `dir` (at `path`) to `to_name` in `to` (at `to_path`).
+pub(super) fn before_rename(
+    path: &[u8],
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    to_path: &[u8],
+    to: BorrowedFd<'_>,
+    to_name: &[u8],
+    flags: RenameFlags,
+) {
+    with_log(|log| {
+        log.note_dir(path);
+        log.note_dir(to_path);
+        let (from, dest) = (child(path, name), child(to_path, to_name));
+        let moved = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok().map(|st| ident_of(&st));
+        let to_before = if flags.contains(RenameFlags::EXCHANGE) {
+            Before::Absent
+        } else {
+            log.capturer().capture(to, to_name, Intent::Destroy)
+        };
+        let mut made = log.made.borrow_mut();
+        if made.remove(&from) {
+            made.insert(dest.clone());
+        }
+        drop(made);
+        log.record(Op::Rename { from: BPath::new(from), to: BPath::new(dest), flags: flags.bits(), moved, to_before });
+    });
+}
+
+/// Before the undo makes `name` (which is absent) in `dir` (at `path`).
+pub(super) fn before_make(path: &[u8], name: &[u8]) {
+    with_log(|log| {
+        log.note_dir(path);
+        let p = child(path, name);
+        log.made.borrow_mut().insert(p.clone());
+        log.record(Op::Change { path: BPath::new(p), before: Before::Absent });
+    });
+}
+
+/// Before the undo rewrites the regular file `name` in `dir` (at `path`) in place.
+pub(super) fn before_rewrite(path: &[u8], dir: BorrowedFd<'_>, name: &[u8], st: &Stat) {
+    with_log(|log| {
+        let p = child(path, name);
+        if log.made.borrow().contains(&p) {
+            return;
+        }
+        let before = log.capturer().capture_stat(dir, name, st, Intent::Overwrite);
+        log.record(Op::Change { path: BPath::new(p), before });
+    });
+}
+
+/// Before the undo sets `what` of the node at `path` (open as `node`; `xattr`: the
+/// attribute's name).
+pub(super) fn before_meta(path: &[u8], node: BorrowedFd<'_>, what: MetaKind, xattr: Option<&[u8]>) {
+    with_log(|log| {
+        if log.made.borrow().contains(path) {
+            return;
+        }
+        let Ok(st) = rustix::fs::fstat(node) else { return };
+        if what == MetaKind::Times && FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            // Set back last by the redo, as a directory's times are.
+            log.note_dir(path);
+            return;
+        }
+        let xattr = xattr.map(|name| {
+            let value = crate::capture::xattr_value(path, name).ok().flatten().map(crate::record::Bytes);
+            XattrBefore { name: BPath::new(name.to_vec()), value }
+        });
+        let mut before = meta_before(&st, what, xattr);
+        if what == MetaKind::Flags {
+            before.flags = rustix::fs::open(
+                path,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .ok()
+            .and_then(|fd| crate::capture::inode_flags(fd.as_fd()).ok());
+        }
+        log.record(Op::Meta { path: BPath::new(path.to_vec()), before });
+    });
+}
+
+/// Ends an undo's journal at `dir`: the session records it reversed, and the state it left
+/// (its seal, what a redo compares against). A journal that holds nothing is removed.
+pub(super) fn close(dir: &Path, written: u64, reversed: &[u64]) {
+    if written == 0 {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    let text: String = reversed.iter().map(|s| format!("{s}\n")).collect();
+    let _ = crate::session::write_atomically(&dir.join(REVERSED_FILE), text.trim_end().as_bytes());
+    if let Ok(journal) = crate::journal::read_with_segments(&dir.join(crate::session::JOURNAL_FILE), &dir.join("none"))
+    {
+        let seal = crate::seal::take_seal(&journal, &dir.join(crate::session::BLOBS_DIR), || {});
+        let _ = seal.write(dir);
+    }
+}
+
+/// The newest undo of `session` no redo has taken back yet.
+pub fn last_undo(session: &crate::session::Session) -> Option<PathBuf> {
+    let root = session.dir().join(UNDOS_DIR);
+    let mut dirs: Vec<(u64, PathBuf)> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u64>().ok()?, e.path())))
+        .collect();
+    dirs.sort();
+    dirs.into_iter().rev().map(|(_, d)| d).find(|d| !d.join(REDONE_FILE).exists())
+}
+
+/// Takes back the newest undo of `session` not yet taken back: every path it changed is put
+/// back as it was just before it, newest change first, with the same outcomes, drift
+/// protection (against the state the undo left) and completeness as an undo. The session's
+/// records that undo reversed count as not undone again, so a later undo reverses them anew.
+pub fn redo_session(
+    session: &crate::session::Session,
+    opts: &super::UndoOptions,
+) -> Result<super::Report, crate::session::SessionError> {
+    use crate::session::SessionError;
+    let io_at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| SessionError::Io { path: p, source }
+    };
+    let Some(dir) = last_undo(session) else {
+        return Err(SessionError::Io {
+            path: session.dir().join(UNDOS_DIR),
+            source: std::io::Error::other("there is no undo of this session to take back"),
+        });
+    };
+    let journal_path = dir.join(crate::session::JOURNAL_FILE);
+    let journal = crate::journal::read_with_segments(&journal_path, &dir.join("none")).map_err(io_at(&journal_path))?;
+    let seal = crate::seal::Seal::read(&dir).map_err(io_at(&dir))?;
+    let blobs = dir.join(crate::session::BLOBS_DIR);
+    let (none, no_times) = (HashSet::new(), std::collections::HashMap::new());
+    let plan = super::Plan {
+        journal: &journal,
+        blobs_dir: &blobs,
+        opts,
+        seal: seal.as_ref(),
+        already: &none,
+        undo_times: &no_times,
+        only: None,
+    };
+    let mut report = super::run_plan(&plan, &mut |_, _| {}).map_err(io_at(&blobs))?;
+    report.coverage = session.coverage();
+    // An incomplete redo is left to be run again (with `--force`, say): what it did is as
+    // before the undo, and a second run finds it so.
+    if !opts.dry_run && report.complete {
+        let reversed: Vec<u64> = std::fs::read_to_string(dir.join(REVERSED_FILE))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        super::plan::note_redone(session, &reversed).map_err(io_at(session.dir()))?;
+        let _ = crate::session::write_atomically(&dir.join(REDONE_FILE), crate::session::now_rfc3339().as_bytes());
+    }
+    Ok(report)
+}

@@ -604,3 +604,59 @@ fn a_redo_leaves_alone_what_changed_since_the_undo() {
     assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "mine\n");
     assert_eq!(std::fs::read_to_string(s.path("g")).unwrap(), "made\n", "the rest is taken back");
 }
+
+/// `doctor --json` names each feature it checked, with what it found; a check that cannot
+/// pass here (a second supervisor, a directory on another file system) says no.
+#[test]
+fn doctor_names_each_feature_it_checked_and_says_no_where_one_is_missing() {
+    let s = Scratch::new("doctor");
+    let doctor = |args: &[&OsStr]| {
+        let mut all: Vec<&OsStr> = vec!["doctor".as_ref(), "--json".as_ref()];
+        all.extend_from_slice(args);
+        let out = s.cli(&all);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), v)
+    };
+    let by_name = |v: &serde_json::Value, name: &str| -> serde_json::Value {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {v}"))
+    };
+    let (code, v) = doctor(&[s.tree().as_os_str()]);
+    let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "seccomp_user_notification",
+            "wait_killable_recv",
+            "pidfd_getfd",
+            "process_vm_readv",
+            "birth_times",
+            "reflink",
+            "same_file_system",
+            "shim",
+            "state_dir"
+        ]
+    );
+    assert!(v["checks"].as_array().unwrap().iter().all(|c| !c["detail"].as_str().unwrap().is_empty()));
+    assert_eq!(code, Some(0), "this machine has every feature a session needs: {v}");
+    assert_eq!(v["coverage"], "syscalls");
+    assert_eq!(by_name(&v, "same_file_system")["ok"], true, "the scratch tree and state are on one file system");
+    // /dev/shm is a tmpfs of its own.
+    let (_, shm) = doctor(&["/dev/shm".as_ref()]);
+    assert_eq!(by_name(&shm, "same_file_system")["ok"], false, "{shm}");
+    // Under a supervisor, a second one cannot listen.
+    let cli = artifacts().cli.display().to_string();
+    let out = s.run(&s.session("session"), &[&cli, "doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let inside: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sc = by_name(&inside, "seccomp_user_notification");
+    assert_eq!(sc["ok"], false);
+    assert!(sc["detail"].as_str().unwrap().contains("EBUSY"), "{sc}");
+    assert_eq!(inside["coverage"], "libc");
+}

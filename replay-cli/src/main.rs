@@ -9,6 +9,7 @@
 //! What this program cannot do: undo what the journal marks irreversible. It says so, names
 //! each such step, and exits 3.
 
+mod doctor;
 mod hook;
 mod init;
 mod output;
@@ -234,6 +235,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What a session on this machine gets, and why: each feature the supervisor and the
+    /// shim need, checked for real. Exits 3 when one a session needs is missing (`--`: only
+    /// costs speed).
+    Doctor {
+        /// One JSON object: `coverage`, and `checks` (`name`, `ok`, `detail`, `without`).
+        #[arg(long)]
+        json: bool,
+        /// The directory sessions will journal (default: the current one).
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -254,7 +266,8 @@ fn leave_the_shim() {
     // `mark` and `hook` stay too: inside a session a mark is appended through the shim (see
     // aether_journal_recorder::marks).
     if sub.is_none_or(|s| {
-        ["sessions", "log", "review", "mark", "hook", "completions", "man", "help"].contains(&&*s.to_string_lossy())
+        ["sessions", "log", "review", "mark", "hook", "doctor", "completions", "man", "help"]
+            .contains(&&*s.to_string_lossy())
     }) {
         return;
     }
@@ -325,6 +338,10 @@ fn main() -> ExitCode {
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
+        Command::Doctor { json, dir } => doctor::doctor(dir, json).map(|(text, all)| {
+            output::emit(&text);
+            if all { 0 } else { EXIT_INCOMPLETE }
+        }),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "aether-journal", &mut out);

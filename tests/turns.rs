@@ -660,3 +660,40 @@ fn doctor_names_each_feature_it_checked_and_says_no_where_one_is_missing() {
     assert!(sc["detail"].as_str().unwrap().contains("EBUSY"), "{sc}");
     assert_eq!(inside["coverage"], "libc");
 }
+
+/// `cargo install --path replay-cli` into a scratch root gives a tool that works with nothing
+/// else installed: the shim is carried inside it, written out under the data directory with
+/// its hash checked, and `run` then `undo` work with only that root on PATH.
+#[test]
+fn cargo_install_gives_a_cli_that_runs_and_undoes_with_nothing_else_installed() {
+    let s = Scratch::new("cargo_install");
+    let root = s.root.join("root");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-target");
+    let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    install
+        .args(["install", "--quiet", "--locked", "--debug", "--path", "replay-cli", "--root"])
+        .arg(&root)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", &target)
+        // A debug build (quicker to make) that embeds the shim as a release build does.
+        .env("AETHER_JOURNAL_EMBED_SHIM", "1");
+    let out = bounded(install, 1200);
+    assert!(out.status.success(), "cargo install failed: {}", String::from_utf8_lossy(&out.stderr));
+    let bin: Vec<_> = std::fs::read_dir(root.join("bin")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(bin, ["aether-journal"], "one program, the shim inside it");
+    s.sh("echo orig > f && mkdir d && echo z > d/z");
+    let before = manifest(&s.tree());
+    let home = s.root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let script = "aether-journal run -- sh -c 'echo new > f && rm -r d && echo x > g' && aether-journal undo --json > ../undo.json";
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(script).current_dir(s.tree()).env_clear();
+    cmd.env("PATH", format!("{}:/usr/bin:/bin", root.join("bin").display())).env("HOME", &home);
+    let out = bounded(cmd, 120);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(s.root.join("undo.json")).unwrap()).unwrap();
+    assert_complete(0, &report);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    let shims: Vec<_> = std::fs::read_dir(home.join(".local/share/aether-journal")).unwrap().collect();
+    assert_eq!(shims.len(), 1, "the shim was written out once");
+}

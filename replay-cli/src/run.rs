@@ -31,7 +31,47 @@ fn libc_eperm() -> i32 {
 /// The shim's file name.
 pub const SHIM_NAME: &str = "libaether_journal.so";
 
-/// Finds the shim: `AETHER_JOURNAL_SHIM`, or next to this executable.
+/// The shim, when this build carries it (see `build.rs`): empty otherwise.
+static EMBEDDED_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libaether_journal.so"));
+
+/// The embedded shim, written out (once, mode 0755) under
+/// `${XDG_DATA_HOME:-$HOME/.local/share}/aether-journal/shim-HASH/` and checked against its
+/// hash every time; `None` when this build carries none.
+fn embedded_shim() -> Result<Option<PathBuf>, String> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if EMBEDDED_SHIM.is_empty() {
+        return Ok(None);
+    }
+    let hash = blake3::hash(EMBEDDED_SHIM);
+    let data = match std::env::var_os("XDG_DATA_HOME").filter(|d| Path::new(d).is_absolute()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or("HOME is not set")?)
+            .join(".local/share"),
+    };
+    let dir = data.join("aether-journal").join(format!("shim-{}", &hash.to_hex()[..16]));
+    let path = dir.join(SHIM_NAME);
+    if std::fs::read(&path).is_ok_and(|b| blake3::hash(&b) == hash) {
+        return Ok(Some(path));
+    }
+    let fail = |what: &str, e: std::io::Error| format!("cannot write the shim out to {}: {what}: {e}", dir.display());
+    std::fs::DirBuilder::new().mode(0o700).recursive(true).create(&dir).map_err(|e| fail("mkdir", e))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".shim-")
+        .permissions(std::fs::Permissions::from_mode(0o755))
+        .tempfile_in(&dir)
+        .map_err(|e| fail("create", e))?;
+    tmp.write_all(EMBEDDED_SHIM).map_err(|e| fail("write", e))?;
+    tmp.as_file().sync_all().map_err(|e| fail("fsync", e))?;
+    tmp.persist(&path).map_err(|e| fail("rename", e.error))?;
+    match std::fs::read(&path) {
+        Ok(b) if blake3::hash(&b) == hash => Ok(Some(path)),
+        _ => Err(format!("the shim written to {} does not match the one this program carries", path.display())),
+    }
+}
+
+/// Finds the shim: `AETHER_JOURNAL_SHIM`, next to this executable (or in
+/// `../lib/aether-journal/`, as a package installs it), or the one this program carries.
 pub fn find_shim() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(ENV_SHIM).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -45,12 +85,19 @@ pub fn find_shim() -> Result<PathBuf, String> {
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let candidate = exe.with_file_name(SHIM_NAME);
     if candidate.is_file() {
-        Ok(candidate)
-    } else {
-        Err(format!(
+        return Ok(candidate);
+    }
+    if let Some(lib) = exe.parent().and_then(Path::parent).map(|p| p.join("lib/aether-journal").join(SHIM_NAME)) {
+        if lib.is_file() {
+            return Ok(lib);
+        }
+    }
+    match embedded_shim()? {
+        Some(p) => Ok(p),
+        None => Err(format!(
             "the shim {SHIM_NAME} is not next to {} and {ENV_SHIM} is not set; build it with `cargo build --release`",
             exe.display()
-        ))
+        )),
     }
 }
 

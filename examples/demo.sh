@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The aether-journal demo, end to end on a fresh machine:
-#   1. builds the shim and the CLI (release),
+#   1. builds the shim and the CLI (release; with AETHER_JOURNAL_DEMO_BIN=PROGRAM it uses that
+#      installed program instead, as CI does with the Debian package),
 #   2. makes a scratch project and takes a manifest of it,
 #   3. lets a scripted agent session loose on it under `aether-journal run`,
 #   4. shows what the session did (`aether-journal log`, then `review` with diffs),
@@ -11,9 +12,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "building aether-journal (cargo build --release)"
-cargo build --release --quiet --manifest-path "$here/Cargo.toml"
-aj="$here/target/release/aether-journal"
+if [ -n "${AETHER_JOURNAL_DEMO_BIN:-}" ]; then
+  aj=$AETHER_JOURNAL_DEMO_BIN
+  step "using the installed $aj"
+else
+  step "building aether-journal (cargo build --release)"
+  cargo build --release --quiet --manifest-path "$here/Cargo.toml"
+  aj="$here/target/release/aether-journal"
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/aether-journal-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -697,3 +697,75 @@ fn cargo_install_gives_a_cli_that_runs_and_undoes_with_nothing_else_installed() 
     let shims: Vec<_> = std::fs::read_dir(home.join(".local/share/aether-journal")).unwrap().collect();
     assert_eq!(shims.len(), 1, "the shim was written out once");
 }
+
+/// Runs `aether-journal hook HARNESS` with `input` on stdin; it must exit 0.
+fn hook_of(s: &Scratch, harness: &str, input: serde_json::Value) -> Output {
+    use std::io::Write as _;
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["hook", harness]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hook");
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Codex: turns keyed by `turn_id`, and the files an `apply_patch` names journaled before the
+/// harness (a static binary nothing sees into) applies it; Gemini: `BeforeAgent`, `BeforeTool`
+/// of `write_file`, `AfterAgent`. Each rewinds to its first turn exactly.
+#[test]
+fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks() {
+    for harness in ["codex", "gemini"] {
+        let s = Scratch::new(&format!("{harness}_hooks"));
+        s.sh("mkdir src && echo 'fn main() {}' > src/main.rs && echo old > src/gone.rs");
+        let tree = s.tree().display().to_string();
+        let base = |event: &str| serde_json::json!({"session_id": "s-9", "cwd": tree, "hook_event_name": event, "transcript_path": null});
+        let (prompt, tool, stop) = if harness == "codex" {
+            ("UserPromptSubmit", "PreToolUse", "Stop")
+        } else {
+            ("BeforeAgent", "BeforeTool", "AfterAgent")
+        };
+        let mut at_start = Vec::new();
+        for n in 1..=2 {
+            at_start.push(manifest(&s.tree()));
+            let mut p = base(prompt);
+            p["prompt"] = format!("turn {n}").into();
+            p["turn_id"] = format!("t{n}").into();
+            assert!(hook_of(&s, harness, p).stdout.is_empty());
+            let mut t = base(tool);
+            if harness == "codex" {
+                t["tool_name"] = "apply_patch".into();
+                let patch = format!(
+                    "*** Begin Patch\n*** Update File: src/main.rs\n@@\n-fn main() {{}}\n+fn main() {{ {n} }}\n*** Add File: src/new{n}.rs\n+x\n*** Delete File: src/gone.rs\n*** End Patch\n"
+                );
+                t["tool_input"] = serde_json::json!({ "input": patch });
+            } else {
+                t["tool_name"] = "write_file".into();
+                t["tool_input"] = serde_json::json!({"file_path": "src/main.rs", "content": "x"});
+            }
+            hook_of(&s, harness, t);
+            // The harness applies the edit itself, where nothing sees it.
+            std::fs::write(s.path("src/main.rs"), format!("fn main() {{ {n} }}\n")).unwrap();
+            if harness == "codex" {
+                std::fs::write(s.path(&format!("src/new{n}.rs")), "x\n").unwrap();
+                let _ = std::fs::remove_file(s.path("src/gone.rs"));
+            }
+            let mut e = base(stop);
+            e["turn_id"] = format!("t{n}").into();
+            hook_of(&s, harness, e);
+        }
+        let session = s.root.join(format!("state/aether-journal/{harness}-s-9"));
+        let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
+        assert_complete(code, &report);
+        assert_same_tree(&at_start[1], &manifest(&s.tree()));
+        let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
+        assert_complete(code, &report);
+        assert_same_tree(&at_start[0], &manifest(&s.tree()));
+    }
+}

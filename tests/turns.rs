@@ -769,3 +769,94 @@ fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks()
         assert_same_tree(&at_start[0], &manifest(&s.tree()));
     }
 }
+
+/// A client of `aether-journal mcp` over stdio (newline-delimited JSON-RPC).
+struct Mcp {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl Mcp {
+    fn start(s: &Scratch) -> Mcp {
+        let mut cmd = Command::new(&artifacts().cli);
+        cmd.arg("mcp").current_dir(s.tree()).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        isolate(&mut cmd, &s.root);
+        let mut child = cmd.spawn().expect("mcp");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut m = Mcp { child, out, next: 1 };
+        let init = m.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
+        );
+        assert_eq!(init["serverInfo"]["name"], "aether-journal", "{init}");
+        m.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        m
+    }
+
+    fn send(&mut self, v: serde_json::Value) {
+        use std::io::Write as _;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead as _;
+        let id = self.next;
+        self.next += 1;
+        self.send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(v["id"], id, "{v}");
+        v["result"].clone()
+    }
+
+    /// A tool's JSON answer, and whether it was an error.
+    fn call(&mut self, tool: &str, args: serde_json::Value) -> (serde_json::Value, bool) {
+        let r = self.request("tools/call", serde_json::json!({"name": tool, "arguments": args}));
+        let text = r["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        (serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)), r["isError"] == true)
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// `aether-journal mcp`: tools mark, status, review (since a mark) and rewind (to a mark, a dry
+/// run unless asked), over stdio with a real JSON-RPC exchange.
+#[test]
+fn the_mcp_server_marks_reviews_and_rewinds_a_session() {
+    let s = Scratch::new("mcp");
+    s.sh("echo orig > f");
+    let session = harness_session(&s);
+    let journal = session.display().to_string();
+    let mut mcp = Mcp::start(&s);
+    let tools = mcp.request("tools/list", serde_json::json!({}));
+    let mut names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["mark", "review", "rewind", "status"]);
+    let at_mark = manifest(&s.tree());
+    let (m, err) = mcp.call("mark", serde_json::json!({"journal": journal, "label": "first prompt"}));
+    assert!(!err && m["name"] == "turn-1", "{m}");
+    agent(&s, &session, "echo changed > f && echo new > g");
+    let (status, _) = mcp.call("status", serde_json::json!({"journal": journal}));
+    assert_eq!(status["marks"], serde_json::json!(["turn-1"]), "{status}");
+    let (rv, _) = mcp.call("review", serde_json::json!({"journal": journal, "since": "turn-1"}));
+    assert_eq!(listed(&s, &rv, "created"), ["g"]);
+    assert_eq!(listed(&s, &rv, "modified"), ["f"]);
+    let changed = manifest(&s.tree());
+    let (dry, _) = mcp.call("rewind", serde_json::json!({"journal": journal, "to": "turn-1"}));
+    assert_eq!((dry["dry_run"].clone(), dry["complete"].clone()), (true.into(), true.into()), "{dry}");
+    assert_eq!(manifest(&s.tree()), changed, "a dry run by default");
+    let (done, _) = mcp.call("rewind", serde_json::json!({"journal": journal, "to": "turn-1", "dry_run": false}));
+    assert_eq!(done["complete"], true, "{done}");
+    assert_same_tree(&at_mark, &manifest(&s.tree()));
+    let (e, err) = mcp.call("rewind", serde_json::json!({"journal": journal, "to": "nope"}));
+    assert!(err && e.as_str().unwrap().contains("no mark \"nope\""), "{e}");
+}

@@ -12,6 +12,7 @@
 mod doctor;
 mod hook;
 mod init;
+mod mcp;
 mod output;
 mod run;
 
@@ -235,6 +236,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A stdio MCP server with the tools mark, status, review (since a mark) and rewind (to a
+    /// mark; a dry run by default), for harnesses without hooks.
+    Mcp,
     /// What a session on this machine gets, and why: each feature the supervisor and the
     /// shim need, checked for real. Exits 3 when one a session needs is missing (`--`: only
     /// costs speed).
@@ -266,7 +270,7 @@ fn leave_the_shim() {
     // `mark` and `hook` stay too: inside a session a mark is appended through the shim (see
     // aether_journal_recorder::marks).
     if sub.is_none_or(|s| {
-        ["sessions", "log", "review", "mark", "hook", "doctor", "completions", "man", "help"]
+        ["sessions", "log", "review", "mark", "hook", "mcp", "doctor", "completions", "man", "help"]
             .contains(&&*s.to_string_lossy())
     }) {
         return;
@@ -338,6 +342,7 @@ fn main() -> ExitCode {
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
+        Command::Mcp => mcp::serve(),
         Command::Doctor { json, dir } => doctor::doctor(dir, json).map(|(text, all)| {
             output::emit(&text);
             if all { 0 } else { EXIT_INCOMPLETE }

@@ -860,3 +860,77 @@ fn the_mcp_server_marks_reviews_and_rewinds_a_session() {
     let (e, err) = mcp.call("rewind", serde_json::json!({"journal": journal, "to": "nope"}));
     assert!(err && e.as_str().unwrap().contains("no mark \"nope\""), "{e}");
 }
+
+/// A harness that itself runs under `aether-journal run`: its hooks join that session (marks
+/// go through the shim), and the Stop hook tells the harness, in a `systemMessage`, which steps
+/// of the turn no undo can take back.
+#[test]
+fn hooks_of_a_harness_under_run_mark_its_session_and_stop_names_the_turn_s_irreversible_steps() {
+    let s = Scratch::new("hooks_under_run");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cli = artifacts().cli.display().to_string();
+    let json = |event: &str| {
+        serde_json::json!({"session_id": "h1", "cwd": s.tree(), "hook_event_name": event, "prompt_id": "p1", "prompt": "fetch it"}).to_string()
+    };
+    let script = format!(
+        "echo '{prompt}' | {cli} hook claude-code > prompt.out && \
+         python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port})).close()\" && echo x > made.txt && \
+         echo '{stop}' | {cli} hook claude-code > ../stop.out",
+        prompt = json("UserPromptSubmit"),
+        stop = json("Stop"),
+    );
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", &script]);
+    drop(listener);
+    let stop: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.root.join("stop.out")).unwrap()).expect("Stop printed JSON");
+    let msg = stop["systemMessage"].as_str().unwrap();
+    assert!(
+        msg.contains("1 step(s) of turn-1 cannot be undone") && msg.contains(&format!("127.0.0.1:{port}")),
+        "{msg}"
+    );
+    assert!(std::fs::read(s.path("prompt.out")).unwrap().is_empty(), "UserPromptSubmit prints nothing");
+    let marks: Vec<String> = s.log_json(&session)["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mark")
+        .map(|r| r["op"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(marks, ["turn-1", "turn-1-end"], "the hooks marked the session they run in");
+    assert!(!s.root.join("state/aether-journal/claude-code-h1").exists(), "no second session");
+}
+
+/// A mark a hook could not write leaves its trace: `undo --to` of that turn names the hooks'
+/// failures.
+#[test]
+fn a_turn_whose_mark_a_hook_could_not_write_is_named_by_undo_to_it() {
+    let s = Scratch::new("hook_mark_failed");
+    let session = harness_session(&s);
+    // The marks segment made immutable (even for root): the hook's mark cannot be appended.
+    let marks = session.join("segments/marks");
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&marks).status().expect("chattr").success();
+    assert!(chattr("+i"), "chattr +i (e2fsprogs) on the scratch file system");
+    struct Mutable<F: Fn(&str) -> bool>(F);
+    impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    let _mutable_again = Mutable(chattr);
+    let input = serde_json::json!({"session_id": "x", "cwd": s.tree(), "hook_event_name": "UserPromptSubmit", "prompt": "p", "prompt_id": "p1"});
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["hook", "claude-code"]).current_dir(s.tree()).env("AETHER_JOURNAL_DIR", &session);
+    isolate(&mut cmd, &s.root);
+    cmd.env("AETHER_JOURNAL_DIR", &session);
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success() && out.stdout.is_empty());
+    let undo = s.cli(&["undo".as_ref(), "--to".as_ref(), "turn-1".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(undo.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&undo.stderr);
+    assert!(err.contains("no mark \"turn-1\"") && err.contains("hooks failed 1 time(s)"), "{err}");
+}

@@ -330,7 +330,7 @@ fn main() -> ExitCode {
             undo(journal, json, dry_run, force, |s| {
                 Ok(match (last, to, pid, paths.is_empty()) {
                     (Some(n), ..) => Some(Selection::Last(n)),
-                    (_, Some(m), ..) => Some(Selection::After(s.mark_named(&m).map_err(|e| e.to_string())?.seq)),
+                    (_, Some(m), ..) => Some(Selection::After(mark_seq(s, &m)?)),
                     (_, _, Some(p), _) => Some(Selection::Pid(p)),
                     (.., false) => Some(Selection::Paths(paths.iter().map(|p| canonical_arg(p)).collect())),
                     _ => None,
@@ -500,6 +500,22 @@ fn mark(journal: Option<PathBuf>, req: MarkRequest, json: bool) -> Result<u8, St
     Ok(0)
 }
 
+/// The record id of the mark `name`; when there is none and the session's hooks failed (a
+/// mark they could not write), the error says so.
+fn mark_seq(s: &Session, name: &str) -> Result<u64, String> {
+    s.mark_named(name).map(|m| m.seq).map_err(|e| {
+        let log = s.dir().join("hook-errors.log");
+        match std::fs::read_to_string(&log) {
+            Ok(t) if !t.is_empty() => format!(
+                "{e}; the session's hooks failed {} time(s), so a mark may be missing: see {}",
+                t.lines().count(),
+                log.display()
+            ),
+            _ => e.to_string(),
+        }
+    })
+}
+
 /// `review`'s options.
 struct ReviewArgs {
     json: bool,
@@ -515,9 +531,8 @@ fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, String> {
     let ReviewArgs { json, stat, color, no_pager, since, until, paths } = a;
     let s = open_session(journal)?;
     let j = s.read_journal().map_err(|e| e.to_string())?;
-    let seq_of = |m: &Option<String>| -> Result<Option<u64>, String> {
-        m.as_deref().map(|m| s.mark_named(m).map(|m| m.seq).map_err(|e| e.to_string())).transpose()
-    };
+    let seq_of =
+        |m: &Option<String>| -> Result<Option<u64>, String> { m.as_deref().map(|m| mark_seq(&s, m)).transpose() };
     let span = aether_journal::review::Span { after: seq_of(&since)?.unwrap_or(0), until: seq_of(&until)? };
     if span.until.is_some_and(|u| u <= span.after) {
         return Err(format!(

@@ -386,6 +386,23 @@ impl Executor<'_> {
         done(outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
     }
 
+    /// The newest record older than the one being undone that this undo also reverses and
+    /// that puts `path` back on its own: a prefix of at most `now` bytes, or a whole state.
+    fn older_prefix_within(&self, path: &BPath, now: u64) -> Option<u64> {
+        let current = self.current.get()?;
+        self.journal.records.iter().rev().filter(|r| r.seq < current && self.undoes(r.seq)).find_map(|r| match &r.op {
+            Op::Change { path: p, before } if p == path => match before {
+                Before::Contents(s) => match s.node {
+                    Node::Prefix { len } => (len <= now).then_some(r.seq),
+                    _ => Some(r.seq),
+                },
+                Before::Absent | Before::Exclusive => Some(r.seq),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
     pub(super) fn restore_prefix(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>, snap: &Snapshot, len: u64) -> Done {
         let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile) else {
             return failed_because(
@@ -397,6 +414,18 @@ impl Executor<'_> {
         };
         let now = st.st_size as u64;
         if now < len {
+            // Appenders racing one another: a later capture can take an earlier id (each takes
+            // its id after capturing). An older record this undo also reverses, which keeps
+            // the file's length before a shorter prefix (or its whole state), puts it back.
+            if let Some(older) = self.older_prefix_within(&BPath::new(dir.child(name)), now) {
+                return done_because(
+                    Outcome::Unchanged,
+                    Cause::CoveredBy { seq: older },
+                    format!(
+                        "it is shorter ({now} bytes) than its length before this append ({len} bytes), but record {older}, which this undo also undoes, puts back its state from before it"
+                    ),
+                );
+            }
             return failed_because(
                 Cause::PriorBytesGone,
                 format!(

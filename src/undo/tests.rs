@@ -769,3 +769,23 @@ fn a_system_call_that_fails_during_a_restore_names_its_errno() {
     assert_eq!(serde_json::to_value(&cause).unwrap(), serde_json::json!({"code": "errno", "errno": 13}));
     assert!(cause.concerns_files());
 }
+
+#[test]
+fn appenders_whose_captures_took_their_ids_out_of_order_are_undone_exactly() {
+    // Three processes append to one log. C captures 9 bytes; A captures 12 after C's append;
+    // B captured 9 before C appended, but took its id after A: ids C < A < B. Undoing B cuts
+    // the log to 9 bytes, so A's 12 are gone, yet C, older, puts back the same 9: complete.
+    let mut f = Fixture::new();
+    fs::write(f.p("log"), b"123456789").unwrap();
+    let b_capture = f.capture(b"log", Intent::Append);
+    f.change("log", Intent::Append); // C: 9
+    fs::write(f.p("log"), b"123456789ccc").unwrap();
+    f.change("log", Intent::Append); // A: 12
+    let path = f.bp("log");
+    f.push(Op::Change { path, before: b_capture }); // B: 9, newest id
+    fs::write(f.p("log"), b"123456789cccaaabbb").unwrap();
+    let r = f.undo();
+    assert!(r.complete, "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("log")).unwrap(), b"123456789");
+    assert_eq!(code(&r, 1), "covered_by", "{:?}", r.outcomes);
+}

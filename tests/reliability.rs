@@ -272,6 +272,29 @@ fn line_starts(data: &[u8]) -> Vec<usize> {
 }
 
 #[test]
+fn paths_the_seal_holds_whose_records_are_gone_are_named_and_the_undo_is_incomplete() {
+    let s = Scratch::new("paths_the_seal_holds_whose_records_are_gone_are_named_and_the_undo_is_incomplete");
+    s.sh("echo a > a");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo changed > a && echo b > b"]);
+    // The journal emptied and its segments removed after the session was sealed.
+    std::fs::write(session.join("journal"), b"").unwrap();
+    let _ = std::fs::remove_dir_all(session.join("segments"));
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let named: Vec<&str> = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["cause"]["code"] == "damaged_journal")
+        .filter_map(|o| o["path"].as_str())
+        .collect();
+    for p in ["a", "b"] {
+        assert!(named.contains(&s.path(p).to_str().unwrap()), "{p} is named: {r}");
+    }
+}
+
+#[test]
 fn a_torn_final_record_is_reported_as_such_and_the_rest_is_undone() {
     let s = Scratch::new("a_torn_final_record_is_reported_as_such_and_the_rest_is_undone");
     s.sh("echo a > a && echo b > b");

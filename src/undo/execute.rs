@@ -161,6 +161,20 @@ pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::
             });
         }
     }
+    // Every path the seal holds was named by a record when the session was sealed: a path no
+    // record names now lost its record (a journal truncated or removed since).
+    if let (None, Some(seal)) = (plan.only, plan.seal) {
+        let named: HashSet<&BPath> = plan.journal.records.iter().flat_map(crate::select::record_paths).collect();
+        for (path, _) in seal.paths.iter().filter(|(p, _)| !named.contains(p)) {
+            report.outcomes.push(StepReport {
+                seq: None,
+                outcome: Outcome::Failed,
+                path: Some(path.clone()),
+                why: "the seal lists it as changed by the session, but no record of the journal names it now: its records were lost or removed, so it was not put back".into(),
+                cause: Cause::DamagedJournal,
+            });
+        }
+    }
     report.notes.extend(plan.journal.torn_messages());
     if plan.seal.is_none() && !plan.opts.force {
         report.notes.push(

@@ -437,9 +437,57 @@ fn mkdir_0700(path: &Path) -> io::Result<()> {
     }
 }
 
+/// The names a session directory holds (and the temporary files of its atomic writes): a
+/// directory holding anything else is not a session and is never made into one.
+const SESSION_NAMES: &[&str] = &[
+    HEADER_FILE,
+    JOURNAL_FILE,
+    SEGMENTS_DIR,
+    BLOBS_DIR,
+    COUNTERS_FILE,
+    CAPTURES_FILE,
+    BORN_FILE,
+    STATE_FILE,
+    crate::seal::SEAL_FILE,
+    "undone",
+    "undos",
+    "hook-errors.log",
+];
+
+/// Whether `dir` may become a session: it does not exist, is one already, or holds only what
+/// a session holds (several processes making the same session at once). A directory of the
+/// user's (files of theirs in it) is refused: the session's `counters`, `captures` and
+/// `journal` would be written over files of the same names.
+pub fn may_hold_session(dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if dir.join(HEADER_FILE).exists() {
+        return Ok(());
+    }
+    for e in entries {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if !SESSION_NAMES.contains(&&*name) && !name.starts_with(".tmp-") {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} is not an aether-journal session and holds other files ({name}, ...): a session is never written into it",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Creates the directories, journal and counters of a session at `dir` if they are missing
-/// (several processes may do this at once), and writes `header` unless one exists.
+/// (several processes may do this at once), and writes `header` unless one exists. A
+/// directory that holds files of its own ([`may_hold_session`]) is refused.
 pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
+    may_hold_session(dir)?;
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && !parent.is_dir() {
             fs::DirBuilder::new().mode(0o700).recursive(true).create(parent)?;
@@ -536,6 +584,14 @@ impl Session {
             });
         }
         ensure_layout(dir, header).map_err(io_at(dir))?;
+        // An existing directory keeps its mode: one open to others is made private (undo
+        // refuses a session others could write).
+        let m = fs::metadata(dir).map_err(io_at(dir))?;
+        if m.permissions().mode() & 0o077 != 0
+            && std::os::unix::fs::MetadataExt::uid(&m) == rustix::process::geteuid().as_raw()
+        {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_at(dir))?;
+        }
         Session::open(dir)
     }
 

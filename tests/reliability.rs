@@ -335,9 +335,11 @@ fn a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone() {
     let (code, r) = s.undo_json(&session);
     assert_eq!(code, 3, "{r}");
     let failed: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "failed").collect();
-    assert_eq!(failed.len(), 1, "{r}");
+    // The damaged record, by its place; and, from the seal, the path it was about.
+    assert_eq!(failed.len(), 2, "{r}");
     let why = failed[0]["why"].as_str().unwrap();
     assert!(why.contains(&format!("at byte {at} (line {}", i + 1)) && why.contains("checksum"), "{why}");
+    assert_eq!(failed[1]["path"], s.path("b").display().to_string(), "{r}");
     assert_eq!(std::fs::read(s.path("a")).unwrap(), b"a\n");
     assert_eq!(std::fs::read(s.path("c")).unwrap(), b"c\n");
     assert_eq!(std::fs::read(s.path("b")).unwrap(), b"2\n", "the damaged step is not guessed at");
@@ -1123,5 +1125,56 @@ fn undo_with_a_store_it_cannot_write_changes_nothing_and_says_why() {
     assert_eq!(std::fs::read(s.path("f")).unwrap(), b"after\n", "nothing was changed");
     assert!(s.path("g").exists());
     let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+}
+
+#[test]
+fn a_shim_that_does_not_load_is_refused_by_run_before_the_command_runs() {
+    let s = Scratch::new("a_shim_that_does_not_load_is_refused_by_run_before_the_command_runs");
+    let session = s.session("session");
+    let mut cmd = run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), "echo ran > ran".as_ref()]);
+    cmd.env("AETHER_JOURNAL_SHIM", "/bin/true");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not load into programs"), "{out:?}");
+    assert!(!s.path("ran").exists(), "the command did not run unjournaled");
+    assert!(!session.exists(), "no session that says nothing");
+}
+
+#[test]
+fn a_session_directory_of_the_user_s_own_files_is_never_written_into() {
+    let s = Scratch::new("a_session_directory_of_the_user_s_own_files_is_never_written_into");
+    let mine = s.root.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("counters"), b"my counters").unwrap();
+    std::fs::write(mine.join("notes.txt"), b"my notes").unwrap();
+    // A bare LD_PRELOAD session pointed at it, and run --journal into it.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg("echo x > f").current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &mine);
+    assert!(cmd.status().unwrap().success(), "the program runs as it would");
+    let out = run_cmd(&s, &mine, &["true".as_ref()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not an aether-journal session and holds other files"),
+        "{out:?}"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&mine).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["counters", "notes.txt"], "nothing was added");
+    assert_eq!(std::fs::read(mine.join("counters")).unwrap(), b"my counters");
+}
+
+#[test]
+fn run_journal_into_a_directory_open_to_others_makes_it_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("run_journal_into_a_directory_open_to_others_makes_it_private");
+    let dir = s.root.join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    s.run_ok(&dir, &["sh", "-c", "echo x > f"]);
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let (code, r) = s.undo_json(&dir);
     assert_complete(code, &r);
 }

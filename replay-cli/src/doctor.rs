@@ -161,18 +161,7 @@ fn same_fs(dir: &Path, store: &Path) -> Result<String, String> {
 
 fn shim_loads() -> Result<String, String> {
     let shim = crate::run::find_shim()?;
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("grep -q libaether_journal /proc/$$/maps")
-        .env("LD_PRELOAD", &shim)
-        .env("AETHER_JOURNAL", "off")
-        .output()
-        .map_err(|e| format!("cannot run sh: {e}"))?;
-    if out.status.success() {
-        Ok(format!("{} loads into a program", shim.display()))
-    } else {
-        Err(format!("{} did not load: {}", shim.display(), String::from_utf8_lossy(&out.stderr).trim()))
-    }
+    crate::run::shim_loads(&shim).map(|()| format!("{} loads into a program", shim.display()))
 }
 
 fn state_dir(root: &Path) -> Result<String, String> {

@@ -135,9 +135,37 @@ fn new_mark() -> u64 {
     u64::from_ne_bytes(b) | 1
 }
 
+/// Whether `shim` really loads into a program as the shim (a file that the loader cannot
+/// preload, `AETHER_JOURNAL_SHIM=/bin/true` say, is ignored by it with a warning, and the
+/// command would run with nothing journaled): a shell started with it preloaded finds it
+/// among its mappings.
+pub fn shim_loads(shim: &Path) -> Result<(), String> {
+    let name = shim.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("grep -qF -- \"$1\" /proc/$$/maps")
+        .arg("sh")
+        .arg(shim)
+        .env("LD_PRELOAD", shim)
+        .env(ENV_SWITCH, "off")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start /bin/sh to check the shim: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(format!(
+        "the shim {} ({name}) does not load into programs{}: nothing would be journaled",
+        shim.display(),
+        if why.is_empty() { String::new() } else { format!(" ({why})") }
+    ))
+}
+
 /// Runs the command; returns its exit status (128 + signal number when it was killed).
 pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
     let shim = find_shim()?;
+    shim_loads(&shim)?;
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let id = session::new_session_id();
     let root = session::sessions_root();

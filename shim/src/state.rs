@@ -522,7 +522,7 @@ fn to_high_fd(fd: OwnedFd) -> OwnedFd {
 
 fn open_store(cfg: &Config) -> Option<Store> {
     let dir = Path::new(OsStr::from_bytes(&cfg.session_dir));
-    if !dir.join(session::JOURNAL_FILE).exists() {
+    if !dir.join(session::HEADER_FILE).exists() {
         let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let cwd = journal::resolve::getcwd().unwrap_or_default();
         let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");

@@ -538,3 +538,32 @@ fn under_the_supervisor_a_set_uid_program_runs_without_its_privileges() {
         let _ = std::fs::remove_file(s.path("rootonly/made"));
     }
 }
+
+#[test]
+fn a_link_from_the_store_to_outside_it_is_refused_whatever_the_program() {
+    let s = Scratch::new("a_link_from_the_store_to_outside_it_is_refused_whatever_the_program");
+    let go = go_program("linkstore", true);
+    for (i, watch) in BOTH.into_iter().enumerate() {
+        let session = s.session(&format!("s{i}"));
+        let journal = session.join("journal").display().to_string();
+        let out = s.root.join(format!("x{i}")).display().to_string();
+        // Through libc (ln), and, under the supervisor, a static Go program's own system call.
+        let mut script = format!("echo a > a{i}; ln {journal} {out}; echo ln=$?");
+        if watch == Watch::Supervised {
+            // Under libc coverage a static program runs unobserved (and the undo says so).
+            script.push_str(&format!("; {} {journal} {out}-go", go.display()));
+        }
+        let o = s.run_as(&session, &["sh", "-c", &script], watch);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains("ln=1"), "{watch:?}: {stdout} {}", String::from_utf8_lossy(&o.stderr));
+        assert!(!Path::new(&out).exists(), "{watch:?}: no second name for the journal");
+        if watch == Watch::Supervised {
+            assert!(stdout.contains("permission denied"), "{stdout}");
+            assert!(!Path::new(&format!("{out}-go")).exists());
+        }
+        let refused = records_of_kind(&s.log_json(&session), "refused");
+        assert!(!refused.is_empty(), "the refusal is journaled");
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+    }
+}

@@ -270,6 +270,14 @@ enum Call {
         dirfd: i32,
         path: Vec<u8>,
     },
+    /// A new name for an existing file (its source may not be in the store).
+    Link {
+        olddirfd: i32,
+        old: Vec<u8>,
+        newdirfd: i32,
+        new: Vec<u8>,
+        follow: bool,
+    },
     Meta {
         dirfd: i32,
         path: Vec<u8>,
@@ -361,7 +369,13 @@ impl Call {
             }
             libc::SYS_unlinkat => Call::Remove { dirfd: int(0), path: path(1)?, removes: removes(int(2)) },
             libc::SYS_mkdirat | libc::SYS_mknodat => Call::Create { dirfd: int(0), path: path(1)? },
-            libc::SYS_linkat => Call::Create { dirfd: int(2), path: path(3)? },
+            libc::SYS_linkat => Call::Link {
+                olddirfd: int(0),
+                old: path(1)?,
+                newdirfd: int(2),
+                new: path(3)?,
+                follow: int(4) & libc::AT_SYMLINK_FOLLOW != 0,
+            },
             libc::SYS_symlinkat => Call::Create { dirfd: int(1), path: path(2)? },
             libc::SYS_fchmod => Call::FdMeta { fd: int(0), st: fd_stat(int(0)), what: MetaKind::Mode, xattr: None },
             libc::SYS_fchmodat => meta_at(int(0), a[1], 0, MetaKind::Mode, None, false)?,
@@ -450,7 +464,10 @@ impl Call {
                 libc::SYS_unlink => Call::Remove { dirfd: at, path: path(0)?, removes: Removes::NonDir },
                 libc::SYS_rmdir => Call::Remove { dirfd: at, path: path(0)?, removes: Removes::Dir },
                 libc::SYS_mkdir | libc::SYS_mknod => Call::Create { dirfd: at, path: path(0)? },
-                libc::SYS_link | libc::SYS_symlink => Call::Create { dirfd: at, path: path(1)? },
+                libc::SYS_link => {
+                    Call::Link { olddirfd: at, old: path(0)?, newdirfd: at, new: path(1)?, follow: false }
+                }
+                libc::SYS_symlink => Call::Create { dirfd: at, path: path(1)? },
                 libc::SYS_chmod => meta_at(at, a[0], 0, MetaKind::Mode, None, false)?,
                 libc::SYS_chown => meta_at(at, a[0], 0, MetaKind::Owner, None, false)?,
                 libc::SYS_lchown => meta_at(at, a[0], libc::AT_SYMLINK_NOFOLLOW, MetaKind::Owner, None, false)?,
@@ -490,6 +507,9 @@ impl Call {
             }
             Call::Remove { dirfd, path, removes } => ops::before_remove(j, t, call, dirfd, &path, removes),
             Call::Create { dirfd, path } => ops::before_create(j, t, call, dirfd, &path),
+            Call::Link { olddirfd, old, newdirfd, new, follow } => {
+                ops::before_link(j, t, call, olddirfd, &old, newdirfd, &new, follow)
+            }
             Call::Meta { dirfd, path, follow, what, xattr } => {
                 ops::before_meta(j, t, call, dirfd, &path, follow, what, xattr.as_deref())
             }

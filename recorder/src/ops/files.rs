@@ -292,6 +292,27 @@ pub fn before_create<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str,
     }
 }
 
+/// Before link/linkat: the new name as for [`before_create`], but a source in the session's
+/// own store is refused, whatever the policy: a second name for a store file outside the
+/// store would let any process of the session empty or rewrite its journal and blobs through
+/// it (`follow`: `AT_SYMLINK_FOLLOW`).
+#[allow(clippy::too_many_arguments)]
+pub fn before_link<J: Journal, C: Caller>(
+    journal: &J,
+    caller: &C,
+    call: &str,
+    olddirfd: i32,
+    old: &[u8],
+    newdirfd: i32,
+    new: &[u8],
+    follow: bool,
+) -> Pending {
+    if let super::Resolved::Protected(p) = super::locate(journal, caller, olddirfd, old, follow) {
+        return super::protect(journal, call, &p);
+    }
+    before_create(journal, caller, call, newdirfd, new)
+}
+
 /// Translates an `fopen` mode string into `open` flags (`None` for an invalid mode, which
 /// makes fopen fail with EINVAL).
 pub fn fopen_flags(mode: &[u8]) -> Option<i32> {

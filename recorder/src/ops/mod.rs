@@ -29,7 +29,9 @@ use aether_journal::resolve::{DirFd, Looked, Target, Unresolved, resolve_from};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
 
-pub use files::{before_create, before_fd_change, before_open, before_truncate, birth_of, fopen_flags, open_mutates};
+pub use files::{
+    before_create, before_fd_change, before_link, before_open, before_truncate, birth_of, fopen_flags, open_mutates,
+};
 pub use meta::{
     FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, before_fd_flags, before_fd_meta, before_meta, not_kept,
 };

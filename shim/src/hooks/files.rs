@@ -270,6 +270,29 @@ pub fn create_at<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, di
     )
 }
 
+/// link/linkat: a new name for `old` (see `before_link`: a source in the store is refused).
+#[allow(clippy::too_many_arguments)]
+pub fn link_at<R: Ret>(
+    call: &'static str,
+    real: impl FnOnce(Account) -> R,
+    olddirfd: c_int,
+    old: CPath,
+    newdirfd: c_int,
+    new: CPath,
+    flags: c_int,
+) -> R {
+    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    journaled(
+        call,
+        new,
+        |s| match (old.bytes(), new.bytes()) {
+            (Some(o), Some(n)) => rec::before_link(s, ME, call, olddirfd, o, newdirfd, n, follow),
+            _ => Pending::Nothing,
+        },
+        real,
+    )
+}
+
 /// Whether a path argument is empty (its first byte is the NUL), without measuring it.
 fn is_empty(path: CPath) -> bool {
     // SAFETY: a non-null path argument is a NUL-terminated string (the call's contract), so its

@@ -88,8 +88,8 @@ libc_hooks! {
     fn remove(path: CPath) -> c_int [pass] => remove_either(path);
     fn mkdir(path: CPath, mode: mode_t) -> c_int [kernel SYS_mkdirat(AT_FDCWD, path, mode)] => create_at(AT_FDCWD, path);
     fn mkdirat(dirfd: c_int, path: CPath, mode: mode_t) -> c_int [kernel SYS_mkdirat(dirfd, path, mode)] => create_at(dirfd, path);
-    fn link(old: CPath, new: CPath) -> c_int [kernel SYS_linkat(AT_FDCWD, old, AT_FDCWD, new, 0)] => create_at(AT_FDCWD, new);
-    fn linkat(olddirfd: c_int, old: CPath, newdirfd: c_int, new: CPath, flags: c_int) -> c_int [kernel SYS_linkat(olddirfd, old, newdirfd, new, flags)] => create_at(newdirfd, new);
+    fn link(old: CPath, new: CPath) -> c_int [kernel SYS_linkat(AT_FDCWD, old, AT_FDCWD, new, 0)] => link_at(AT_FDCWD, old, AT_FDCWD, new, 0);
+    fn linkat(olddirfd: c_int, old: CPath, newdirfd: c_int, new: CPath, flags: c_int) -> c_int [kernel SYS_linkat(olddirfd, old, newdirfd, new, flags)] => link_at(olddirfd, old, newdirfd, new, flags);
     fn symlink(target: CPath, linkpath: CPath) -> c_int [kernel SYS_symlinkat(target, AT_FDCWD, linkpath)] => create_at(AT_FDCWD, linkpath);
     fn symlinkat(target: CPath, newdirfd: c_int, linkpath: CPath) -> c_int [kernel SYS_symlinkat(target, newdirfd, linkpath)] => create_at(newdirfd, linkpath);
     // libc refuses a device number the system call cannot carry: its own function then runs.
@@ -229,12 +229,12 @@ syscall_hooks! {
     #[cfg(target_arch = "x86_64")]
     sys SYS_mknod(path: CPath) [kernel] => create_at(AT_FDCWD, path);
     #[cfg(target_arch = "x86_64")]
-    sys SYS_link(old: CPath, new: CPath) [kernel] => create_at(AT_FDCWD, new);
+    sys SYS_link(old: CPath, new: CPath) [kernel] => link_at(AT_FDCWD, old, AT_FDCWD, new, 0);
     #[cfg(target_arch = "x86_64")]
     sys SYS_symlink(target: CPath, linkpath: CPath) [kernel] => create_at(AT_FDCWD, linkpath);
     sys SYS_mkdirat(dirfd: c_int, path: CPath) [kernel] => create_at(dirfd, path);
     sys SYS_mknodat(dirfd: c_int, path: CPath) [kernel] => create_at(dirfd, path);
-    sys SYS_linkat(olddirfd: c_int, old: CPath, newdirfd: c_int, new: CPath) [kernel] => create_at(newdirfd, new);
+    sys SYS_linkat(olddirfd: c_int, old: CPath, newdirfd: c_int, new: CPath, flags: c_int) [kernel] => link_at(olddirfd, old, newdirfd, new, flags);
     sys SYS_symlinkat(target: CPath, newdirfd: c_int, linkpath: CPath) [kernel] => create_at(newdirfd, linkpath);
     #[cfg(target_arch = "x86_64")]
     sys SYS_chmod(path: CPath) [kernel] => meta_at(AT_FDCWD, path, 0, Mode);

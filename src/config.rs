@@ -12,6 +12,9 @@ use std::fmt;
 pub const ENV_DIR: &str = "AETHER_JOURNAL_DIR";
 /// `off` disables the shim entirely.
 pub const ENV_SWITCH: &str = "AETHER_JOURNAL";
+/// The id of the session [`ENV_DIR`] names, set beside it by whoever made the session: a
+/// process that finds no session there, or another one, knows the store vanished.
+pub const ENV_SESSION_ID: &str = "AETHER_JOURNAL_SESSION_ID";
 /// Set (to `1`) with `AETHER_JOURNAL=off` by `aether-journal` when it re-executes itself
 /// without the shim inside a session: that exec is a nested session (or tool), not a program
 /// whose caller switched journaling off.

@@ -148,6 +148,11 @@ pub struct Header {
     /// kept: read as [`Coverage::unknown`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<Coverage>,
+    /// Set when this session was made again at the directory of one that vanished while its
+    /// processes ran (removed or moved by a program nothing could see into): what they did
+    /// before is not in this journal, and no undo of it is complete. Says when and by whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_off: Option<String>,
 }
 
 /// What a session's journaling could see: every system call of every process (`syscalls`:
@@ -263,6 +268,7 @@ impl Header {
             created_by: created_by.into(),
             root_pid: Some(std::process::id()),
             coverage: None,
+            cut_off: None,
         }
     }
 }

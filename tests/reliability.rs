@@ -1178,3 +1178,44 @@ fn run_journal_into_a_directory_open_to_others_makes_it_private() {
     let (code, r) = s.undo_json(&dir);
     assert_complete(code, &r);
 }
+
+#[test]
+fn a_store_removed_by_a_program_nothing_sees_into_is_made_again_as_cut_off_and_no_undo_claims_completeness() {
+    let s = Scratch::new("a_store_removed_by_a_program_nothing_sees_into_is_made_again_as_cut_off");
+    s.sh("echo a > f");
+    let session = s.session("session");
+    // busybox-static is not seen into under libc coverage; the next process that journals
+    // finds the session gone.
+    let out = s.run_libc(&session, &["sh", "-c", "echo changed > f; busybox rm -rf \"$AETHER_JOURNAL_DIR\"; cp f g"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("vanished while the command ran"), "run says so");
+    let header: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+    assert!(header["cut_off"].as_str().is_some_and(|c| c.contains("by process")), "{header}");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert!(r["outcomes"].as_array().unwrap().iter().any(|o| o["cause"]["code"] == "session_cut_off"), "{r}");
+    assert!(!s.path("g").exists(), "what was journaled after is still undone");
+}
+
+#[test]
+fn a_process_whose_session_was_replaced_by_another_does_not_journal_into_it() {
+    let s = Scratch::new("a_process_whose_session_was_replaced_by_another_does_not_journal_into_it");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo a > a"]);
+    // The directory now holds another session; a process still naming the first one's id.
+    let first_id: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+    std::fs::remove_dir_all(&session).unwrap();
+    s.run_ok(&session, &["true"]);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg("echo b > b").current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim)
+        .env("AETHER_JOURNAL_DIR", &session)
+        .env("AETHER_JOURNAL_SESSION_ID", first_id["id"].as_str().unwrap());
+    assert!(cmd.status().unwrap().success());
+    let log = s.log_json(&session);
+    let about_b = log["records"].as_array().unwrap().iter().any(|r| r.to_string().contains("tree/b"));
+    assert!(!about_b, "the other session's journal holds nothing of it: {log}");
+}

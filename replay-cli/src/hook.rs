@@ -14,7 +14,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use aether_journal::config::ENV_DIR;
+use aether_journal::config::{ENV_DIR, ENV_SESSION_ID};
 use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Header, Session};
 use aether_journal_recorder::marks::{MarkError, MarkRequest, Marked, mark};
 use clap::ValueEnum;
@@ -161,17 +161,19 @@ fn open_or_create(harness: Harness, dir: &Path, cwd: &str) -> Result<Session, St
 /// `bash -c` or `zsh -c` shell that does not have the shim loaded runs its command string
 /// again, once, in a shell that does (`exec`: same arguments, same environment, the output
 /// the same; only the process is new).
-pub fn env_lines(shim: &Path, session: &Path) -> String {
+pub fn env_lines(shim: &Path, session: &Session) -> String {
     let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
     format!(
         "export {ENV_DIR}={}\n\
+         export {ENV_SESSION_ID}={}\n\
          export LD_PRELOAD={}\"${{LD_PRELOAD:+:$LD_PRELOAD}}\"\n\
          case \"$(cat /proc/$$/maps 2>/dev/null)\" in *libaether_journal*) ;; *)\n\
          \x20 if [ -z \"${{AETHER_JOURNAL_REEXEC:-}}\" ]; then export AETHER_JOURNAL_REEXEC=1\n\
          \x20   if [ -n \"${{BASH_EXECUTION_STRING:-}}\" ]; then exec \"$BASH\" -c \"$BASH_EXECUTION_STRING\" \"$0\" \"$@\"\n\
          \x20   elif [ -n \"${{ZSH_EXECUTION_STRING:-}}\" ]; then exec zsh -c \"$ZSH_EXECUTION_STRING\" \"$0\" \"$@\"; fi\n\
          \x20 fi ;;\nesac\n",
-        q(session),
+        q(session.dir()),
+        q(Path::new(&session.header().id)),
         q(shim)
     )
 }
@@ -203,7 +205,7 @@ fn handle(harness: Harness, v: &Value, event: Event) -> Result<Option<String>, S
                     .create(true)
                     .open(&file)
                     .map_err(|e| format!("{}: {e}", PathBuf::from(&file).display()))?;
-                f.write_all(env_lines(&shim, s.dir()).as_bytes()).map_err(|e| e.to_string())?;
+                f.write_all(env_lines(&shim, &s).as_bytes()).map_err(|e| e.to_string())?;
             }
             Ok(None)
         }

@@ -219,6 +219,7 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
     cmd.args(&command[1..])
         .env("LD_PRELOAD", preload)
         .env(ENV_DIR, s.dir())
+        .env(aether_journal::config::ENV_SESSION_ID, &s.header().id)
         .env_remove(ENV_SWITCH)
         .env_remove(ENV_MARK);
     if opts.strict {
@@ -393,6 +394,26 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 /// Seals the session: the after-state of every touched path, so that undo can tell later
 /// edits apart.
 fn seal(s: &Session) -> Result<(), String> {
+    // A store that vanished while the command ran (a program nothing could see into removed
+    // or moved it) is said plainly: what was journaled in it is gone.
+    match Session::open(s.dir()) {
+        Ok(now) if now.header().id == s.header().id && now.header().cut_off.is_none() => {}
+        Ok(now) if now.header().id == s.header().id => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: warning: the session's store vanished while the command ran and was made again ({}): what was done before that cannot be undone",
+                now.header().cut_off.as_deref().unwrap_or_default()
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "aether-journal: warning: the session's store at {} vanished while the command ran: nothing it journaled can be undone",
+                s.dir().display()
+            );
+            return Ok(());
+        }
+    }
     let pb = crate::progress_bar(s.counters().last_id, "sealing");
     let records = match s.seal(|| pb.inc(1)) {
         Ok(journal) => journal.records.len(),

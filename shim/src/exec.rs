@@ -456,6 +456,7 @@ mod tests {
             exec_env: vec![b"AETHER_JOURNAL_DIR=/s".to_vec(), b"AETHER_JOURNAL_MAX_FILE=1K".to_vec()],
             test_fault: None,
             supervised: false,
+            session_id: None,
         }
     }
 

@@ -16,7 +16,7 @@ use aether_journal_recorder::index::SharedIndex;
 pub use aether_journal_recorder::tables::{SharedCounters, map_shared};
 use journal::BPath;
 use journal::capture::Counters;
-use journal::config::{ENV_DIR, ENV_SWITCH, ENV_TEST_FAULT, Settings};
+use journal::config::{ENV_DIR, ENV_SESSION_ID, ENV_SWITCH, ENV_TEST_FAULT, Settings};
 use journal::journal::Envelope;
 use journal::record::Op;
 use journal::session::{self, COUNTERS_FILE};
@@ -44,6 +44,10 @@ pub struct Config {
     /// Whether a supervisor watches this process (run's seccomp filter: the session's marker
     /// is set and the process is under a filter). It then journals every exec itself.
     pub supervised: bool,
+    /// The id of the session `session_dir` held when this process's session was made
+    /// (`AETHER_JOURNAL_SESSION_ID`): none there means the store vanished, another means it
+    /// is not this session's.
+    pub session_id: Option<Vec<u8>>,
 }
 
 /// The path of the object this function lives in: the shim itself.
@@ -266,15 +270,18 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         exec_env: Vec::new(),
         test_fault: None,
         supervised: false,
+        session_id: None,
     };
     if lookup(&vars, ENV_SWITCH) == Some(b"off") {
         return disabled;
     }
     let cwd = || journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
     let in_constructor = argv.is_some();
+    let mut made_id: Option<String> = None;
     let dir = match lookup(&vars, ENV_DIR).filter(|d| !d.is_empty()) {
         // Every descendant of a session normally inherits an absolute directory: no getcwd.
         Some(dir) if dir.first() == Some(&b'/') => {
+            let session_id = lookup(&vars, ENV_SESSION_ID).filter(|v| !v.is_empty()).map(<[u8]>::to_vec);
             return Config {
                 enabled: true,
                 session_dir: dir.to_vec(),
@@ -283,6 +290,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
                 exec_env: vars,
                 test_fault,
                 supervised: supervised(),
+                session_id,
             };
         }
         // A relative one names a directory under the cwd the process started in: the
@@ -308,17 +316,33 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
                 .map(|root| root.join(&id))
                 .find(|dir| session::ensure_layout(dir, &header).is_ok());
             let Some(dir) = made else { return disabled };
+            made_id = Some(id);
             dir
         }
+    };
+    let session_id = match &made_id {
+        Some(id) => Some(id.as_bytes().to_vec()),
+        None => lookup(&vars, ENV_SESSION_ID).filter(|v| !v.is_empty()).map(<[u8]>::to_vec),
     };
     if in_constructor {
         // SAFETY: this runs in the shim's constructor, before the program's main and its
         // threads: nothing else reads or writes the environment concurrently.
         unsafe { std::env::set_var(ENV_DIR, &dir) };
+        if let Some(id) = &made_id {
+            // SAFETY: as above.
+            unsafe { std::env::set_var(ENV_SESSION_ID, id) };
+        }
     }
     // The value the process started with (empty, or relative) is replaced, not kept beside it.
-    let mut exec_env: Vec<Vec<u8>> = vars.into_iter().filter(|v| env_value(v, ENV_DIR.as_bytes()).is_none()).collect();
+    let mut exec_env: Vec<Vec<u8>> = vars
+        .into_iter()
+        .filter(|v| env_value(v, ENV_DIR.as_bytes()).is_none())
+        .filter(|v| made_id.is_none() || env_value(v, ENV_SESSION_ID.as_bytes()).is_none())
+        .collect();
     exec_env.push([ENV_DIR.as_bytes(), b"=", dir.as_os_str().as_bytes()].concat());
+    if let Some(id) = &made_id {
+        exec_env.push([ENV_SESSION_ID.as_bytes(), b"=", id.as_bytes()].concat());
+    }
     Config {
         enabled: true,
         session_dir: dir.as_os_str().as_bytes().to_vec(),
@@ -327,6 +351,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         exec_env,
         test_fault,
         supervised: supervised(),
+        session_id,
     }
 }
 
@@ -522,12 +547,34 @@ fn to_high_fd(fd: OwnedFd) -> OwnedFd {
 
 fn open_store(cfg: &Config) -> Option<Store> {
     let dir = Path::new(OsStr::from_bytes(&cfg.session_dir));
-    if !dir.join(session::HEADER_FILE).exists() {
-        let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let cwd = journal::resolve::getcwd().unwrap_or_default();
-        let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
-        header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
-        session::ensure_layout(dir, &header).ok()?;
+    match std::fs::read(dir.join(session::HEADER_FILE)) {
+        Ok(header) => {
+            // Another session at this session's directory: not this process's to write to.
+            if let Some(id) = &cfg.session_id {
+                let quoted = [b"\"".as_slice(), id, b"\""].concat();
+                if !header.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
+                    return None;
+                }
+            }
+        }
+        Err(_) => {
+            let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let cwd = journal::resolve::getcwd().unwrap_or_default();
+            let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+            header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
+            if let Some(expected) = &cfg.session_id {
+                // This process's session was made before it and is gone now: made again, and
+                // said, so that no undo of what is journaled from here on claims it is all.
+                header.id = String::from_utf8_lossy(expected).into_owned();
+                header.cut_off = Some(format!(
+                    "the store vanished while the session ran; made again at {} by process {} ({})",
+                    session::now_rfc3339_seconds(),
+                    rustix::process::getpid().as_raw_nonzero(),
+                    String::from_utf8_lossy(&cmdline().first().map(|a| a.as_bytes().to_vec()).unwrap_or_default())
+                ));
+            }
+            session::ensure_layout(dir, &header).ok()?;
+        }
     }
     let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;
     let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;

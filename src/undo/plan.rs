@@ -223,6 +223,18 @@ pub fn undo_session_with_progress(
             report.complete = false;
         }
     }
+    if let Some(why) = &session.header().cut_off {
+        report.outcomes.push(StepReport {
+            seq: None,
+            outcome: Outcome::Failed,
+            path: None,
+            why: format!(
+                "this session was cut off ({why}): what its processes did before that is not in this journal and cannot be undone"
+            ),
+            cause: Cause::SessionCutOff,
+        });
+        report.complete = false;
+    }
     let lost = session.counters().lost_records;
     if lost > 0 {
         report.outcomes.push(StepReport {

@@ -159,6 +159,9 @@ pub enum Cause {
     },
     /// A record of the journal is damaged.
     DamagedJournal,
+    /// The session's store vanished while its processes ran and was made again: what they did
+    /// before is not in the journal.
+    SessionCutOff,
     /// A process of the session held the file open for writing when the mark an undo goes
     /// back to was made: what it wrote after the mark was not journaled.
     HeldOpenAtMark {

@@ -460,7 +460,7 @@ def main():
         d = os.path.join(a.dir, "undo")
         make = "seq 1 %d | xargs touch"
         print("UNDO: %d rounds of a 100,000-creation session (rm -rf, dry run, undo)..." % rounds, file=sys.stderr)
-        t = {"rm -rf": [], "undo --dry-run": [], "undo": []}
+        t = {"rm -rf": [], "undo --dry-run": [], "undo": [], "undo --no-redo": []}
         bare_env, _ = runner.env(False)
 
         def session_of(n):
@@ -479,7 +479,7 @@ def main():
             took = time.perf_counter() - t0
             if os.waitstatus_to_exitcode(status) != 0:
                 raise SystemExit("bench: %r failed: %s" % (argv, err.decode(errors="replace")))
-            if os.listdir(d) and not args:
+            if os.listdir(d) and "--dry-run" not in args:
                 raise SystemExit("bench: the undo left %d files" % len(os.listdir(d)))
             return took, ru.ru_maxrss
 
@@ -488,9 +488,12 @@ def main():
             t["undo --dry-run"].append(undo(session, "--dry-run")[0])
             t["undo"].append(undo(session)[0])
             rmtree(session)
+            session = session_of(100000)
+            t["undo --no-redo"].append(undo(session, "--no-redo")[0])
+            rmtree(session)
             timed(make % 100000, d, bare_env)
             t["rm -rf"].append(timed("rm -rf " + d, a.dir, bare_env))
-        for k in ("undo --dry-run", "undo"):
+        for k in ("undo --dry-run", "undo", "undo --no-redo"):
             ratios = [x / y for x, y in zip(t[k], t["rm -rf"])]
             rows.append("| %s of 100,000 creations (%s) vs rm -rf | %s | %s | %s | | 100000 | <= 1.00 | %s |" % (
                 k, a.mode, spread(t["rm -rf"], "%.3f"), spread(t[k], "%.3f"), spread(ratios, "%.2f"),

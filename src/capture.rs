@@ -612,8 +612,8 @@ pub fn blob_name(id: u64) -> String {
 }
 
 /// Runs `make` (which creates `blob`), creating the blob's shard directory first if `make`
-/// finds it missing.
-fn in_shard<T>(
+/// finds it missing (`blob` as [`blob_name`] gives it).
+pub fn in_shard<T>(
     calls: &dyn FsCalls,
     blobs: BorrowedFd<'_>,
     blob: &str,

@@ -327,6 +327,28 @@ pub fn touched_paths(journal: &JournalContents) -> Vec<BPath> {
     out
 }
 
+/// [`take_seal`] without hashing the store's linked blobs: only the state of every path, and
+/// without looking at those the caller knows it left `absent` (an undo's own removals).
+pub fn take_seal_of_paths(journal: &JournalContents, absent: &std::collections::HashSet<Vec<u8>>) -> Seal {
+    let touched = touched_paths(journal);
+    let states = in_parallel(&touched, |p| {
+        if absent.contains(p.as_bytes()) {
+            return Some(AfterState::Absent);
+        }
+        AfterState::of_sealing(p.as_bytes()).ok()
+    });
+    forget_parent();
+    Seal {
+        version: SEAL_VERSION,
+        sealed: crate::session::now_rfc3339_seconds(),
+        through: journal.records.last().map_or(0, |r| r.seq),
+        paths: touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
+        blob_hashes: BTreeMap::new(),
+        blob_intact: Default::default(),
+        index: Default::default(),
+    }
+}
+
 /// Takes the seal of a session whose processes have all ended: the after-state of every path
 /// it touched, and the hashes of its unhashed blobs. `progress` is called once per item, from
 /// whichever thread did it: the work is spread over the machine's CPUs (a seal reads and

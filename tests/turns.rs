@@ -588,6 +588,20 @@ fn undo_redo_and_undo_again_are_each_exact() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no undo of this session to take back"), "{out:?}");
 }
 
+/// `undo --no-redo` keeps no journal of itself: nothing for `redo` to take back.
+#[test]
+fn an_undo_without_its_journal_cannot_be_redone_and_says_so() {
+    let s = Scratch::new("undo_no_redo");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo a > a"]);
+    let (code, report) = s.undo_json_with(&session, &["--no-redo"]);
+    assert_complete(code, &report);
+    assert!(!session.join("undos").exists(), "no journal of the undo");
+    let out = s.cli(&["redo".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no undo of this session to take back"));
+}
+
 /// A file changed after an undo is not overwritten by the redo: a conflict, named.
 #[test]
 fn a_redo_leaves_alone_what_changed_since_the_undo() {

@@ -180,6 +180,9 @@ enum Command {
         /// Restore paths that changed since the session ended (otherwise: conflicts).
         #[arg(long)]
         force: bool,
+        /// Keep no journal of this undo: faster, and `redo` cannot take it back.
+        #[arg(long)]
+        no_redo: bool,
         /// Only the newest N records.
         #[arg(long, value_name = "N", conflicts_with_all = ["pid", "paths", "to"])]
         last: Option<usize>,
@@ -326,8 +329,8 @@ fn main() -> ExitCode {
         Command::Review { journal, json, stat, color, no_pager, since, until, paths } => {
             review(journal, ReviewArgs { json, stat, color, no_pager, since, until, paths })
         }
-        Command::Undo { journal, json, dry_run, force, last, to, pid, paths } => {
-            undo(journal, json, dry_run, force, |s| {
+        Command::Undo { journal, json, dry_run, force, no_redo, last, to, pid, paths } => {
+            undo(journal, json, UndoOptions { dry_run, force, no_redo, select: None }, |s| {
                 Ok(match (last, to, pid, paths.is_empty()) {
                     (Some(n), ..) => Some(Selection::Last(n)),
                     (_, Some(m), ..) => Some(Selection::After(mark_seq(s, &m)?)),
@@ -338,7 +341,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Redo { journal, json, dry_run, force } => {
-            redo(journal, json, UndoOptions { dry_run, force, select: None })
+            redo(journal, json, UndoOptions { dry_run, force, ..Default::default() })
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
@@ -567,12 +570,11 @@ fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, String> {
 fn undo(
     journal: Option<PathBuf>,
     json: bool,
-    dry_run: bool,
-    force: bool,
+    mut opts: UndoOptions,
     select: impl FnOnce(&Session) -> Result<Option<Selection>, String>,
 ) -> Result<u8, String> {
     let s = open_session(journal)?;
-    let opts = UndoOptions { dry_run, force, select: select(&s)? };
+    opts.select = select(&s)?;
     let pb = progress_bar(0, if opts.dry_run { "planning" } else { "undoing" });
     let report = undo::undo_session_with_progress(&s, &opts, &mut |done, total| {
         pb.set_length(total as u64);

@@ -119,8 +119,11 @@ impl Server {
     fn rewind(&self, Parameters(a): Parameters<RewindArgs>) -> Result<String, String> {
         let s = session_of(a.journal)?;
         let m = s.mark_named(&a.to).map_err(|e| e.to_string())?;
-        let opts =
-            UndoOptions { dry_run: a.dry_run.unwrap_or(true), force: false, select: Some(Selection::After(m.seq)) };
+        let opts = UndoOptions {
+            dry_run: a.dry_run.unwrap_or(true),
+            select: Some(Selection::After(m.seq)),
+            ..Default::default()
+        };
         let report = undo_session(&s, &opts).map_err(|e| e.to_string())?;
         Ok(report.to_json().to_string())
     }

@@ -22,6 +22,10 @@ pub struct UndoOptions {
     pub force: bool,
     /// Undo only part of the session.
     pub select: Option<Selection>,
+    /// Keep no journal of this undo (`undo --no-redo`): faster (an undo of 100,000 creations
+    /// renames each file into the undo's store instead of only removing it), and `redo` cannot
+    /// take it back.
+    pub no_redo: bool,
 }
 
 /// File (in the session directory) listing, one per line, the records earlier selective
@@ -185,7 +189,7 @@ pub fn undo_session_with_progress(
         only: only.as_ref(),
     };
     // A real undo journals itself (see super::redo), so that `redo` can take it back.
-    let log = match opts.dry_run {
+    let log = match opts.dry_run || opts.no_redo {
         true => None,
         false => {
             let (settings, _) = crate::config::Settings::from_env();
@@ -197,8 +201,8 @@ pub fn undo_session_with_progress(
     let ran = run_plan(&plan, progress);
     let undo_log = log.map(|l| l.finish());
     let mut report = ran.map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
-    if let Some((dir, written, lost)) = undo_log {
-        super::redo::close(&dir, written, &report.undone);
+    if let Some((dir, written, lost, absent)) = undo_log {
+        super::redo::close(&dir, written, &report.undone, &absent);
         if lost > 0 {
             report.notes.push(format!(
                 "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",

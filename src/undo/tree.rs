@@ -113,6 +113,9 @@ impl Dir {
         let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         match &self.sim {
             None => {
+                if let Some(done) = super::redo::remove_by_moving(&self.path, self.fd()?, name, st) {
+                    return done;
+                }
                 super::redo::before_remove(&self.path, self.fd()?, name, st);
                 rustix::fs::unlinkat(self.fd()?, name, if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() })
             }

@@ -359,20 +359,7 @@ fn paths_changed_after_the_seal_are_not_judged_by_the_seal() {
 /// Runs `aether-journal hook claude-code` with `input` on stdin (and `CLAUDE_ENV_FILE`), as
 /// Claude Code runs a command hook: it must exit 0 and print nothing unless asked.
 fn claude_hook(s: &Scratch, env_file: &Path, input: serde_json::Value) -> Output {
-    use std::io::Write as _;
-    let mut cmd = Command::new(&artifacts().cli);
-    cmd.args(["hook", "claude-code"]).current_dir(s.tree()).env("CLAUDE_ENV_FILE", env_file);
-    isolate(&mut cmd, &s.root);
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("hook");
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "a hook always exits 0: {}", String::from_utf8_lossy(&out.stderr));
-    out
+    hook_of(s, "claude-code", input, &[("CLAUDE_ENV_FILE", env_file.as_os_str())])
 }
 
 /// Five turns of a scripted Claude Code session driven through the real hook command with the
@@ -712,12 +699,14 @@ fn cargo_install_gives_a_cli_that_runs_and_undoes_with_nothing_else_installed() 
     assert_eq!(shims.len(), 1, "the shim was written out once");
 }
 
-/// Runs `aether-journal hook HARNESS` with `input` on stdin; it must exit 0.
-fn hook_of(s: &Scratch, harness: &str, input: serde_json::Value) -> Output {
+/// Runs `aether-journal hook HARNESS` with `input` on stdin, in the scratch tree, with `env`
+/// added to its environment, as a harness runs a command hook: it must always exit 0.
+fn hook_of(s: &Scratch, harness: &str, input: serde_json::Value, env: &[(&str, &OsStr)]) -> Output {
     use std::io::Write as _;
     let mut cmd = Command::new(&artifacts().cli);
     cmd.args(["hook", harness]).current_dir(s.tree());
     isolate(&mut cmd, &s.root);
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -751,7 +740,7 @@ fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks()
             let mut p = base(prompt);
             p["prompt"] = format!("turn {n}").into();
             p["turn_id"] = format!("t{n}").into();
-            assert!(hook_of(&s, harness, p).stdout.is_empty());
+            assert!(hook_of(&s, harness, p, &[]).stdout.is_empty());
             let mut t = base(tool);
             if harness == "codex" {
                 t["tool_name"] = "apply_patch".into();
@@ -763,7 +752,7 @@ fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks()
                 t["tool_name"] = "write_file".into();
                 t["tool_input"] = serde_json::json!({"file_path": "src/main.rs", "content": "x"});
             }
-            hook_of(&s, harness, t);
+            hook_of(&s, harness, t, &[]);
             // The harness applies the edit itself, where nothing sees it.
             std::fs::write(s.path("src/main.rs"), format!("fn main() {{ {n} }}\n")).unwrap();
             if harness == "codex" {
@@ -772,7 +761,7 @@ fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks()
             }
             let mut e = base(stop);
             e["turn_id"] = format!("t{n}").into();
-            hook_of(&s, harness, e);
+            hook_of(&s, harness, e, &[]);
         }
         let session = s.root.join(format!("state/aether-journal/{harness}-s-9"));
         let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
@@ -934,15 +923,8 @@ fn a_turn_whose_mark_a_hook_could_not_write_is_named_by_undo_to_it() {
     }
     let _mutable_again = Mutable(chattr);
     let input = serde_json::json!({"session_id": "x", "cwd": s.tree(), "hook_event_name": "UserPromptSubmit", "prompt": "p", "prompt_id": "p1"});
-    let mut cmd = Command::new(&artifacts().cli);
-    cmd.args(["hook", "claude-code"]).current_dir(s.tree()).env("AETHER_JOURNAL_DIR", &session);
-    isolate(&mut cmd, &s.root);
-    cmd.env("AETHER_JOURNAL_DIR", &session);
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    use std::io::Write as _;
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success() && out.stdout.is_empty());
+    let out = hook_of(&s, "claude-code", input, &[("AETHER_JOURNAL_DIR", session.as_os_str())]);
+    assert!(out.stdout.is_empty());
     let undo = s.cli(&["undo".as_ref(), "--to".as_ref(), "turn-1".as_ref(), "--journal".as_ref(), session.as_os_str()]);
     assert_eq!(undo.status.code(), Some(1));
     let err = String::from_utf8_lossy(&undo.stderr);

@@ -45,6 +45,24 @@ struct Cli {
     command: Command,
 }
 
+/// What `undo` and `redo` share: the session, the form of the report, and how careful to be.
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Session directory (default: the most recent session).
+    #[arg(long, value_name = "DIR")]
+    journal: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Say what would be done without changing anything.
+    #[arg(long)]
+    dry_run: bool,
+    /// Restore paths that changed since (the session ended, or the undo a redo takes back):
+    /// otherwise they are conflicts, left alone.
+    #[arg(long)]
+    force: bool,
+}
+
 /// When to colour output.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Color {
@@ -168,18 +186,8 @@ enum Command {
     },
     /// Rewind the session (or part of it): replay the journal backwards and report every step.
     Undo {
-        /// Session directory (default: the most recent session).
-        #[arg(long, value_name = "DIR")]
-        journal: Option<PathBuf>,
-        /// Print the report as one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Say what would be done without changing anything.
-        #[arg(long)]
-        dry_run: bool,
-        /// Restore paths that changed since the session ended (otherwise: conflicts).
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        report: ReportArgs,
         /// Keep no journal of this undo: faster, and `redo` cannot take it back.
         #[arg(long)]
         no_redo: bool,
@@ -199,18 +207,8 @@ enum Command {
     /// Take back the last undo of the session: every path it changed goes back to what it was
     /// just before it, with the same report and exit codes as an undo.
     Redo {
-        /// Session directory (default: the most recent session).
-        #[arg(long, value_name = "DIR")]
-        journal: Option<PathBuf>,
-        /// Print the report as one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Say what would be done without changing anything.
-        #[arg(long)]
-        dry_run: bool,
-        /// Restore paths that changed since the undo (otherwise: conflicts).
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        report: ReportArgs,
     },
     /// Accept the session: release its captured contents, keep its journal as an audit log.
     Keep {
@@ -329,7 +327,7 @@ fn main() -> ExitCode {
         Command::Review { journal, json, stat, color, no_pager, since, until, paths } => {
             review(journal, ReviewArgs { json, stat, color, no_pager, since, until, paths })
         }
-        Command::Undo { journal, json, dry_run, force, no_redo, last, to, pid, paths } => {
+        Command::Undo { report: ReportArgs { journal, json, dry_run, force }, no_redo, last, to, pid, paths } => {
             undo(journal, json, UndoOptions { dry_run, force, no_redo, select: None }, |s| {
                 Ok(match (last, to, pid, paths.is_empty()) {
                     (Some(n), ..) => Some(Selection::Last(n)),
@@ -340,7 +338,7 @@ fn main() -> ExitCode {
                 })
             })
         }
-        Command::Redo { journal, json, dry_run, force } => {
+        Command::Redo { report: ReportArgs { journal, json, dry_run, force } } => {
             redo(journal, json, UndoOptions { dry_run, force, ..Default::default() })
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),

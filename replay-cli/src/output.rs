@@ -575,14 +575,7 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     if r.dry_run {
         let _ = writeln!(out, "each step as the undo would report it, acting on the tree as it is now:");
     }
-    for o in &r.outcomes {
-        let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
-        let path = o.path.as_ref().map(escape).unwrap_or_default();
-        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), escape_text(&o.why));
-    }
-    for n in &r.notes {
-        let _ = writeln!(out, "note: {}", escape_text(n));
-    }
+    steps_text(&mut out, r);
     let m = r.summary();
     let _ = writeln!(
         out,
@@ -617,11 +610,8 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     out
 }
 
-/// The human form of a redo's report (an undo of the last undo's own journal).
-pub fn redo_text(s: &Session, r: &Report) -> String {
-    let mut out = String::new();
-    let what = if r.dry_run { "Dry run of a redo of" } else { "Redo of" };
-    let _ = writeln!(out, "{what} session {} ({}): taking back its last undo", s.header().id, s.dir().display());
+/// One line per step of a report, then its notes.
+fn steps_text(out: &mut String, r: &Report) {
     for o in &r.outcomes {
         let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
         let path = o.path.as_ref().map(escape).unwrap_or_default();
@@ -630,6 +620,14 @@ pub fn redo_text(s: &Session, r: &Report) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "note: {}", escape_text(n));
     }
+}
+
+/// The human form of a redo's report (an undo of the last undo's own journal).
+pub fn redo_text(s: &Session, r: &Report) -> String {
+    let mut out = String::new();
+    let what = if r.dry_run { "Dry run of a redo of" } else { "Redo of" };
+    let _ = writeln!(out, "{what} session {} ({}): taking back its last undo", s.header().id, s.dir().display());
+    steps_text(&mut out, r);
     let m = r.summary();
     let bad = m.skipped + m.failed + m.conflict;
     let verdict = match (r.complete, r.dry_run) {

@@ -102,6 +102,35 @@ fn outcome_of(s: &Scratch, report: &serde_json::Value, rel: &str) -> Vec<(String
         .collect()
 }
 
+/// The paths the user edits between turns in the scenario tests: a file the agent made in
+/// turn 4 (and its directory, whose entries the undo then cannot all put back), and one the
+/// agent never touched.
+const USERS_OWN: [&str; 3] = ["notes", "notes/notes.txt", "user.txt"];
+
+/// `undo --to MARK` (its dry run first, which must predict it), which leaves the user's own
+/// edit of a file the agent made alone: a conflict, exit 3. The tree must then be `want`,
+/// except for [`USERS_OWN`], which keep what they hold now.
+fn rewind_keeping_the_users_edits(
+    s: &Scratch,
+    session: &Path,
+    mark: &str,
+    want: &std::collections::BTreeMap<Vec<u8>, Entry>,
+) {
+    let (code, report) = s.undo_json_with(session, &["--to", mark]);
+    assert_eq!(code, 3, "a conflict makes the undo incomplete: {report}");
+    assert_eq!(
+        outcome_of(s, &report, "notes/notes.txt"),
+        [("conflict".to_string(), "changed_since_session".to_string())],
+        "{report}"
+    );
+    let mut want = want.clone();
+    let now = manifest(&s.tree());
+    for kept in USERS_OWN {
+        want.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
+    }
+    assert_same_tree(&want, &now);
+}
+
 fn git_fixture(s: &Scratch) {
     s.sh("mkdir -p src docs notes && printf 'alpha\\nbeta\\ngamma\\n' > src/main.txt && \
          for i in 1 2 3; do echo doc $i > docs/d$i.md; done && echo mine > user.txt && \
@@ -164,29 +193,11 @@ fn an_undo_to_a_mark_puts_back_the_tree_of_that_turn_and_leaves_the_user_s_own_e
     // Rewind to the start of turn 3: exact for the agent's paths; the user's edit of a file the
     // agent made in turn 4 is left alone and named, and the file the agent never touched keeps
     // the user's edit.
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
-    assert_eq!(code, 3, "a conflict makes the undo incomplete: {report}");
-    assert_eq!(
-        outcome_of(&s, &report, "notes/notes.txt"),
-        [("conflict".to_string(), "changed_since_session".to_string())]
-    );
-    let mut want = at_start[2].clone();
-    let now = manifest(&s.tree());
-    for kept in ["notes", "notes/notes.txt", "user.txt"] {
-        want.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
-    }
-    assert_same_tree(&want, &now);
+    rewind_keeping_the_users_edits(&s, &session, "turn-3", &at_start[2]);
     assert_eq!(std::fs::read_to_string(s.path("notes/notes.txt")).unwrap(), "first\nuser line\n");
 
     // Then to the start of turn 1: every turn's work is gone, the user's edits stay.
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
-    assert_eq!(code, 3, "{report}");
-    let mut want = at_start[0].clone();
-    let now = manifest(&s.tree());
-    for kept in ["notes", "notes/notes.txt", "user.txt"] {
-        want.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
-    }
-    assert_same_tree(&want, &now);
+    rewind_keeping_the_users_edits(&s, &session, "turn-1", &at_start[0]);
     assert_eq!(std::fs::read_to_string(s.path("user.txt")).unwrap(), "mine\nalso mine\n");
 }
 
@@ -449,32 +460,14 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
     assert!(listed(&s, &rv, "deleted").contains(&"src/new1.txt".to_string()), "{rv}");
 
     let before_undo = manifest(&s.tree());
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-3"]);
-    assert_eq!(code, 3, "{report}");
-    assert_eq!(
-        outcome_of(&s, &report, "notes/notes.txt"),
-        [("conflict".to_string(), "changed_since_session".to_string())]
-    );
-    let mut expect = at_start[2].clone();
-    let now = manifest(&s.tree());
-    for kept in ["notes", "notes/notes.txt", "user.txt"] {
-        expect.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
-    }
-    assert_same_tree(&expect, &now);
+    rewind_keeping_the_users_edits(&s, &session, "turn-3", &at_start[2]);
 
     // Take the rewind back: the tree as it was just before it.
     let (code, report) = redo_json(&s, &session);
     assert_complete(code, &report);
     assert_same_tree(&before_undo, &manifest(&s.tree()));
 
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
-    assert_eq!(code, 3, "{report}");
-    let mut expect = at_start[0].clone();
-    let now = manifest(&s.tree());
-    for kept in ["notes", "notes/notes.txt", "user.txt"] {
-        expect.insert(kept.as_bytes().to_vec(), now[kept.as_bytes()].clone());
-    }
-    assert_same_tree(&expect, &now);
+    rewind_keeping_the_users_edits(&s, &session, "turn-1", &at_start[0]);
     assert!(!s.root.join("state/aether-journal/hook-errors.log").exists(), "no hook failed");
 }
 

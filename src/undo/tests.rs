@@ -74,6 +74,21 @@ impl Fixture {
             op,
         });
     }
+    /// Undoes only the records `only`, unsealed, with nothing undone before.
+    fn undo_only(&self, only: &BTreeSet<u64>) -> Report {
+        let j = JournalContents { records: self.records.clone(), ..Default::default() };
+        let (opts, none) = (UndoOptions::default(), HashSet::new());
+        let plan = Plan {
+            journal: &j,
+            blobs_dir: &self.blobs,
+            opts: &opts,
+            seal: None,
+            already: &none,
+            undo_times: &Default::default(),
+            only: Some(only),
+        };
+        run_plan(&plan, &mut |_, _| {}).unwrap()
+    }
     fn undo(&self) -> Report {
         let j = JournalContents { records: self.records.clone(), ..Default::default() };
         undo_records(&j, &self.blobs, &UndoOptions::default()).unwrap()
@@ -291,20 +306,7 @@ fn a_rewrite_kept_by_an_earlier_copy_is_undone_only_with_that_copy() {
     fs::write(f.p("db"), b"first rewrite").unwrap();
     f.push(Op::Change { path: f.bp("db"), before: Before::Kept { by: 1 } }); // #2
     fs::write(f.p("db"), b"second rewrite").unwrap();
-    let j = JournalContents { records: f.records.clone(), ..Default::default() };
-    let opts = UndoOptions::default();
-    let only = BTreeSet::from([2]);
-    let none = HashSet::new();
-    let plan = Plan {
-        journal: &j,
-        blobs_dir: &f.blobs,
-        opts: &opts,
-        seal: None,
-        already: &none,
-        undo_times: &Default::default(),
-        only: Some(&only),
-    };
-    let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+    let r = f.undo_only(&BTreeSet::from([2]));
     assert!(!r.complete, "{r:?}");
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
     assert!(r.outcomes[0].why.contains("record 1"), "{r:?}");
@@ -714,20 +716,7 @@ fn a_rewrite_covered_by_its_creation_has_the_cause_covered_by_and_without_it_nee
         serde_json::to_value(&r.outcomes[0].cause).unwrap(),
         serde_json::json!({"code": "covered_by", "seq": 1})
     );
-    let j = JournalContents { records: f.records.clone(), ..Default::default() };
-    let only = std::collections::BTreeSet::from([2]);
-    let none = HashSet::new();
-    let opts = UndoOptions::default();
-    let plan = Plan {
-        journal: &j,
-        blobs_dir: &f.blobs,
-        opts: &opts,
-        seal: None,
-        already: &none,
-        undo_times: &Default::default(),
-        only: Some(&only),
-    };
-    let r = run_plan(&plan, &mut |_, _| {}).unwrap();
+    let r = f.undo_only(&std::collections::BTreeSet::from([2]));
     assert_eq!(
         serde_json::to_value(&r.outcomes[0].cause).unwrap(),
         serde_json::json!({"code": "needs_record", "seq": 1})

@@ -1213,3 +1213,56 @@ mod tests {
         assert_eq!(sessions_root_from(None, None), None);
     }
 }
+
+#[cfg(test)]
+mod format_doc {
+    //! `docs/FORMAT.md` is the normative description of the session directory: the constants
+    //! here must be the ones it states.
+    use super::*;
+
+    const DOC: &str = include_str!("../docs/FORMAT.md");
+
+    fn row(slot: &str) -> bool {
+        DOC.lines().any(|l| l.starts_with(&format!("| {slot} |")))
+    }
+
+    #[test]
+    fn the_counters_slots_are_the_ones_the_format_document_states() {
+        for (slot, what) in [
+            (SLOT_LAST_ID, "the last id"),
+            (SLOT_BYTES_KEPT, "bytes kept"),
+            (SLOT_LOST, "could not be written"),
+            (SLOT_NAMES_GEN, "names generation"),
+            (SLOT_MARKS, "marks made so far"),
+            (SLOT_LAST_MARK, "the seq of the newest mark"),
+            (SLOT_SUPERVISOR_PEAK_KIB, "peak resident memory"),
+            (SLOT_EXECS, "execs the shim journaled"),
+        ] {
+            assert!(
+                DOC.lines().any(|l| l.starts_with(&format!("| {slot} | ")) && l.contains(what)),
+                "FORMAT.md has no counters row `| {slot} | ...{what}...`"
+            );
+        }
+        assert!(row(&format!("{}, {}", SLOT_NOTIFIED, SLOT_PASSED)));
+        assert!(row(&format!("{}-{}", SLOT_BORN_NAMES, SLOT_BORN_NAMES + 4 * BORN_NAMES - 1)));
+        assert!(row(&format!("{}-{}", SLOT_PASSES, COUNTERS_LEN / 8 - 1)));
+        assert!(DOC.contains(&format!("{BORN_NAMES} names born unseen, 4 slots each")));
+        assert!(DOC.contains(&format!("the magic `{}`", std::str::from_utf8(COUNTERS_MAGIC).unwrap())));
+    }
+
+    #[test]
+    fn the_file_names_and_table_sizes_are_the_ones_the_format_document_states() {
+        for name in
+            [HEADER_FILE, JOURNAL_FILE, SEGMENTS_DIR, BLOBS_DIR, COUNTERS_FILE, CAPTURES_FILE, BORN_FILE, STATE_FILE]
+        {
+            assert!(DOC.contains(&format!("  {name} ")) || DOC.contains(&format!("  {name}/")), "{name}");
+        }
+        assert!(DOC.contains(&format!("segments/{}", crate::marks::MARKS_SEGMENT)));
+        assert!(DOC.contains(&format!("counters                 {COUNTERS_LEN} bytes")));
+        assert!(DOC.contains(&format!("captures                 {} MiB", CAPTURES_LEN >> 20)));
+        assert!(DOC.contains(&format!("born                     {} KiB", BORN_LEN >> 10)));
+        assert!(DOC.contains(&format!("holds {} slots of eight `u64`s", CAPTURES_LEN / 64)));
+        assert!(DOC.contains(&format!("`born` holds {} slots", BORN_LEN / 64)));
+        assert!(DOC.contains(&format!("\"format\": \"{SESSION_FORMAT}\", \"version\": {SESSION_VERSION}")));
+    }
+}

@@ -171,10 +171,9 @@ fn a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_i
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
-    if skip_unless_root("to mount a tmpfs") {
-        return;
-    }
+    require_root("to mount a tmpfs");
     let s = Scratch::new("a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy");
     s.sh("mkdir other");
     let mnt = s.path("other");
@@ -481,13 +480,12 @@ fn undoing_only_the_process_that_rewrote_a_file_the_session_created_is_reported_
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     // The session creates `f`; outside the session it is removed and a new `f` made on the
     // freed inode number. The session then truncates it: what it held must be kept. On a
     // private ext4, so that no other test takes the freed number first.
-    if skip_unless_root("to mount a private ext4") {
-        return;
-    }
+    require_root("to mount a private ext4");
     let s = Scratch::new("a_file_made_outside_the_session_under_a_born_files_name_is_still_captured");
     s.sh("mkdir fs");
     let mnt = s.path("fs");
@@ -633,14 +631,13 @@ print(int((time.monotonic() - t) * 1e6))
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again() {
     // Undo can only tell a file an exclusive open made from one that was there by its birth
     // time. ext4 with 128-byte inodes keeps none: after the process first sees that, its
     // exclusive creates look at the name again (`absent`); the one create in between (the
     // process had seen birth times elsewhere first) is still undone, as for `absent`.
-    if skip_unless_root("to mount a private ext4") {
-        return;
-    }
+    require_root("to mount a private ext4");
     let s = Scratch::new("on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again");
     s.sh("mkdir nobirth");
     let _guard = loop_ext4(&s.root.join("fs.img"), "8M", &["-I", "128"], "rw", &s.path("nobirth"));

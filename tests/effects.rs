@@ -340,10 +340,9 @@ fn a_signal_to_a_process_outside_the_session_is_irreversible_and_one_inside_is_n
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved() {
-    if skip_unless_root("to make a set-uid program") {
-        return;
-    }
+    require_root("to make a set-uid program");
     let s = Scratch::new("under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved");
     s.sh("cp /bin/true suid-true && chown 65534 suid-true && chmod 4755 suid-true");
     let session = s.session("session");
@@ -354,10 +353,9 @@ fn under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_uno
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn under_the_supervisor_a_setuid_program_is_watched_like_any_other() {
-    if skip_unless_root("to make a set-uid program") {
-        return;
-    }
+    require_root("to make a set-uid program");
     let s = Scratch::new("under_the_supervisor_a_setuid_program_is_watched_like_any_other");
     // touch, set-uid to nobody: it runs as nobody (loading no shim), in a directory nobody may
     // write.

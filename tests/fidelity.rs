@@ -32,10 +32,9 @@ fn rm_rf_of_a_deep_tree_with_every_mode_and_a_read_only_directory_is_rewound_exa
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only() {
-    if skip_unless_root("to switch to another user") {
-        return;
-    }
+    require_root("to switch to another user");
     let s = Scratch::new("an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only");
     s.sh("mkdir -p ../sessions t/ro/sub && echo 1 > t/ro/f && echo 2 > t/ro/sub/g && chmod 444 t/ro/f && chmod 555 t/ro/sub t/ro && chown -R 65534:65534 . ../sessions");
     let before = manifest(&s.tree());
@@ -83,10 +82,9 @@ fn chmod_recursive_is_rewound_exactly() {
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn chown_recursive_is_rewound_exactly() {
-    if skip_unless_root("to chown to other users") {
-        return;
-    }
+    require_root("to chown to other users");
     let s = Scratch::new("chown_recursive_is_rewound_exactly");
     s.sh("mkdir -p d/e && echo 1 > d/f && echo 2 > d/e/g && ln -s f d/l && chmod 2755 d/e && chmod 4755 d/f");
     roundtrip(&s, &["chown", "-hR", "65534:65534", "d"]);

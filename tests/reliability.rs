@@ -426,10 +426,9 @@ fn a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn undo_as_root_restores_owners_and_never_grants_more_than_before() {
-    if skip_unless_root("to own files as other users") {
-        return;
-    }
+    require_root("to own files as other users");
     let s = Scratch::new("undo_as_root_restores_owners_and_never_grants_more_than_before");
     s.sh("echo x > f && chown 65534:65534 f && chmod 640 f && echo y > g && chown 65534 g && chmod 4750 g");
     roundtrip(&s, &["sh", "-c", "chown 0:0 f g && chmod 6777 f && echo changed > g && chmod 777 g"]);
@@ -465,10 +464,9 @@ fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest() {
-    if skip_unless_root("to mount a small tmpfs") {
-        return;
-    }
+    require_root("to mount a small tmpfs");
     let s = Scratch::new("a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest");
     let mnt = s.root.join("small");
     std::fs::create_dir(&mnt).unwrap();
@@ -508,10 +506,9 @@ fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_hones
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete() {
-    if skip_unless_root("to loop-mount an ext4") {
-        return;
-    }
+    require_root("to loop-mount an ext4");
     if !std::path::Path::new("/sys/fs/ext4").exists() {
         eprintln!("SKIPPED: needs ext4's error trigger (/sys/fs/ext4)");
         return;

@@ -372,10 +372,9 @@ fn binding_a_unix_socket_is_journaled_and_the_socket_file_removed_on_undo() {
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn chattr_plus_a_is_journaled_and_undone() {
-    if skip_unless_root("to set the append-only attribute") {
-        return;
-    }
+    require_root("to set the append-only attribute");
     for watch in BOTH {
         let s = Scratch::new(&format!("chattr_plus_a_is_journaled_and_undone-{watch:?}"));
         s.sh("echo data > f");
@@ -507,10 +506,9 @@ fn io_uring_is_unobserved_under_the_record_policy_and_refused_under_the_strict_o
 }
 
 #[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn under_the_supervisor_a_set_uid_program_runs_without_its_privileges() {
-    if skip_unless_root("to make a set-uid program and switch to nobody") {
-        return;
-    }
+    require_root("to make a set-uid program and switch to nobody");
     // As any user but root, the filter needs no_new_privs, under which the kernel ignores
     // set-id bits: a set-uid-root touch run by nobody is nobody, and cannot write where only
     // root may. The same program under the shim alone runs as root.

@@ -274,9 +274,10 @@ fn run_supervised(
         );
     let store = aether_journal_supervisor::store::Store::open(s.dir(), settings, mark)
         .map_err(|e| format!("cannot open the session for the supervisor: {e}"))?;
+    let caught = catch_signals();
     let mut launched = launch(cmd, store, installer, 1).map_err(|e| format!("cannot start the supervisor: {e}"))?;
     if let Some(child) = launched.started() {
-        pass_signals_to(child);
+        pass_signals_to(caught, child);
     }
     let status = match launched.wait() {
         Ended::Status(st) => exit_code(std::process::ExitStatus::from_raw(st)),
@@ -342,6 +343,7 @@ fn run_plain(
         s.append(&s.starter_record(first, "run", Op::Unobserved { program: program.clone(), reason }))
             .map_err(|e| e.to_string())?;
     }
+    let caught = catch_signals();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -352,23 +354,33 @@ fn run_plain(
     let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
     let exec = Op::Exec { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) };
     let _ = s.append(&s.starter_record(first + 1, "run", exec));
-    pass_signals_to(child.id());
+    pass_signals_to(caught, child.id());
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
     Ok(Started::Ran(exit_code(status)))
 }
 
-/// From now on, passes the signals `run` is sent on to the command (`child`), so that a
-/// harness's `proc.send_signal(SIGTERM)` or `SIGINT` to `run`'s pid alone stops the command
-/// instead of killing `run` before it seals and leaving the command running. The terminal's
-/// own SIGINT, SIGQUIT and SIGHUP (sent by the kernel to the whole foreground process group)
-/// are not passed on: the command has its own. Called once the command has started (after the
-/// supervisor's fork: the thread it starts must not be in a forked child).
-fn pass_signals_to(child: u32) {
+/// The signals `run` passes on, caught from before the command starts (a signal sent the
+/// moment the command has started would otherwise kill `run` before it sealed): they wait
+/// in signal-hook's pipe until [`pass_signals_to`] forwards them. No thread is started here,
+/// so the supervisor's fork after this copies none.
+type Caught = signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>;
+
+fn catch_signals() -> Option<Caught> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-    use signal_hook::iterator::SignalsInfo;
-    use signal_hook::iterator::exfiltrator::WithOrigin;
+    Caught::new([SIGINT, SIGQUIT, SIGTERM, SIGHUP]).ok()
+}
+
+/// From now on, passes the signals `run` is sent (caught since [`catch_signals`]) on to the
+/// command (`child`), so that a harness's `proc.send_signal(SIGTERM)` or `SIGINT` to `run`'s
+/// pid alone stops the command instead of killing `run` before it seals and leaving the
+/// command running. The terminal's own SIGINT, SIGQUIT and SIGHUP (sent by the kernel to the
+/// whole foreground process group) are not passed on: the command has its own. Called once
+/// the command has started (after the supervisor's fork: the thread it starts must not be in
+/// a forked child).
+fn pass_signals_to(signals: Option<Caught>, child: u32) {
+    use signal_hook::consts::SIGTERM;
     use signal_hook::low_level::siginfo::Cause;
-    let Ok(mut signals) = SignalsInfo::<WithOrigin>::new([SIGINT, SIGQUIT, SIGTERM, SIGHUP]) else { return };
+    let Some(mut signals) = signals else { return };
     let Some(pid) = rustix::process::Pid::from_raw(child as i32) else { return };
     std::thread::spawn(move || {
         for o in signals.forever() {

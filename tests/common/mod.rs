@@ -460,15 +460,10 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// For a test that needs root: true (and a visible SKIPPED line naming what it needs) when it
-/// must be skipped. CI runs as root, so there nothing is skipped.
-#[allow(dead_code)]
-pub fn skip_unless_root(needs: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("SKIPPED: this test needs root ({needs})");
-    true
+/// Fails the test unless it runs as root: such tests are `#[ignore]`d, and CI runs them as
+/// root with `--include-ignored`; run without root, they fail rather than pass untested.
+pub fn require_root(needs: &str) {
+    assert!(is_root(), "this test needs root ({needs}): run it as root");
 }
 
 /// Unmounts a test's private file system when dropped.

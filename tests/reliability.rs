@@ -1216,3 +1216,32 @@ fn a_process_whose_session_was_replaced_by_another_does_not_journal_into_it() {
     let about_b = log["records"].as_array().unwrap().iter().any(|r| r.to_string().contains("tree/b"));
     assert!(!about_b, "the other session's journal holds nothing of it: {log}");
 }
+
+#[test]
+fn renames_racing_between_two_processes_are_never_undone_into_a_wrong_tree_that_claims_completeness() {
+    // A: `mv -T X D`, its rename held back by strace after the shim journaled it (mv tries a
+    // no-replace rename first, which looks bound to fail while D exists); B: `mv -T D X` in
+    // the window. The kernel runs B's first: X gets D's inode, then A's moves it to D. The
+    // records are in the other order. Undo must not move D's inode onto X and say complete.
+    let s = Scratch::new("renames_racing_between_two_processes");
+    s.sh("echo x > X && echo d > D");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let script = "strace -f -qq -o /dev/null -e trace=rename,renameat,renameat2 \
+                  -e inject=rename,renameat,renameat2:delay_enter=400000 mv -T X D & \
+                  sleep 0.1; mv -T D X; wait";
+    let out = s.run_libc(&session, &["sh", "-c", script]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!s.path("X").exists() && std::fs::read(s.path("D")).unwrap() == b"d\n", "the race ran as intended");
+    let (code, r) = s.undo_json(&session);
+    let exact = manifest(&s.tree()) == before;
+    assert!(exact || code == 3, "a wrong tree with a complete undo: {r}");
+    assert!(
+        r["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["outcome"] == "conflict" && o["cause"]["code"] == "replaced"),
+        "the move back was refused by identity: {r}"
+    );
+}

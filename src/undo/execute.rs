@@ -10,6 +10,7 @@ use super::*;
 
 /// Executes a plan.
 pub fn run_plan(plan: &Plan<'_>, progress: &mut dyn FnMut(usize, usize)) -> io::Result<Report> {
+    super::tree::start_undo();
     let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     // A dry run acts on an overlay; its made-up nodes start from a real status.
     let sim = match plan.opts.dry_run {
@@ -224,7 +225,7 @@ impl Executor<'_> {
                 let (outcome, why, cause) = if exchange {
                     self.undo_exchange(from, to, moved.as_ref())
                 } else {
-                    self.undo_move(from, to, *flags)
+                    self.undo_move(from, to, *flags, moved.as_ref())
                 };
                 let moved_back = outcome == Outcome::Restored;
                 if moved_back {

@@ -4,7 +4,7 @@ use super::fs::*;
 use super::*;
 
 impl Executor<'_> {
-    pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32) -> Done {
+    pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32, moved: Option<&crate::record::Ident>) -> Done {
         // What moves may be a directory.
         self.forget_parent();
         let (fdir, fname) = match self.parent_of(from) {
@@ -34,6 +34,21 @@ impl Executor<'_> {
             }
         }
         match tdir.lstat(tname) {
+            // Moved back by identity: another inode at the destination than the one the
+            // session moved there (a rename by another process in between, or anything made
+            // there since) is not moved onto the source's name, unless this undo put it there.
+            Ok(Some(st)) if moved.is_some_and(|m| *m != ident_of(&st)) && !super::tree::made_here(to.as_bytes()) => {
+                return done_because(
+                    Outcome::Conflict,
+                    Cause::Replaced,
+                    format!(
+                        "{} holds another file than the one the session moved there (inode {} now, {} in the record): it was not moved back",
+                        to.display_lossy(),
+                        st.st_ino,
+                        moved.map_or(0, |m| m.ino)
+                    ),
+                );
+            }
             Ok(Some(_)) => {}
             Ok(None) => {
                 return failed_because(

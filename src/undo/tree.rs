@@ -41,6 +41,27 @@ pub(super) enum Handle {
     Sim(Rc<Sim>, Vec<u8>),
 }
 
+thread_local! {
+    /// The paths the running undo (or dry run) has put a node at itself: a node there may be
+    /// another inode than the one a record names, by this undo's own doing (a copy recreated,
+    /// a directory made again). Cleared when an undo starts.
+    static MADE_HERE: RefCell<HashSet<Vec<u8>>> = RefCell::new(HashSet::new());
+}
+
+/// Forgets the paths an earlier undo made (see [`made_here`]).
+pub(super) fn start_undo() {
+    MADE_HERE.with(|m| m.borrow_mut().clear());
+}
+
+/// Whether the running undo has put a node at `path` itself.
+pub(super) fn made_here(path: &[u8]) -> bool {
+    MADE_HERE.with(|m| m.borrow().contains(path))
+}
+
+fn note_made(path: Vec<u8>) {
+    MADE_HERE.with(|m| m.borrow_mut().insert(path));
+}
+
 fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     crate::bpath::join(dir, name)
 }
@@ -153,6 +174,10 @@ impl Dir {
 
     /// Renames `name` here to `to_name` in `to` (`NOREPLACE`, `EXCHANGE` or none).
     pub(super) fn rename(&self, name: &[u8], to: &Dir, to_name: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        note_made(to.child(to_name));
+        if flags.contains(RenameFlags::EXCHANGE) {
+            note_made(self.child(name));
+        }
         match &self.sim {
             None => {
                 super::redo::before_rename(&self.path, self.fd()?, name, &to.path, to.fd()?, to_name, flags);
@@ -163,6 +188,7 @@ impl Dir {
     }
 
     pub(super) fn mkdir(&self, name: &[u8], mode: u32) -> Result<(), Errno> {
+        note_made(self.child(name));
         match &self.sim {
             None => {
                 super::redo::before_make(&self.path, name);
@@ -173,6 +199,7 @@ impl Dir {
     }
 
     pub(super) fn symlink(&self, target: &[u8], name: &[u8]) -> Result<(), Errno> {
+        note_made(self.child(name));
         match &self.sim {
             None => {
                 super::redo::before_make(&self.path, name);
@@ -183,6 +210,7 @@ impl Dir {
     }
 
     pub(super) fn mknod(&self, name: &[u8], ft: FileType, mode: u32, rdev: u64) -> Result<(), Errno> {
+        note_made(self.child(name));
         match &self.sim {
             None => {
                 super::redo::before_make(&self.path, name);
@@ -194,6 +222,7 @@ impl Dir {
 
     /// Creates a regular file at `name`, which must not exist.
     pub(super) fn create(&self, name: &[u8], mode: u32) -> Result<Handle, Errno> {
+        note_made(self.child(name));
         match &self.sim {
             None => {
                 let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;

@@ -77,13 +77,22 @@ pub fn before_rename<J: Journal, C: Caller>(
         journal.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
         return Pending::Nothing;
     }
+    let mut likely_to_fail = false;
     let to_before = match stat_target(journal, call, &to) {
         Err(p) => return p,
         Ok(None) => {
             names.only_if(leads(&fst));
             Before::Absent
         }
-        Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => return Pending::Nothing, // EEXIST
+        // EEXIST as things stand; but the destination may be gone by the time the call runs
+        // (another process renamed it away: `mv` tries RENAME_NOREPLACE first), and a
+        // no-replace rename that succeeds found it absent. Journaled, so that such a move is
+        // never missing from the journal; undo sees whether it took effect.
+        Ok(Some(_)) if flags & libc::RENAME_NOREPLACE != 0 => {
+            names.only_if(leads(&fst));
+            likely_to_fail = true;
+            Before::Absent
+        }
         // Two names of one inode: rename does nothing at all.
         Ok(Some(tst)) if ident_of(&tst) == ident_of(&fst) => return Pending::Nothing,
         Ok(Some(tst)) => {
@@ -99,6 +108,10 @@ pub fn before_rename<J: Journal, C: Caller>(
     }
     let seq =
         journal.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: to_before.clone() });
+    if likely_to_fail {
+        // When it does fail (EEXIST), a call_failed record says so (where results are seen).
+        return Pending::Recorded(seq);
+    }
     pending_of(caller, &to_before, seq)
 }
 

@@ -525,7 +525,9 @@ impl Executor<'_> {
                         w.older_self.get_or_insert(r.seq);
                     }
                 }
-                let parent = p.split_parent().map(|(d, _)| d);
+                // Only a change of an entry (made, removed, replaced, renamed) changes the
+                // directory's times: an entry's metadata (a utime, a chmod) does not.
+                let parent = p.split_parent().map(|(d, _)| d).filter(|_| !matches!(r.op, Op::Meta { .. }));
                 if let Some(w) = parent.and_then(|d| by_then.get(d)).and_then(|k| want.get_mut(k)) {
                     let matters = r.seq > w.seq || oldest.get(w.then.as_bytes()) == Some(&w.seq);
                     w.partial |= matters && !self.undoes(r.seq);

@@ -778,3 +778,31 @@ fn appenders_whose_captures_took_their_ids_out_of_order_are_undone_exactly() {
     assert_eq!(fs::read(f.p("log")).unwrap(), b"123456789");
     assert_eq!(code(&r, 1), "covered_by", "{:?}", r.outcomes);
 }
+
+#[test]
+fn a_directory_s_times_come_back_even_when_an_older_unselected_record_only_touched_an_entry_s_metadata() {
+    // Turn 1 set the times of d/x (a utime, which leaves d's own times alone); turn 2 made a
+    // file in d, after d's times were journaled. Undoing turn 2 alone puts d's times back:
+    // the utime is no change of d's entries. (Seen with git: a freshened object, and a new
+    // one in the same objects/ directory a few turns later.)
+    let mut f = Fixture::new();
+    fs::create_dir(f.p("d")).unwrap();
+    fs::write(f.p("d/x"), b"x").unwrap();
+    let st = rustix::fs::lstat(f.p("d/x")).unwrap();
+    f.push(Op::Meta { path: f.bp("d/x"), before: crate::capture::meta_before(&st, MetaKind::Times, None) }); // #1
+    let d = rustix::fs::lstat(f.p("d")).unwrap();
+    let mtime = [d.st_mtime, d.st_mtime_nsec as i64];
+    f.push(Op::DirTimes {
+        path: f.bp("d"),
+        ident: crate::capture::ident_of(&d),
+        atime: [d.st_atime, d.st_atime_nsec as i64],
+        mtime,
+    }); // #2
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(f.p("d/new"), b"n").unwrap();
+    f.push(Op::Change { path: f.bp("d/new"), before: Before::Absent }); // #3
+    let r = f.undo_only(&BTreeSet::from([2, 3]));
+    assert!(r.complete, "{:?}", r.outcomes);
+    let now = rustix::fs::lstat(f.p("d")).unwrap();
+    assert_eq!([now.st_mtime, now.st_mtime_nsec as i64], mtime, "{:?}", r.outcomes);
+}

@@ -923,3 +923,29 @@ fn a_turn_whose_mark_a_hook_could_not_write_is_named_by_undo_to_it() {
     let err = String::from_utf8_lossy(&undo.stderr);
     assert!(err.contains("no mark \"turn-1\"") && err.contains("hooks failed 1 time(s)"), "{err}");
 }
+
+/// A command asked for JSON answers an error with JSON too: a stable code beside the message.
+#[test]
+fn errors_of_json_commands_are_json_with_a_stable_code() {
+    let s = Scratch::new("json_errors");
+    let session = harness_session(&s);
+    let out = s.cli(&[
+        "undo".as_ref(),
+        "--json".as_ref(),
+        "--to".as_ref(),
+        "nope".as_ref(),
+        "--journal".as_ref(),
+        session.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["code"], "no_such_mark", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("no mark \"nope\""));
+    let missing = s.root.join("missing");
+    let out = s.cli(&["log".as_ref(), "--json".as_ref(), "--journal".as_ref(), missing.as_os_str()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["code"], "session_not_found", "{v}");
+    let out = s.cli(&["mark".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str(), "42".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["code"], "bad_mark_name", "{v}");
+}

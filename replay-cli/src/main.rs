@@ -10,6 +10,7 @@
 //! each such step, and exits 3.
 
 mod doctor;
+mod error;
 mod hook;
 mod init;
 mod mcp;
@@ -27,6 +28,7 @@ use aether_journal::session::{self, Session, SessionError};
 use aether_journal::undo::{self, UndoOptions};
 use aether_journal_recorder::marks::{MarkRequest, Marked};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use error::CliError;
 
 use aether_journal::exit_codes::{ERROR as EXIT_ERROR, INCOMPLETE as EXIT_INCOMPLETE, NOTHING_SELECTED};
 
@@ -309,16 +311,17 @@ fn main() -> ExitCode {
             x.to_string_lossy()
         );
     }
+    let wants_json = std::env::args_os().skip(1).take_while(|a| a != "--").any(|a| a == "--json");
     let result = match cli.command {
         Command::Run { journal, strict, no_supervise, command } => {
-            run::run(run::RunOptions { journal, strict, no_supervise }, command)
+            run::run(run::RunOptions { journal, strict, no_supervise }, command).map_err(CliError::from)
         }
         Command::Sessions { json } => sessions(json),
         Command::Log { journal, json, tree } => log(journal, json, tree),
         Command::Hook { harness } => Ok(hook::hook(harness)),
         Command::Init { harness, user: _, project, dry_run } => {
             let scope = if project { init::Scope::Project } else { init::Scope::User };
-            init::init(harness, scope, dry_run).map(|text| {
+            init::init(harness, scope, dry_run).map_err(CliError::from).map(|text| {
                 output::emit(&text);
                 0
             })
@@ -343,8 +346,8 @@ fn main() -> ExitCode {
         }
         Command::Keep { journal, forget, json } => keep(journal, forget, json),
         Command::Gc { older_than, max_size, dry_run, json } => gc(older_than, max_size, dry_run, json),
-        Command::Mcp => mcp::serve(),
-        Command::Doctor { json, dir } => doctor::doctor(dir, json).map(|(text, all)| {
+        Command::Mcp => mcp::serve().map_err(CliError::from),
+        Command::Doctor { json, dir } => doctor::doctor(dir, json).map_err(CliError::from).map(|(text, all)| {
             output::emit(&text);
             if all { 0 } else { EXIT_INCOMPLETE }
         }),
@@ -356,16 +359,22 @@ fn main() -> ExitCode {
         }
         Command::Man => {
             let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut out).map_err(|e| e.to_string()).map(|_| {
-                output::emit(&String::from_utf8_lossy(&out));
-                0
-            })
+            clap_mangen::Man::new(Cli::command()).render(&mut out).map_err(|e| CliError::Other(e.to_string())).map(
+                |_| {
+                    output::emit(&String::from_utf8_lossy(&out));
+                    0
+                },
+            )
         }
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "aether-journal: error: {e}");
+            // A program that asked for JSON gets the error as JSON too, with a stable code.
+            if wants_json {
+                output::emit(&format!("{}\n", e.to_json()));
+            }
             ExitCode::from(EXIT_ERROR)
         }
     }
@@ -401,7 +410,7 @@ fn canonical_arg(p: &Path) -> BPath {
 /// newest started in the current directory or above it.
 static LATEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
+pub fn open_session(journal: Option<PathBuf>) -> Result<Session, CliError> {
     let dir = match journal {
         Some(d) => d,
         None => {
@@ -413,8 +422,10 @@ pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
                 session::session_here(&root, &cwd)
             };
             let s = s.map_err(|e| match e {
-                SessionError::NoSessions(r) => format!("no sessions found under {}: pass --journal DIR", r.display()),
-                e => e.to_string(),
+                SessionError::NoSessions(r) => {
+                    CliError::Other(format!("no sessions found under {}: pass --journal DIR", r.display()))
+                }
+                e => CliError::Session(e),
             })?;
             session::check_ownership(s.dir())?;
             // Said, since it was chosen for the user.
@@ -428,13 +439,13 @@ pub fn open_session(journal: Option<PathBuf>) -> Result<Session, String> {
             return Ok(s);
         }
     };
-    let s = Session::open(&dir).map_err(|e| e.to_string())?;
+    let s = Session::open(&dir)?;
     session::check_ownership(s.dir())?;
     Ok(s)
 }
 
-fn sessions_root() -> Result<PathBuf, String> {
-    session::sessions_root().ok_or_else(|| "neither XDG_STATE_HOME nor HOME is set: pass --journal DIR".to_string())
+fn sessions_root() -> Result<PathBuf, CliError> {
+    session::sessions_root().ok_or_else(|| "neither XDG_STATE_HOME nor HOME is set: pass --journal DIR".into())
 }
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
@@ -450,7 +461,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
-fn sessions(json: bool) -> Result<u8, String> {
+fn sessions(json: bool) -> Result<u8, CliError> {
     let root = sessions_root()?;
     let list = session::list_sessions(&root);
     let infos: Vec<_> = list.iter().filter_map(|s| s.as_ref().ok()).map(Session::info).collect();
@@ -467,9 +478,9 @@ fn sessions(json: bool) -> Result<u8, String> {
     Ok(if list.iter().any(|s| s.is_err()) { EXIT_INCOMPLETE } else { 0 })
 }
 
-fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
+fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, CliError> {
     let s = open_session(journal)?;
-    let j = s.read_journal().map_err(|e| e.to_string())?;
+    let j = s.read_journal()?;
     let text = if json {
         output::log_json(&s, &j)
     } else if tree {
@@ -481,11 +492,11 @@ fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, String> {
     Ok(0)
 }
 
-fn mark(journal: Option<PathBuf>, req: MarkRequest, json: bool) -> Result<u8, String> {
+fn mark(journal: Option<PathBuf>, req: MarkRequest, json: bool) -> Result<u8, CliError> {
     // Inside a session, its own session is the one meant.
     let journal = journal.or_else(|| std::env::var_os(aether_journal::config::ENV_DIR).map(PathBuf::from));
     let s = open_session(journal)?;
-    let marked = aether_journal_recorder::marks::mark(&s, &req).map_err(|e| e.to_string())?;
+    let marked = aether_journal_recorder::marks::mark(&s, &req)?;
     let (m, new) = match &marked {
         Marked::New(m) => (m, true),
         Marked::Again(m) => (m, false),
@@ -503,16 +514,16 @@ fn mark(journal: Option<PathBuf>, req: MarkRequest, json: bool) -> Result<u8, St
 
 /// The record id of the mark `name`; when there is none and the session's hooks failed (a
 /// mark they could not write), the error says so.
-fn mark_seq(s: &Session, name: &str) -> Result<u64, String> {
+fn mark_seq(s: &Session, name: &str) -> Result<u64, CliError> {
     s.mark_named(name).map(|m| m.seq).map_err(|e| {
         let log = s.dir().join("hook-errors.log");
         match std::fs::read_to_string(&log) {
-            Ok(t) if !t.is_empty() => format!(
+            Ok(t) if !t.is_empty() => CliError::Other(format!(
                 "{e}; the session's hooks failed {} time(s), so a mark may be missing: see {}",
                 t.lines().count(),
                 log.display()
-            ),
-            _ => e.to_string(),
+            )),
+            _ => CliError::Session(e),
         }
     })
 }
@@ -528,19 +539,20 @@ struct ReviewArgs {
     paths: Vec<PathBuf>,
 }
 
-fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, String> {
+fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, CliError> {
     let ReviewArgs { json, stat, color, no_pager, since, until, paths } = a;
     let s = open_session(journal)?;
-    let j = s.read_journal().map_err(|e| e.to_string())?;
+    let j = s.read_journal()?;
     let seq_of =
-        |m: &Option<String>| -> Result<Option<u64>, String> { m.as_deref().map(|m| mark_seq(&s, m)).transpose() };
+        |m: &Option<String>| -> Result<Option<u64>, CliError> { m.as_deref().map(|m| mark_seq(&s, m)).transpose() };
     let span = aether_journal::review::Span { after: seq_of(&since)?.unwrap_or(0), until: seq_of(&until)? };
     if span.until.is_some_and(|u| u <= span.after) {
         return Err(format!(
             "--until {} is not after --since {}",
             until.unwrap_or_default(),
             since.unwrap_or_default()
-        ));
+        )
+        .into());
     }
     let limits: Vec<BPath> = paths.iter().map(|p| canonical_arg(p)).collect();
     let pb = progress_bar(j.records.len() as u64, "reviewing");
@@ -569,16 +581,15 @@ fn undo(
     journal: Option<PathBuf>,
     json: bool,
     mut opts: UndoOptions,
-    select: impl FnOnce(&Session) -> Result<Option<Selection>, String>,
-) -> Result<u8, String> {
+    select: impl FnOnce(&Session) -> Result<Option<Selection>, CliError>,
+) -> Result<u8, CliError> {
     let s = open_session(journal)?;
     opts.select = select(&s)?;
     let pb = progress_bar(0, if opts.dry_run { "planning" } else { "undoing" });
     let report = undo::undo_session_with_progress(&s, &opts, &mut |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     pb.finish_and_clear();
     let text =
         if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report, opts.select.is_some()) };
@@ -590,19 +601,19 @@ fn undo(
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
 }
 
-fn redo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, String> {
+fn redo(journal: Option<PathBuf>, json: bool, opts: UndoOptions) -> Result<u8, CliError> {
     let s = open_session(journal)?;
-    let report = undo::redo_session(&s, &opts).map_err(|e| e.to_string())?;
+    let report = undo::redo_session(&s, &opts)?;
     let text = if json { format!("{}\n", report.to_json()) } else { output::redo_text(&s, &report) };
     output::emit(&text);
     Ok(if report.complete { 0 } else { EXIT_INCOMPLETE })
 }
 
-fn keep(journal: Option<PathBuf>, forget: bool, json: bool) -> Result<u8, String> {
+fn keep(journal: Option<PathBuf>, forget: bool, json: bool) -> Result<u8, CliError> {
     let s = open_session(journal)?;
     let root = session::sessions_root();
     let id = s.header().id.clone();
-    let freed = s.keep(forget, root.as_deref()).map_err(|e| e.to_string())?;
+    let freed = s.keep(forget, root.as_deref())?;
     if json {
         output::emit(&format!("{}\n", serde_json::json!({"id": id, "forgotten": forget, "bytes_freed": freed})));
     } else if forget {
@@ -621,7 +632,7 @@ fn gc(
     max_size: Option<String>,
     dry_run: bool,
     json: bool,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     if older_than.is_none() && max_size.is_none() {
         return Err("say what to collect: --older-than AGE, --max-size SIZE, or both".into());
     }

@@ -70,7 +70,7 @@ pub struct Server {
 fn session_of(journal: Option<String>) -> Result<Session, String> {
     let dir =
         journal.map(PathBuf::from).or_else(|| std::env::var_os(aether_journal::config::ENV_DIR).map(PathBuf::from));
-    crate::open_session(dir)
+    crate::open_session(dir).map_err(|e| e.to_string())
 }
 
 #[tool_router]

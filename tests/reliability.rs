@@ -1245,3 +1245,73 @@ fn renames_racing_between_two_processes_are_never_undone_into_a_wrong_tree_that_
         "the move back was refused by identity: {r}"
     );
 }
+
+#[test]
+fn job_control_under_run_stops_and_continues_the_command_with_the_terminal_s_ctrl_z_and_fg() {
+    let s = Scratch::new("job_control_under_run");
+    let session = s.session("session");
+    let prog = s.root.join("jobs.py");
+    std::fs::write(
+        &prog,
+        "import os, time\n\
+         open('pid', 'w').write(str(os.getpid()))\n\
+         while not os.path.exists('go'): time.sleep(0.02)\n\
+         open('done', 'w').write('done')\n",
+    )
+    .unwrap();
+    let socket = format!("aj-jobs-{}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").arg("-L").arg(&socket).args(args).output().expect("tmux");
+    // An interactive shell: job control on, as in a user's terminal.
+    let started = tmux(&["new-session", "-d", "-x", "100", "-y", "30", "bash", "--norc", "--noprofile", "-i"]);
+    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    struct Kill<'a>(&'a dyn Fn(&[&str]) -> std::process::Output);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = (self.0)(&["kill-server"]);
+        }
+    }
+    let _kill = Kill(&tmux);
+    // One job: the shell that waits for run (bash would take a stopped command's 148 as the
+    // status of a list's first command and run the rest at once).
+    let line = format!(
+        "cd '{}' && env -u AETHER_JOURNAL_DIR -u AETHER_JOURNAL XDG_STATE_HOME='{}' sh -c \"'{}' run --journal '{}' -- {} '{}'; echo \\$? > '{}'\"",
+        s.tree().display(),
+        s.root.join("state").display(),
+        artifacts().cli.display(),
+        session.display(),
+        python(),
+        prog.display(),
+        s.root.join("rc").display()
+    );
+    let _ = tmux(&["send-keys", &line, "Enter"]);
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ok() {
+            if std::time::Instant::now() > deadline {
+                let pane = tmux(&["capture-pane", "-p"]);
+                panic!("{what} never happened; the pane:\n{}", String::from_utf8_lossy(&pane.stdout));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait("the program starting", &|| std::fs::read_to_string(s.path("pid")).is_ok_and(|p| !p.is_empty()));
+    let pid = std::fs::read_to_string(s.path("pid")).unwrap();
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| st.rsplit(')').next().and_then(|r| r.split_whitespace().next()).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let _ = tmux(&["send-keys", "C-z"]);
+    wait("the program stopping", &|| state() == "T");
+    std::fs::write(s.path("go"), b"").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!s.path("done").exists(), "a stopped program does not run on");
+    let _ = tmux(&["send-keys", "fg", "Enter"]);
+    wait("run ending", &|| s.root.join("rc").exists());
+    assert_eq!(std::fs::read_to_string(s.root.join("rc")).unwrap().trim(), "0", "the program ran on and ended well");
+    assert!(s.path("done").exists());
+    assert!(session.join("seal.json").exists(), "run sealed after the job came back");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+}

@@ -1315,3 +1315,38 @@ fn job_control_under_run_stops_and_continues_the_command_with_the_terminal_s_ctr
     let (code, r) = s.undo_json(&session);
     assert_complete(code, &r);
 }
+
+#[test]
+fn an_undo_killed_midway_is_finished_by_the_next_one_exactly() {
+    let s = Scratch::new("an_undo_killed_midway_is_finished_by_the_next_one_exactly");
+    s.sh("mkdir d && for i in $(seq 1 300); do echo $i > d/keep$i; done");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(
+        &session,
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 1 300); do echo new > d/keep$i; done; seq 1 20000 | sed 's|^|d/new|' | xargs touch",
+        ],
+    );
+    // Killed as soon as its own journal shows it has changed something.
+    let mut undo = Command::new(&artifacts().cli);
+    undo.args(["undo", "--journal"]).arg(&session).current_dir(s.tree()).stdout(std::process::Stdio::null());
+    isolate(&mut undo, &s.root);
+    let mut child = undo.spawn().unwrap();
+    let journal = session.join("undos/1/journal");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::metadata(&journal).map_or(0, |m| m.len()) < 20_000 {
+        assert!(std::time::Instant::now() < deadline, "the undo never got going");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    assert!(status.code().is_none(), "the undo was killed midway, not finished: {status:?}");
+    assert_ne!(manifest(&s.tree()), before, "it left the tree half undone");
+    let (code, r) = s.undo_json(&session);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_complete(code, &r);
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("interrupted")), "{r}");
+}

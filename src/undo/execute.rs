@@ -332,6 +332,9 @@ impl Executor<'_> {
             Ok(now) => now,
             Err(e) => return Some(format!("it cannot be examined ({e}); left alone")),
         };
+        if super::redo::resumed(path.as_bytes()) {
+            return None;
+        }
         let sealed = self.seal.and_then(|seal| {
             let newer = self.after_seal.get_or_init(|| {
                 let through = seal.through;
@@ -344,6 +347,9 @@ impl Executor<'_> {
             return sealed.difference(&now).map(|d| {
                 format!("changed since the session ended: {d}; left alone (use --force to restore it anyway)")
             });
+        }
+        if super::redo::resumed(path.as_bytes()) {
+            return None;
         }
         if let Some(d) = self.changed_after_turn(path, &now) {
             return Some(d);

@@ -114,6 +114,7 @@ pub fn undo_session_with_progress(
         }
     }
     let mut notes_live = None;
+    let mut report_notes_resumed = None;
     let journal = session.read_journal()?;
     let undone_at = read_undone(session);
     let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();
@@ -188,6 +189,15 @@ pub fn undo_session_with_progress(
         undo_times: &undo_times,
         only: only.as_ref(),
     };
+    // An undo killed midway is finished, not fought: what it changed is its work.
+    let (resumed, interrupted) = super::redo::interrupted_paths(session);
+    if !interrupted.is_empty() {
+        report_notes_resumed = Some(format!(
+            "an earlier undo of this session was interrupted ({}): the paths it had changed were taken as its work, and finished",
+            interrupted.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    super::redo::resume(resumed);
     // A real undo journals itself (see super::redo), so that `redo` can take it back.
     let log = match opts.dry_run || opts.no_redo {
         true => None,
@@ -199,8 +209,15 @@ pub fn undo_session_with_progress(
         }
     };
     let ran = run_plan(&plan, progress);
+    super::redo::resume(HashSet::new());
     let undo_log = log.map(|l| l.finish());
     let mut report = ran.map_err(|source| SessionError::Io { path: blobs.clone(), source })?;
+    if !opts.dry_run {
+        // Finished by this undo: closed, so that no later undo takes their paths as undo work.
+        for d in &interrupted {
+            let _ = crate::session::write_atomically(&d.join(super::redo::REVERSED_FILE), b"");
+        }
+    }
     if let Some((dir, written, lost, absent)) = undo_log {
         super::redo::close(&dir, written, &report.undone, &absent);
         if lost > 0 {
@@ -213,6 +230,7 @@ pub fn undo_session_with_progress(
     report.coverage = session.coverage();
     report.selected = only.as_ref().map(|o| o.len());
     report.notes.extend(notes_live);
+    report.notes.extend(report_notes_resumed);
     if let Some(crate::record::Record { seq, op: Op::Mark { name, held, .. }, .. }) = to_mark {
         for path in held {
             report.outcomes.push(StepReport {

@@ -5,9 +5,10 @@
 //! journal: it puts every path back as it was just before the undo, newest change first,
 //! with drift protection against the state the undo left (sealed when it ended).
 //!
-//! Records are written in batches (of [`BATCH`] bytes, and at the end): an undo of 100,000
-//! creations wrote one `write(2)` per record and took twice as long. An undo that is killed
-//! leaves a journal of what it did up to its last batch.
+//! Each record is written before the change it describes (one `write(2)`), so an undo that is
+//! killed leaves a journal of everything it did. The next undo of the session takes the paths
+//! that journal names as that undo's work, not as changes made since the session (see
+//! [`interrupted_paths`]): it finishes the job instead of reporting its own steps as conflicts.
 //!
 //! What this module cannot do: journal what the undo could not journal (a capture over the
 //! session's budgets is `irreversible` here as anywhere, and the redo says so), or redo an
@@ -37,8 +38,10 @@ pub const REDONE_FILE: &str = "redone";
 /// (a redo makes them not undone again).
 pub const REVERSED_FILE: &str = "reversed";
 
-/// How many bytes of records an undo's journal gathers before it writes them.
-pub const BATCH: usize = 256 << 10;
+/// How many bytes of records an undo's journal gathers before it writes them: none, so that a
+/// killed undo's journal names everything it changed (measured: batching saved 3% of an undo
+/// of 100,000 creations).
+pub const BATCH: usize = 1;
 
 /// The journal an undo in progress writes.
 pub(super) struct UndoLog {
@@ -154,10 +157,11 @@ impl UndoLog {
         pending.clear();
     }
 
-    fn record(&self, op: Op) {
+    fn record(&self, op: Op) -> u64 {
+        let seq = self.next_id();
         let rec = Record {
             v: RECORD_VERSION,
-            seq: self.next_id(),
+            seq,
             time: crate::session::now_rfc3339(),
             pid: std::process::id(),
             ppid: 0,
@@ -175,6 +179,7 @@ impl UndoLog {
         if full {
             self.flush();
         }
+        seq
     }
 
     fn capturer(&self) -> Capturer<'_> {
@@ -239,27 +244,31 @@ pub(super) fn remove_by_moving(
     }
     log.note_dir(path);
     let blob = crate::capture::blob_name(log.next_id());
+    // Journaled before the move (an undo killed right after it leaves its record), and taken
+    // back with a call_failed record if the move does not happen.
+    let node = crate::record::Node::File {
+        blob: blob.clone(),
+        size: st.st_size as u64,
+        hash: None,
+        how: crate::record::CaptureHow::Link,
+        twin: None,
+    };
+    let seq = log.record(Op::Change {
+        path: BPath::new(p.clone()),
+        before: Before::Contents(crate::capture::snapshot_meta(st, node)),
+    });
     let moved = crate::capture::in_shard(&Direct, log.blobs.as_fd(), &blob, || {
         rustix::fs::renameat_with(dir, name, log.blobs.as_fd(), blob.as_str(), RenameFlags::NOREPLACE)
     });
     match moved {
         Ok(()) => {
-            log.removed.borrow_mut().insert(p.clone());
-            let node = crate::record::Node::File {
-                blob,
-                size: st.st_size as u64,
-                hash: None,
-                how: crate::record::CaptureHow::Link,
-                twin: None,
-            };
-            log.record(Op::Change {
-                path: BPath::new(p),
-                before: Before::Contents(crate::capture::snapshot_meta(st, node)),
-            });
+            log.removed.borrow_mut().insert(p);
             Some(Ok(()))
         }
-        Err(rustix::io::Errno::XDEV) => None,
-        Err(e) => Some(Err(e)),
+        Err(e) => {
+            log.record(Op::CallFailed { of_seq: seq, errno: e.raw_os_error() });
+            if e == rustix::io::Errno::XDEV { None } else { Some(Err(e)) }
+        }
     }
 }
 
@@ -383,6 +392,47 @@ pub(super) fn close(dir: &Path, written: u64, reversed: &[u64], absent: &HashSet
         let seal = crate::seal::take_seal_of_paths(&journal, absent);
         let _ = seal.write(dir);
     }
+}
+
+thread_local! {
+    /// The paths the session's interrupted undos changed (see [`interrupted_paths`]), for the
+    /// undo running on this thread.
+    static RESUMED: RefCell<HashSet<Vec<u8>>> = RefCell::new(HashSet::new());
+}
+
+/// The paths named by the journals of the session's undos that never ended (killed: no
+/// `reversed` file), and those journals: the state such an undo left is its own work, which the
+/// next undo finishes.
+pub(super) fn interrupted_paths(session: &crate::session::Session) -> (HashSet<Vec<u8>>, Vec<PathBuf>) {
+    let root = session.dir().join(UNDOS_DIR);
+    let mut paths = HashSet::new();
+    let mut dirs = Vec::new();
+    for d in std::fs::read_dir(&root).into_iter().flatten().flatten().map(|e| e.path()) {
+        if d.join(REVERSED_FILE).exists() || d.join(REDONE_FILE).exists() {
+            continue;
+        }
+        let Ok(j) = crate::journal::read_with_segments(&d.join(crate::session::JOURNAL_FILE), &d.join("none")) else {
+            continue;
+        };
+        for r in &j.records {
+            paths.extend(crate::select::record_paths(r).into_iter().map(|p| p.as_bytes().to_vec()));
+            if let Op::DirTimes { path, .. } = &r.op {
+                paths.insert(path.as_bytes().to_vec());
+            }
+        }
+        dirs.push(d);
+    }
+    (paths, dirs)
+}
+
+/// Makes `paths` the interrupted undos' work for the undo that runs next on this thread.
+pub(super) fn resume(paths: HashSet<Vec<u8>>) {
+    RESUMED.with(|r| *r.borrow_mut() = paths);
+}
+
+/// Whether an interrupted undo changed `path` (its state is that undo's work).
+pub(super) fn resumed(path: &[u8]) -> bool {
+    RESUMED.with(|r| r.borrow().contains(path))
 }
 
 /// The newest undo of `session` no redo has taken back yet.

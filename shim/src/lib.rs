@@ -103,8 +103,8 @@ static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_c
 /// thread is inside the shim already.
 ///
 /// # Safety
-/// `args` points to a [`ShimMarkArgs`] whose ranges are readable for the call (null `label`
-/// or `key`: none).
+/// `args` points to a [`ShimMarkArgs`] whose ranges are readable for the call (a null
+/// `label`, `key` or `held`: none).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn aether_journal_append_mark(args: *const ShimMarkArgs) -> u64 {
     // Checked against the type the caller uses.

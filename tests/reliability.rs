@@ -1029,6 +1029,46 @@ fn sigint_to_the_whole_process_group_stops_the_command_and_run_still_seals() {
     }
 }
 
+/// A tmux server of one test's own (its socket named after the test's process), killed when
+/// the test ends.
+struct Tmux(String);
+
+impl Tmux {
+    fn new(tag: &str) -> Tmux {
+        Tmux(format!("aj-{tag}-{}", std::process::id()))
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux").arg("-L").arg(&self.0).args(args).output().expect("tmux")
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// A shell's prefix that moves to the scratch tree and leaves any enclosing session behind.
+fn in_tree(s: &Scratch) -> String {
+    format!(
+        "cd '{}' && env -u AETHER_JOURNAL_DIR -u AETHER_JOURNAL XDG_STATE_HOME='{}'",
+        s.tree().display(),
+        s.root.join("state").display()
+    )
+}
+
+/// `run --journal SESSION -- python3 PROG`, quoted for a shell.
+fn run_python(session: &std::path::Path, prog: &std::path::Path) -> String {
+    format!(
+        "'{}' run --journal '{}' -- {} '{}'",
+        artifacts().cli.display(),
+        session.display(),
+        python(),
+        prog.display()
+    )
+}
+
 #[test]
 fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_ctrl_c() {
     let s = Scratch::new("an_interactive_program_under_run_in_tmux");
@@ -1048,18 +1088,14 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
          time.sleep(60)\n",
     )
     .unwrap();
-    let socket = format!("aj-test-{}", std::process::id());
-    let tmux = |args: &[&str]| Command::new("tmux").arg("-L").arg(&socket).args(args).output().expect("tmux");
+    let server = Tmux::new("ctrl-c");
+    let tmux = |args: &[&str]| server.run(args);
+    // The pane's shell outlives the Ctrl-C with a trap (a handler, not an ignored signal, which
+    // run's command would inherit).
     let script = format!(
-        // The pane's shell outlives the Ctrl-C with a trap (a handler, not an ignored signal,
-        // which run's command would inherit).
-        "trap : INT; cd '{}' && env -u AETHER_JOURNAL_DIR -u AETHER_JOURNAL XDG_STATE_HOME='{}' '{}' run --journal '{}' -- {} '{}'; echo $? > '{}'",
-        s.tree().display(),
-        s.root.join("state").display(),
-        artifacts().cli.display(),
-        session.display(),
-        python(),
-        prog.display(),
+        "trap : INT; {} {}; echo $? > '{}'",
+        in_tree(&s),
+        run_python(&session, &prog),
         s.root.join("rc").display()
     );
     let started = tmux(&["new-session", "-d", "-x", "100", "-y", "30", "sh", "-c", &script]);
@@ -1069,7 +1105,6 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
         while !p.exists() {
             if std::time::Instant::now() > deadline {
                 let pane = tmux(&["capture-pane", "-p"]);
-                let _ = tmux(&["kill-server"]);
                 panic!("{} never appeared; the pane:\n{}", p.display(), String::from_utf8_lossy(&pane.stdout));
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -1081,7 +1116,6 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
     // The terminal's Ctrl-C: the kernel signals the whole foreground group.
     let _ = tmux(&["send-keys", "C-c"]);
     wait_for(s.root.join("rc"));
-    let _ = tmux(&["kill-server"]);
     assert_eq!(std::fs::read_to_string(s.path("size")).unwrap(), "100x30", "the terminal's size");
     assert_eq!(std::fs::read(s.path("key")).unwrap(), b"x", "raw mode: one key, unbuffered");
     let rc = std::fs::read_to_string(s.root.join("rc")).unwrap();
@@ -1259,28 +1293,17 @@ fn job_control_under_run_stops_and_continues_the_command_with_the_terminal_s_ctr
          open('done', 'w').write('done')\n",
     )
     .unwrap();
-    let socket = format!("aj-jobs-{}", std::process::id());
-    let tmux = |args: &[&str]| Command::new("tmux").arg("-L").arg(&socket).args(args).output().expect("tmux");
+    let server = Tmux::new("jobs");
+    let tmux = |args: &[&str]| server.run(args);
     // An interactive shell: job control on, as in a user's terminal.
     let started = tmux(&["new-session", "-d", "-x", "100", "-y", "30", "bash", "--norc", "--noprofile", "-i"]);
     assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
-    struct Kill<'a>(&'a dyn Fn(&[&str]) -> std::process::Output);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = (self.0)(&["kill-server"]);
-        }
-    }
-    let _kill = Kill(&tmux);
     // One job: the shell that waits for run (bash would take a stopped command's 148 as the
     // status of a list's first command and run the rest at once).
     let line = format!(
-        "cd '{}' && env -u AETHER_JOURNAL_DIR -u AETHER_JOURNAL XDG_STATE_HOME='{}' sh -c \"'{}' run --journal '{}' -- {} '{}'; echo \\$? > '{}'\"",
-        s.tree().display(),
-        s.root.join("state").display(),
-        artifacts().cli.display(),
-        session.display(),
-        python(),
-        prog.display(),
+        "{} sh -c \"{}; echo \\$? > '{}'\"",
+        in_tree(&s),
+        run_python(&session, &prog),
         s.root.join("rc").display()
     );
     let _ = tmux(&["send-keys", &line, "Enter"]);

@@ -102,6 +102,14 @@ fn outcome_of(s: &Scratch, report: &serde_json::Value, rel: &str) -> Vec<(String
         .collect()
 }
 
+/// `undo --to MARK` (its dry run first, which must predict it) must be complete and leave the
+/// tree exactly `want`.
+fn assert_rewound_exactly(s: &Scratch, session: &Path, mark: &str, want: &std::collections::BTreeMap<Vec<u8>, Entry>) {
+    let (code, report) = s.undo_json_with(session, &["--to", mark]);
+    assert_same_tree(want, &manifest(&s.tree()));
+    assert_complete(code, &report);
+}
+
 /// The paths the user edits between turns in the scenario tests: a file the agent made in
 /// turn 4 (and its directory, whose entries the undo then cannot all put back), and one the
 /// agent never touched.
@@ -211,9 +219,7 @@ fn a_file_the_session_made_before_a_mark_is_captured_again_when_a_later_turn_rew
     let at_mark = manifest(&s.tree());
     mark(&s, &session, &[]);
     agent(&s, &session, "printf 'rewritten\\n' > made.txt && echo y > d/f && chmod 600 d/f && touch -d 2001-01-01 d/f");
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
-    assert_same_tree(&at_mark, &manifest(&s.tree()));
-    assert_complete(code, &report);
+    assert_rewound_exactly(&s, &session, "turn-1", &at_mark);
 }
 
 /// A mark made by a process of the session (a harness hook, when the harness itself runs
@@ -344,9 +350,7 @@ fn a_process_alive_across_a_mark_journals_again_what_it_knew_was_journaled_befor
     std::fs::write(&go, b"").unwrap();
     assert!(child.wait().unwrap().success());
     assert_ne!(manifest(&s.tree()), at_mark, "the process changed the file after the mark");
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
-    assert_same_tree(&at_mark, &manifest(&s.tree()));
-    assert_complete(code, &report);
+    assert_rewound_exactly(&s, &session, "turn-1", &at_mark);
 }
 
 /// A session that `run` sealed and that processes joined afterwards (a harness's shell tool,
@@ -362,9 +366,7 @@ fn paths_changed_after_the_seal_are_not_judged_by_the_seal() {
     let at_mark = manifest(&s.tree());
     mark(&s, &session, &[]);
     agent(&s, &session, "echo three > a && echo c > c");
-    let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
-    assert_same_tree(&at_mark, &manifest(&s.tree()));
-    assert_complete(code, &report);
+    assert_rewound_exactly(&s, &session, "turn-2", &at_mark);
 }
 
 /// Runs `aether-journal hook claude-code` with `input` on stdin (and `CLAUDE_ENV_FILE`), as
@@ -757,12 +759,8 @@ fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks()
             hook_of(&s, harness, e, &[]);
         }
         let session = s.root.join(format!("state/aether-journal/{harness}-s-9"));
-        let (code, report) = s.undo_json_with(&session, &["--to", "turn-2"]);
-        assert_complete(code, &report);
-        assert_same_tree(&at_start[1], &manifest(&s.tree()));
-        let (code, report) = s.undo_json_with(&session, &["--to", "turn-1"]);
-        assert_complete(code, &report);
-        assert_same_tree(&at_start[0], &manifest(&s.tree()));
+        assert_rewound_exactly(&s, &session, "turn-2", &at_start[1]);
+        assert_rewound_exactly(&s, &session, "turn-1", &at_start[0]);
     }
 }
 

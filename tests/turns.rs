@@ -37,13 +37,18 @@ fn harness_session(s: &Scratch) -> std::path::PathBuf {
     dir
 }
 
-/// `aether-journal mark --json` of `session` from outside it (a harness's hook): the mark's JSON.
-fn mark(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
-    let mut all: Vec<&OsStr> = vec!["mark".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+/// `aether-journal SUBCOMMAND --json --journal SESSION ARGS...`, which must succeed: its JSON.
+fn cli_json(s: &Scratch, subcommand: &str, session: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<&OsStr> = vec![subcommand.as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
     all.extend(args.iter().map(OsStr::new));
     let out = s.cli(&all);
-    assert!(out.status.success(), "mark failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("mark --json")
+    assert!(out.status.success(), "{subcommand} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{subcommand} --json: {e}"))
+}
+
+/// `aether-journal mark --json` of `session` from outside it (a harness's hook): the mark's JSON.
+fn mark(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
+    cli_json(s, "mark", session, args)
 }
 
 /// `redo --json`, preceded by `redo --dry-run --json`, which must predict it.
@@ -65,11 +70,7 @@ fn redo_json(s: &Scratch, session: &Path) -> (i32, serde_json::Value) {
 }
 
 fn review_json(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
-    let mut all: Vec<&OsStr> = vec!["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
-    all.extend(args.iter().map(OsStr::new));
-    let out = s.cli(&all);
-    assert!(out.status.success(), "review failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("review --json")
+    cli_json(s, "review", session, args)
 }
 
 /// The paths (relative to the tree, outside `.git`) a review lists in `section`, sorted.

@@ -37,6 +37,28 @@ fn harness_session(s: &Scratch) -> std::path::PathBuf {
     dir
 }
 
+/// Starts `python3` in the tree under the shim, joined to `session`: it runs `before`, then
+/// waits until the test makes the returned `go` file, then runs `after` (the lines of both
+/// may use `os`). Returns once `before` has run: a process of the session that lives across
+/// whatever the test does meanwhile (a mark).
+fn python_paused(s: &Scratch, session: &Path, before: &str, after: &str) -> (std::process::Child, std::path::PathBuf) {
+    let (go, ready) = (s.root.join("go"), s.root.join("ready"));
+    let py = format!(
+        "import os,time\n{before}\nopen('{}','w').close()\nwhile not os.path.exists('{}'): time.sleep(0.01)\n{after}\n",
+        ready.display(),
+        go.display()
+    );
+    let mut cmd = Command::new(python());
+    cmd.arg("-c").arg(&py).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session);
+    let child = cmd.spawn().expect("python");
+    while !ready.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (child, go)
+}
+
 /// `aether-journal SUBCOMMAND --json --journal SESSION ARGS...`, which must succeed: its JSON.
 fn cli_json(s: &Scratch, subcommand: &str, session: &Path, args: &[&str]) -> serde_json::Value {
     let mut all: Vec<&OsStr> = vec![subcommand.as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
@@ -263,22 +285,12 @@ fn a_mark_made_from_inside_a_supervised_session_goes_through_the_shim_and_is_exa
 fn a_file_held_open_for_writing_across_a_mark_is_named_by_the_undo_to_it() {
     let s = Scratch::new("held_across_mark");
     let session = s.session("session");
-    let go = s.root.join("go");
-    let ready = s.root.join("ready");
-    let py = format!(
-        "import os,time\nf=open('log.txt','w')\nf.write('one\\n'); f.flush()\nopen('{}','w').close()\n\
-         while not os.path.exists('{}'): time.sleep(0.01)\nf.write('two\\n'); f.close()\n",
-        ready.display(),
-        go.display()
+    let (mut child, go) = python_paused(
+        &s,
+        &session,
+        "f=open('log.txt','w')\nf.write('one\\n'); f.flush()",
+        "f.write('two\\n'); f.close()",
     );
-    let mut cmd = Command::new(python());
-    cmd.arg("-c").arg(&py).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session);
-    let mut child = cmd.spawn().expect("python");
-    while !ready.exists() {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
     let m = mark(&s, &session, &[]);
     std::fs::write(&go, b"").unwrap();
     assert!(child.wait().unwrap().success());
@@ -331,21 +343,12 @@ fn a_mark_s_name_is_unique_its_key_makes_a_retry_the_same_mark_and_an_unknown_on
 fn a_process_alive_across_a_mark_journals_again_what_it_knew_was_journaled_before_it() {
     let s = Scratch::new("alive_across_mark");
     let session = harness_session(&s);
-    let (go, ready) = (s.root.join("go"), s.root.join("ready"));
-    let py = format!(
-        "import os,time\nfd=os.open('made.txt', os.O_CREAT|os.O_RDONLY, 0o644)\nopen('{}','w').close()\n\
-         while not os.path.exists('{}'): time.sleep(0.01)\nos.fchmod(fd, 0o600)\nos.close(fd)\n",
-        ready.display(),
-        go.display()
+    let (mut child, go) = python_paused(
+        &s,
+        &session,
+        "fd=os.open('made.txt', os.O_CREAT|os.O_RDONLY, 0o644)",
+        "os.fchmod(fd, 0o600)\nos.close(fd)",
     );
-    let mut cmd = Command::new(python());
-    cmd.arg("-c").arg(&py).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session);
-    let mut child = cmd.spawn().expect("python");
-    while !ready.exists() {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
     let at_mark = manifest(&s.tree());
     mark(&s, &session, &[]);
     std::fs::write(&go, b"").unwrap();

@@ -297,17 +297,17 @@ impl Capturer<'_> {
                     snap.xattrs =
                         open_dir_nofollow_at(parent, name).ok().map(|fd| list_xattrs_fd(&fd).unwrap_or_default());
                 }
-                Before::Contents(snap)
+                Before::contents(snap)
             }
             FileType::Symlink => match rustix::fs::readlinkat(parent, name, Vec::new()) {
-                Ok(t) => Before::Contents(snapshot_meta(st, Node::Symlink { target: BPath::new(t.into_bytes()) })),
+                Ok(t) => Before::contents(snapshot_meta(st, Node::Symlink { target: BPath::new(t.into_bytes()) })),
                 Err(e) => failed("read the symlink", io::Error::from(e)),
             },
             FileType::RegularFile => self.capture_file(parent, name, st, intent),
             other => {
                 let kind = special_kind(other).unwrap_or(SpecialKind::Char);
                 if intent == Intent::Destroy {
-                    Before::Contents(snapshot_meta(st, Node::Special { kind, rdev: st.st_rdev }))
+                    Before::contents(snapshot_meta(st, Node::Special { kind, rdev: st.st_rdev }))
                 } else {
                     Before::Irreversible { reason: Reason::SpecialFile { kind } }
                 }
@@ -318,7 +318,7 @@ impl Capturer<'_> {
     fn capture_file(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
         let size = st.st_size.max(0) as u64;
         if intent == Intent::Append {
-            return Before::Contents(snapshot_meta(st, Node::Prefix { len: size }));
+            return Before::contents(snapshot_meta(st, Node::Prefix { len: size }));
         }
         if size > self.budget.max_file {
             return Before::Irreversible { reason: Reason::OverFileBudget { size, limit: self.budget.max_file } };
@@ -360,7 +360,7 @@ impl Capturer<'_> {
                 sync_shard(self.blobs, &blob);
             }
             let node = Node::File { blob, size, hash: None, how: CaptureHow::Link, twin: None };
-            return Before::Contents(snapshot_meta(&linked, node));
+            return Before::contents(snapshot_meta(&linked, node));
         }
         match self.copy_into_store(parent, name, &blob) {
             Ok((how, hash, copied, fresh, xattrs)) => {
@@ -374,7 +374,7 @@ impl Capturer<'_> {
                 let mut snap = snapshot_meta(&fresh, node);
                 snap.xattrs = Some(xattrs);
                 snap.links = extra_links(&fresh);
-                Before::Contents(snap)
+                Before::contents(snap)
             }
             // It vanished between the stat and the capture (another process removed it): it
             // is absent now, which is what the call will find too.
@@ -423,7 +423,7 @@ impl Capturer<'_> {
             sync_shard(self.blobs, &blob);
         }
         let node = Node::File { blob, size, hash: None, how: CaptureHow::Link, twin: None };
-        Some(Before::Contents(snapshot_meta(&linked, node)))
+        Some(Before::contents(snapshot_meta(&linked, node)))
     }
 
     /// A capture that refers to an earlier copy of exactly this state of the file (same
@@ -447,7 +447,7 @@ impl Capturer<'_> {
         let node = Node::File { blob, size: key.size, hash: None, how: CaptureHow::Copy, twin: None };
         let mut snap = snapshot_meta(&now, node);
         snap.xattrs = Some(xattrs);
-        Some(Before::Contents(snap))
+        Some(Before::contents(snap))
     }
 
     /// Keeps a file that is about to be truncated by moving its inode into the store: the
@@ -542,7 +542,7 @@ impl Capturer<'_> {
             }
         }
         let node = Node::File { blob, size, hash: None, how: CaptureHow::Link, twin };
-        Some(Before::Contents(snapshot_meta(&linked, node)))
+        Some(Before::contents(snapshot_meta(&linked, node)))
     }
 
     #[allow(clippy::type_complexity)]

@@ -153,7 +153,7 @@ pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
 /// Appends `t` as RFC 3339 in UTC with nanoseconds: the bytes `humantime::format_rfc3339_nanos`
 /// writes (tested), without going through `core::fmt` (which cost a record about 500
 /// instructions). Times humantime would not write as a plain four-digit year are left to it.
-fn push_rfc3339_nanos(out: &mut Vec<u8>, t: std::time::SystemTime) {
+pub(crate) fn push_rfc3339_nanos(out: &mut Vec<u8>, t: std::time::SystemTime) {
     const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
     let since = match t.duration_since(std::time::UNIX_EPOCH) {
         Ok(d) if d.as_secs() <= LAST => d,
@@ -422,7 +422,7 @@ impl JournalContents {
 pub fn parse_journal(data: &[u8]) -> JournalContents {
     let mut out = JournalContents::default();
     parse_main_into(data, &mut out);
-    out.records.sort_by_key(|r| r.seq);
+    out.records.sort_unstable_by(crate::record::Record::journal_order);
     out
 }
 
@@ -548,7 +548,7 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
         out.torn_in_segments.extend(part.torn_in_segments);
         out.bytes += part.bytes;
     }
-    out.records.sort_by_key(|r| r.seq);
+    out.records.sort_unstable_by(crate::record::Record::journal_order);
     Ok(out)
 }
 
@@ -599,10 +599,10 @@ mod tests {
         Record {
             v: RECORD_VERSION,
             seq,
-            time: "2026-11-29T00:00:00.000000000Z".into(),
+            time: crate::record::Stamp::parse("2026-11-29T00:00:00.000000000Z").unwrap(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/sh"),
+            prog: BPath::from("/bin/sh").into(),
             call: "open".into(),
             op: Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
         }
@@ -627,7 +627,7 @@ mod tests {
     fn a_record_encoded_from_its_fields_is_byte_for_byte_the_owned_records_line() {
         use crate::record::{Before, MetaBefore, MetaKind, Op};
         let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_796_000_000, 7);
-        let when = humantime::format_rfc3339_nanos(t).to_string();
+        let when = crate::record::Stamp::of(t);
         let meta = Op::Meta {
             path: BPath::from("/w/d\"q\\é"),
             before: MetaBefore {
@@ -641,7 +641,8 @@ mod tests {
                 symlink: false,
                 xattr: None,
                 flags: None,
-            },
+            }
+            .into(),
         };
         let ops = [
             Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
@@ -655,8 +656,8 @@ mod tests {
                 [("/usr/bin/tar", "openat"), ("/x/\u{1}odd \"prog\"", "we\"ird call"), ("/bin/sh", "__open_2")]
             {
                 let mut r = rec(i as u64 + 1);
-                r.time = when.clone();
-                r.prog = BPath::from(prog);
+                r.time = when;
+                r.prog = BPath::from(prog).into();
                 r.call = call.into();
                 r.op = op.clone();
                 r.pid = u32::MAX;
@@ -669,7 +670,7 @@ mod tests {
         let nonutf8 = BPath::new(b"/p/\xff\xfe".to_vec());
         let mut r = rec(9);
         r.time = when;
-        r.prog = nonutf8.clone();
+        r.prog = nonutf8.clone().into();
         assert_eq!(fields_of(&r, t, &prog_json(&nonutf8)), encode_line(&r), "a non-UTF-8 program name");
     }
 

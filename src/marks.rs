@@ -71,7 +71,7 @@ pub fn marks_of(journal: &JournalContents) -> Vec<Mark> {
                 name: name.clone(),
                 label: label.clone(),
                 key: key.clone(),
-                time: r.time.clone(),
+                time: r.time.to_string(),
                 pid: r.pid,
                 held: held.clone(),
             }),
@@ -119,7 +119,7 @@ impl Session {
         };
         let mut contents = JournalContents::default();
         parse_segment_into(MARKS_SEGMENT, &data, &mut contents);
-        contents.records.sort_by_key(|r| r.seq);
+        contents.records.sort_unstable_by(crate::record::Record::journal_order);
         Ok(marks_of(&contents))
     }
 

@@ -587,7 +587,7 @@ pub fn review_span(
     let mut meta_first: BTreeMap<BPath, (&Record, crate::record::MetaBefore)> = BTreeMap::new();
     for r in &journal.records {
         if let Op::Meta { path, before } = &r.op {
-            meta_first.entry(path.clone()).or_insert((r, before.clone()));
+            meta_first.entry(path.clone()).or_insert((r, (**before).clone()));
         }
     }
     for (path, (_, m)) in meta_first {
@@ -649,7 +649,7 @@ pub fn review_span(
             pid: r.pid,
             ppid: r.ppid,
             execs: Vec::new(),
-            prog: r.prog.clone(),
+            prog: (*r.prog).clone(),
             changes: 0,
         });
         match &r.op {
@@ -682,14 +682,14 @@ pub fn review_span(
                     .into(),
                 ),
                 pid: r.pid,
-                prog: r.prog.clone(),
+                prog: (*r.prog).clone(),
             }),
             Op::Send { peer } => rv.network.push(NetworkEffect {
                 kind: "send".into(),
                 endpoint: peer.to_string(),
                 result: None,
                 pid: r.pid,
-                prog: r.prog.clone(),
+                prog: (*r.prog).clone(),
             }),
             _ => {}
         }

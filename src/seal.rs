@@ -475,10 +475,10 @@ pub enum Expectation {
 /// For every path the journal names, the expectation the newest record touching it implies
 /// (the weaker check for unsealed sessions), in one pass over the records. A path whose newest
 /// record an earlier undo reversed (`undone`) is `Unknown`: that undo may have made it anew.
-pub fn expectations(
-    journal: &JournalContents,
+pub fn expectations<'a>(
+    journal: &'a JournalContents,
     undone: &std::collections::HashSet<u64>,
-) -> std::collections::HashMap<BPath, Expectation> {
+) -> std::collections::HashMap<&'a BPath, Expectation> {
     let ident_of_before = |b: &Before| match b {
         Before::Contents(s) => Some(s.ident),
         _ => None,
@@ -488,21 +488,19 @@ pub fn expectations(
     for r in journal.records.iter().rev() {
         if undone.contains(&r.seq) {
             for p in crate::select::record_paths(r) {
-                out.entry(p.clone()).or_insert(Expectation::Unknown);
+                out.entry(p).or_insert(Expectation::Unknown);
             }
             continue;
         }
         match &r.op {
             Op::Change { path, before } => {
-                out.entry(path.clone()).or_insert_with(|| match ident_of_before(before) {
+                out.entry(path).or_insert_with(|| match ident_of_before(before) {
                     // Written in place (same inode), removed, or the call failed (same inode);
                     // or, for a file moved aside, the empty twin left in its place.
                     Some(id) => {
                         let mut idents = vec![id];
-                        if let Before::Contents(crate::record::Snapshot {
-                            node: Node::File { twin: Some(t), .. },
-                            ..
-                        }) = before
+                        if let Before::Contents(snap) = before
+                            && let Node::File { twin: Some(t), .. } = &snap.node
                         {
                             idents.push(*t);
                         }
@@ -512,22 +510,22 @@ pub fn expectations(
                 });
             }
             Op::Meta { path, before } => {
-                out.entry(path.clone())
+                out.entry(path)
                     .or_insert_with(|| Expectation::Allowed { idents: vec![before.ident], may_be_absent: false });
             }
             Op::Rename { from, to, moved, flags, to_before } => {
                 if rustix::fs::RenameFlags::from_bits_retain(*flags).contains(rustix::fs::RenameFlags::EXCHANGE) {
-                    out.entry(to.clone()).or_insert(Expectation::Unknown);
-                    out.entry(from.clone()).or_insert(Expectation::Unknown);
+                    out.entry(to).or_insert(Expectation::Unknown);
+                    out.entry(from).or_insert(Expectation::Unknown);
                     continue;
                 }
                 let moved: Vec<Ident> = moved.iter().copied().collect();
-                out.entry(to.clone()).or_insert_with(|| {
+                out.entry(to).or_insert_with(|| {
                     let mut idents = moved.clone();
                     idents.extend(ident_of_before(to_before));
                     Expectation::Allowed { idents, may_be_absent: ident_of_before(to_before).is_none() }
                 });
-                out.entry(from.clone()).or_insert(Expectation::Allowed { idents: moved, may_be_absent: true });
+                out.entry(from).or_insert(Expectation::Allowed { idents: moved, may_be_absent: true });
             }
             _ => {}
         }

@@ -178,17 +178,17 @@ mod tests {
         Record {
             v: RECORD_VERSION,
             seq,
-            time: String::new(),
+            time: Default::default(),
             pid,
             ppid,
-            prog: BPath::from("/p"),
+            prog: BPath::from("/p").into(),
             call: call.into(),
             op,
         }
     }
 
     fn dir_snap() -> Before {
-        Before::Contents(Snapshot {
+        Before::contents(Snapshot {
             node: Node::Dir,
             mode: 0o755,
             uid: 0,

@@ -690,10 +690,10 @@ impl Session {
         crate::record::Record {
             v: crate::record::RECORD_VERSION,
             seq,
-            time: now_rfc3339(),
+            time: crate::record::Stamp::now(),
             pid: std::process::id(),
             ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
-            prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
+            prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default().into(),
             call: call.into(),
             op,
         }

@@ -585,15 +585,27 @@ fn undo(
 ) -> Result<u8, CliError> {
     let s = open_session(journal)?;
     opts.select = select(&s)?;
-    let pb = progress_bar(0, if opts.dry_run { "planning" } else { "undoing" });
-    let report = undo::undo_session_with_progress(&s, &opts, &mut |done, total| {
-        pb.set_length(total as u64);
-        pb.set_position(done as u64);
-    })?;
+    // Steps are printed as they end (a million of them kept for the end took most of the
+    // undo's memory), so a bar is drawn only when they do not go to the same terminal.
+    let pb = match std::io::stdout().is_terminal() {
+        true => indicatif::ProgressBar::hidden(),
+        false => progress_bar(0, if opts.dry_run { "planning" } else { "undoing" }),
+    };
+    let mut out = output::Stdout::new();
+    let mut printer = output::ReportPrinter::new(&s, json, opts.dry_run, opts.select.is_some());
+    let report = undo::undo_session_streaming(
+        &s,
+        &opts,
+        &mut |done, total| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        },
+        &mut |step| printer.step(&mut out, &step),
+    );
     pb.finish_and_clear();
-    let text =
-        if json { format!("{}\n", report.to_json()) } else { output::report_text(&s, &report, opts.select.is_some()) };
-    output::emit(&text);
+    let report = report?;
+    printer.finish(&mut out, &report);
+    out.finish();
     // Nothing to undo, and nothing left as it should not be.
     if report.selected == Some(0) && report.complete {
         return Ok(NOTHING_SELECTED);

@@ -11,7 +11,7 @@ use aether_journal::journal::JournalContents;
 use aether_journal::record::{Before, CaptureHow, ConnectResult, MetaBefore, MetaKind, Node, Op, Record, XattrBefore};
 use aether_journal::review::{ProcessRun, Review};
 use aether_journal::session::{Collected, Session, SessionInfo};
-use aether_journal::undo::Report;
+use aether_journal::undo::{JsonStream, Report, StepReport};
 
 /// Writes `text` to stdout.
 ///
@@ -20,14 +20,7 @@ use aether_journal::undo::Report;
 /// report cut short must not pass for a whole one.
 pub fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "aether-journal: error: cannot write the output: {e}");
-            std::process::exit(i32::from(aether_journal::exit_codes::ERROR));
-        }
-    }
+    written(out.write_all(text.as_bytes()).and_then(|_| out.flush()));
 }
 
 /// Whether `c` must not reach a terminal as it is: controls (C0, DEL, C1: escape sequences,
@@ -187,7 +180,8 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
     let _ = writeln!(out, "{}", session_line(s));
     for r in &j.records {
         let what = describe_record(r);
-        let time = r.time.get(11..19).unwrap_or(&r.time);
+        let time = r.time.to_string();
+        let time = time.get(11..19).unwrap_or(&time);
         let _ = writeln!(out, "#{:<5} {time} {:>7} {:<10} {:<10} {what}", r.seq, r.pid, prog_name(r), r.call);
     }
     for p in &j.problems {
@@ -556,26 +550,131 @@ pub fn review_json(s: &Session, rv: &Review) -> String {
     format!("{v}\n")
 }
 
-/// The human form of an undo report.
-pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
-    let mut out = String::new();
-    let h = s.header();
-    if r.already_undone {
-        let _ = writeln!(out, "session {} was already undone; nothing was changed.", h.id);
-        return out;
+/// Standard output, buffered, written as a long text is made (the report of a million steps
+/// as one string was a tenth of the undo's memory); failures as for [`emit`].
+pub struct Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>);
+
+impl Stdout {
+    /// Standard output, locked.
+    pub fn new() -> Self {
+        Stdout(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()))
     }
-    let verb = match (r.dry_run, selective) {
+
+    /// Flushes what is buffered.
+    pub fn finish(mut self) {
+        let flushed = self.0.flush();
+        written(flushed);
+    }
+}
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.0.write(buf);
+        if let Err(e) = &n {
+            written(Err(std::io::Error::new(e.kind(), e.to_string())));
+        }
+        n
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl std::fmt::Write for Stdout {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let done = std::io::Write::write_all(&mut self.0, s.as_bytes());
+        written(done);
+        Ok(())
+    }
+}
+
+/// What [`emit`] does with the result of a write.
+fn written(result: std::io::Result<()>) {
+    match result {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "aether-journal: error: cannot write the output: {e}");
+            std::process::exit(i32::from(aether_journal::exit_codes::ERROR));
+        }
+    }
+}
+
+/// Prints an undo's report while the undo runs (see
+/// [`aether_journal::undo::undo_session_streaming`]): each step that ended exactly as it ends,
+/// then the others, the notes and the verdict.
+pub struct ReportPrinter<'a> {
+    session: &'a Session,
+    selective: bool,
+    dry_run: bool,
+    json: Option<JsonStream>,
+    started: bool,
+}
+
+impl<'a> ReportPrinter<'a> {
+    /// A printer of the undo of `session` (as JSON when `json`).
+    pub fn new(session: &'a Session, json: bool, dry_run: bool, selective: bool) -> Self {
+        ReportPrinter { session, selective, dry_run, json: json.then(JsonStream::default), started: false }
+    }
+
+    /// Prints one step.
+    pub fn step(&mut self, out: &mut Stdout, o: &StepReport) {
+        match &mut self.json {
+            // A failure to write has ended the program already (see `Stdout`).
+            Some(json) => drop(json.step(out, o)),
+            None => {
+                if !self.started {
+                    report_header(out, self.session, self.dry_run, self.selective);
+                    self.started = true;
+                }
+                step_line(out, o);
+            }
+        }
+    }
+
+    /// Prints the rest of `r`.
+    pub fn finish(self, out: &mut Stdout, r: &Report) {
+        match self.json {
+            Some(json) => {
+                let _ = json.finish(out, r);
+                let _ = std::fmt::Write::write_str(out, "\n");
+            }
+            None if r.already_undone => {
+                let id = &self.session.header().id;
+                let _ = std::fmt::Write::write_fmt(
+                    out,
+                    format_args!("session {id} was already undone; nothing was changed.\n"),
+                );
+            }
+            None => {
+                if !self.started {
+                    report_header(out, self.session, self.dry_run, self.selective);
+                }
+                report_rest(out, r);
+            }
+        }
+    }
+}
+
+/// What an undo report starts with.
+fn report_header(out: &mut impl std::fmt::Write, s: &Session, dry_run: bool, selective: bool) {
+    let verb = match (dry_run, selective) {
         (true, true) => "Dry run of a selective undo of",
         (true, false) => "Dry run of undo for",
         (false, true) => "Selective undo of",
         (false, false) => "Undo of",
     };
-    let _ = writeln!(out, "{verb} session {} ({})", h.id, s.dir().display());
-    let _ = writeln!(out, "coverage: {}", r.coverage.describe());
-    if r.dry_run {
+    let _ = writeln!(out, "{verb} session {} ({})", s.header().id, s.dir().display());
+    let _ = writeln!(out, "coverage: {}", s.coverage().describe());
+    if dry_run {
         let _ = writeln!(out, "each step as the undo would report it, acting on the tree as it is now:");
     }
-    steps_text(&mut out, r);
+}
+
+/// The steps `r` kept, its notes, summary and verdict.
+fn report_rest(out: &mut impl std::fmt::Write, r: &Report) {
+    steps_text(out, r);
     let m = r.summary();
     let _ = writeln!(
         out,
@@ -587,7 +686,7 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
     }
     if r.selected == Some(0) {
         let _ = writeln!(out, "The selection matched no record of this session: nothing was changed.");
-        return out;
+        return;
     }
     if r.complete {
         let _ = writeln!(
@@ -607,15 +706,19 @@ pub fn report_text(s: &Session, r: &Report, selective: bool) -> String {
             if r.dry_run { "would" } else { "could" }
         );
     }
-    out
+}
+
+/// The line of one step.
+fn step_line(out: &mut impl std::fmt::Write, o: &StepReport) {
+    let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
+    let path = o.path.as_ref().map(escape).unwrap_or_default();
+    let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), escape_text(&o.why));
 }
 
 /// One line per step of a report, then its notes.
-fn steps_text(out: &mut String, r: &Report) {
+fn steps_text(out: &mut impl std::fmt::Write, r: &Report) {
     for o in &r.outcomes {
-        let seq = o.seq.map(|s| format!("#{s}")).unwrap_or_else(|| "-".into());
-        let path = o.path.as_ref().map(escape).unwrap_or_default();
-        let _ = writeln!(out, "  {:<9} {seq:<6} {path}  ({})", o.outcome.name(), escape_text(&o.why));
+        step_line(out, o);
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {}", escape_text(n));

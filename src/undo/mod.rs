@@ -49,9 +49,11 @@ mod tree;
 
 pub use execute::run_plan;
 pub use fs::open_dir_nofollow;
-pub use plan::{Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_with_progress};
+pub use plan::{
+    Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_streaming, undo_session_with_progress,
+};
 pub use redo::{REDONE_FILE, REVERSED_FILE, UNDOS_DIR, redo_session};
-pub use report::{Cause, Outcome, Report, StepReport, Summary};
+pub use report::{Cause, JsonStream, Outcome, Report, StepReport, Summary};
 
 use meta::Deferred;
 use prior::PriorFacts;
@@ -84,8 +86,9 @@ struct Executor<'a> {
     /// was in ended (the time of the first mark after it), if one did (built on first use,
     /// for a session with marks).
     turn_ends: std::cell::OnceCell<std::collections::HashMap<BPath, TurnEnd>>,
-    /// The drift verdict for every path checked so far (`Some(why)`: changed since).
-    drift: std::cell::RefCell<std::collections::HashMap<BPath, Option<String>>>,
+    /// The drift verdict for every path checked so far (`Some(why)`: changed since), keyed by
+    /// the journal's own copy of the path.
+    drift: std::cell::RefCell<std::collections::HashMap<&'a BPath, Option<String>>>,
     /// Directory metadata, applied after every entry has been put back: a read-only or
     /// freshly timestamped directory must not be changed again by the restores inside it.
     deferred: std::cell::RefCell<Vec<Deferred>>,
@@ -99,7 +102,7 @@ struct Executor<'a> {
     interrupted: HashSet<u64>,
     /// What the newest record of each path implies it is now, for an unsealed session (built
     /// on first use).
-    expected: std::cell::OnceCell<std::collections::HashMap<BPath, Expectation>>,
+    expected: std::cell::OnceCell<std::collections::HashMap<&'a BPath, Expectation>>,
     /// The paths of the records newer than the seal (built on first use; see [`Seal::through`]).
     after_seal: std::cell::OnceCell<HashSet<BPath>>,
     /// The directory the last step's path was in, open (see [`Executor::parent_of`]).
@@ -122,12 +125,6 @@ struct TurnEnd {
 /// Nanoseconds since the epoch now.
 pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
-/// A record's RFC 3339 time in nanoseconds since the epoch.
-pub(crate) fn time_ns(rfc3339: &str) -> Option<i64> {
-    let t = humantime::parse_rfc3339(rfc3339).ok()?;
-    t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_nanos() as i64)
 }
 
 /// Result of one restore action: outcome, explanation, and its cause.

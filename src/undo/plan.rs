@@ -101,6 +101,29 @@ pub fn undo_session_with_progress(
     opts: &UndoOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Report, SessionError> {
+    undo_inner(session, opts, progress, None)
+}
+
+/// [`undo_session_with_progress`], handing every step that ends exactly (restored, removed,
+/// recreated or unchanged) to `step` as it ends instead of keeping it in the report, whose
+/// `outcomes` then hold only the others (and `streamed` counts these): the memory of an undo
+/// of a million steps is then not a million report lines. The report's verdicts
+/// (`complete`, `files_exact`, the summary) are the same as without it.
+pub fn undo_session_streaming(
+    session: &Session,
+    opts: &UndoOptions,
+    progress: &mut dyn FnMut(usize, usize),
+    step: &mut dyn FnMut(StepReport),
+) -> Result<Report, SessionError> {
+    undo_inner(session, opts, progress, Some(step))
+}
+
+fn undo_inner(
+    session: &Session,
+    opts: &UndoOptions,
+    progress: &mut dyn FnMut(usize, usize),
+    step: Option<&mut dyn FnMut(StepReport)>,
+) -> Result<Report, SessionError> {
     let undone_before = session.state() == State::Undone;
     match session.state() {
         State::Undone | State::Active => {}
@@ -208,7 +231,7 @@ pub fn undo_session_with_progress(
             Some(log.start())
         }
     };
-    let ran = run_plan(&plan, progress);
+    let ran = super::execute::run_plan_streaming(&plan, progress, step);
     super::redo::resume(HashSet::new());
     let undo_log = log.map(|l| l.finish());
     let mut report = ran.map_err(|source| SessionError::Io { path: blobs.clone(), source })?;

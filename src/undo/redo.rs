@@ -62,7 +62,7 @@ pub(super) struct UndoLog {
     /// Records that could not be written.
     lost: Cell<u64>,
     written: Cell<u64>,
-    prog: BPath,
+    prog: std::sync::Arc<BPath>,
 }
 
 impl Counters for UndoLog {
@@ -110,7 +110,7 @@ impl UndoLog {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let prog = std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default();
+        let prog = std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default().into();
         Ok(UndoLog {
             dir,
             writer,
@@ -162,7 +162,7 @@ impl UndoLog {
         let rec = Record {
             v: RECORD_VERSION,
             seq,
-            time: crate::session::now_rfc3339(),
+            time: crate::record::Stamp::now(),
             pid: std::process::id(),
             ppid: 0,
             prog: self.prog.clone(),
@@ -255,7 +255,7 @@ pub(super) fn remove_by_moving(
     };
     let seq = log.record(Op::Change {
         path: BPath::new(p.clone()),
-        before: Before::Contents(crate::capture::snapshot_meta(st, node)),
+        before: Before::contents(crate::capture::snapshot_meta(st, node)),
     });
     let moved = crate::capture::in_shard(&Direct, log.blobs.as_fd(), &blob, || {
         rustix::fs::renameat_with(dir, name, log.blobs.as_fd(), blob.as_str(), RenameFlags::NOREPLACE)
@@ -372,7 +372,7 @@ pub(super) fn before_meta(path: &[u8], node: BorrowedFd<'_>, what: MetaKind, xat
             .ok()
             .and_then(|fd| crate::capture::inode_flags(fd.as_fd()).ok());
         }
-        log.record(Op::Meta { path: BPath::new(path.to_vec()), before });
+        log.record(Op::Meta { path: BPath::new(path.to_vec()), before: before.into() });
     });
 }
 

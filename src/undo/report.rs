@@ -223,8 +223,13 @@ pub struct Report {
     pub dry_run: bool,
     /// The session had already been undone; nothing was done.
     pub already_undone: bool,
-    /// One line per step, newest first, then damaged records.
+    /// One line per step, newest first, then damaged records; for an undo that streamed its
+    /// steps ([`crate::undo::undo_session_streaming`]), only those that did not end exactly
+    /// (the others went to the caller as they ended, and are counted in `streamed`).
     pub outcomes: Vec<StepReport>,
+    /// The steps handed to the caller as they ended instead of kept in `outcomes` (each ended
+    /// exactly: restored, removed, recreated or unchanged).
+    pub streamed: Summary,
     /// Things worth knowing that are not steps (a torn tail).
     pub notes: Vec<String>,
     /// Whether drift was checked against a seal (false: the weaker check, or none with force).
@@ -247,52 +252,206 @@ impl Report {
 
     /// Counts of each outcome.
     pub fn summary(&self) -> Summary {
-        let mut s = Summary { total: self.outcomes.len(), ..Default::default() };
+        let mut s = self.streamed.clone();
         for o in &self.outcomes {
-            *match o.outcome {
-                Outcome::Restored => &mut s.restored,
-                Outcome::Removed => &mut s.removed,
-                Outcome::Recreated => &mut s.recreated,
-                Outcome::Unchanged => &mut s.unchanged,
-                Outcome::Skipped => &mut s.skipped,
-                Outcome::Failed => &mut s.failed,
-                Outcome::Conflict => &mut s.conflict,
-            } += 1;
+            s.count(o.outcome);
         }
         s
     }
 
+    /// Moves every step from `outcomes[from..]` that ended exactly to `sink`, counting it in
+    /// `streamed`; the others stay, in order (later passes may still change them).
+    pub(crate) fn stream_from(&mut self, from: usize, sink: &mut dyn FnMut(StepReport)) {
+        if self.outcomes[from..].iter().all(|o| !o.outcome.is_success()) {
+            return;
+        }
+        for o in self.outcomes.split_off(from) {
+            if o.outcome.is_success() {
+                self.streamed.count(o.outcome);
+                sink(o);
+            } else {
+                self.outcomes.push(o);
+            }
+        }
+    }
+
     /// The report as the JSON object `undo --json` prints (a documented contract).
     pub fn to_json(&self) -> serde_json::Value {
-        let outcomes: Vec<serde_json::Value> = self
-            .outcomes
-            .iter()
-            .map(|o| {
-                let mut v = serde_json::json!({
-                    "seq": o.seq,
-                    "outcome": o.outcome.name(),
-                    "path": o.path.as_ref().map(|p| p.display_lossy()),
-                    "why": o.why,
-                    "cause": o.cause,
-                });
-                if let Some(b64) = o.path.as_ref().and_then(|p| p.b64_if_not_utf8()) {
-                    v["path_b64"] = b64.into();
-                }
-                v
-            })
-            .collect();
-        serde_json::json!({
-            "complete": self.complete,
-            "selected": self.selected,
-            "files_exact": self.files_exact(),
-            "irreversible": self.outcomes.iter().filter(|o| !o.cause.concerns_files()).map(|o| &o.cause).collect::<Vec<_>>(),
-            "dry_run": self.dry_run,
-            "already_undone": self.already_undone,
-            "outcomes": outcomes,
-            "notes": self.notes,
-            "sealed": self.sealed,
-            "coverage": self.coverage,
-            "summary": self.summary(),
-        })
+        let mut v = serde_json::to_value(JsonRest(self)).unwrap_or_default();
+        v["outcomes"] = serde_json::to_value(Steps(&self.outcomes)).unwrap_or_default();
+        v
+    }
+
+    /// [`Report::to_json`] written to `out` as it is made, one step at a time (the value of a
+    /// million steps took several times the memory of the undo itself).
+    pub fn write_json(&self, out: &mut dyn std::io::Write) -> serde_json::Result<()> {
+        JsonStream::default().finish(out, self)
+    }
+}
+
+impl Summary {
+    /// Counts one step that ended `outcome`.
+    fn count(&mut self, outcome: Outcome) {
+        self.total += 1;
+        *match outcome {
+            Outcome::Restored => &mut self.restored,
+            Outcome::Removed => &mut self.removed,
+            Outcome::Recreated => &mut self.recreated,
+            Outcome::Unchanged => &mut self.unchanged,
+            Outcome::Skipped => &mut self.skipped,
+            Outcome::Failed => &mut self.failed,
+            Outcome::Conflict => &mut self.conflict,
+        } += 1;
+    }
+}
+
+/// Writes the JSON object of [`Report::to_json`] while the undo runs: the steps that ended
+/// exactly as they are handed over (see [`crate::undo::undo_session_streaming`]), then, when
+/// the report is done, the others and every other key. `outcomes` comes first in the text.
+#[derive(Debug, Default)]
+pub struct JsonStream {
+    steps: usize,
+}
+
+impl JsonStream {
+    /// Writes one step of `outcomes`.
+    pub fn step(&mut self, out: &mut dyn std::io::Write, o: &StepReport) -> serde_json::Result<()> {
+        out.write_all(if self.steps == 0 { b"{\"outcomes\":[" } else { b"," }).map_err(serde_json::Error::io)?;
+        self.steps += 1;
+        serde_json::to_writer(&mut *out, &JsonStep(o))
+    }
+
+    /// Writes the steps `report` kept, then the rest of the object.
+    pub fn finish(mut self, out: &mut dyn std::io::Write, report: &Report) -> serde_json::Result<()> {
+        for o in &report.outcomes {
+            self.step(out, o)?;
+        }
+        if self.steps == 0 {
+            out.write_all(b"{\"outcomes\":[").map_err(serde_json::Error::io)?;
+        }
+        // `{"already_undone":...}`: its keys follow the array.
+        let rest = serde_json::to_vec(&JsonRest(report))?;
+        out.write_all(b"],").map_err(serde_json::Error::io)?;
+        out.write_all(rest.get(1..).unwrap_or_default()).map_err(serde_json::Error::io)
+    }
+}
+
+/// Every key of the JSON report but `outcomes`.
+struct JsonRest<'a>(&'a Report);
+
+impl Serialize for JsonRest<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let r = self.0;
+        let mut m = s.serialize_map(Some(10))?;
+        m.serialize_entry("already_undone", &r.already_undone)?;
+        m.serialize_entry("complete", &r.complete)?;
+        m.serialize_entry("coverage", &r.coverage)?;
+        m.serialize_entry("dry_run", &r.dry_run)?;
+        m.serialize_entry("files_exact", &r.files_exact())?;
+        m.serialize_entry("irreversible", &Irreversible(&r.outcomes))?;
+        m.serialize_entry("notes", &r.notes)?;
+        m.serialize_entry("sealed", &r.sealed)?;
+        m.serialize_entry("selected", &r.selected)?;
+        m.serialize_entry("summary", &r.summary())?;
+        m.end()
+    }
+}
+
+/// The causes of the steps that are irreversible by nature.
+struct Irreversible<'a>(&'a [StepReport]);
+
+impl Serialize for Irreversible<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().filter(|o| !o.cause.concerns_files()).map(|o| &o.cause))
+    }
+}
+
+struct Steps<'a>(&'a [StepReport]);
+
+impl Serialize for Steps<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(JsonStep))
+    }
+}
+
+struct JsonStep<'a>(&'a StepReport);
+
+impl Serialize for JsonStep<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let o = self.0;
+        let b64 = o.path.as_ref().and_then(|p| p.b64_if_not_utf8());
+        let mut m = s.serialize_map(Some(5 + usize::from(b64.is_some())))?;
+        m.serialize_entry("cause", &o.cause)?;
+        m.serialize_entry("outcome", o.outcome.name())?;
+        m.serialize_entry("path", &o.path.as_ref().map(|p| p.display_lossy()))?;
+        if let Some(b64) = &b64 {
+            m.serialize_entry("path_b64", b64)?;
+        }
+        m.serialize_entry("seq", &o.seq)?;
+        m.serialize_entry("why", &o.why)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(seq: u64, outcome: Outcome, path: &[u8]) -> StepReport {
+        let cause = match outcome.is_success() {
+            true => Cause::Undone,
+            false => Cause::ChangedSinceSession { detail: "edited".into() },
+        };
+        StepReport { seq: Some(seq), outcome, path: Some(BPath::new(path.to_vec())), why: format!("step {seq}"), cause }
+    }
+
+    fn sample() -> Report {
+        Report {
+            outcomes: vec![
+                step(5, Outcome::Removed, b"/w/a"),
+                step(4, Outcome::Conflict, b"/w/b"),
+                step(3, Outcome::Restored, b"/w/\xff"),
+                step(2, Outcome::Failed, b"/w/c"),
+                step(1, Outcome::Unchanged, b"/w/d"),
+            ],
+            notes: vec!["a note".into()],
+            undone: vec![5, 3, 1],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn streaming_hands_over_the_exact_steps_keeps_the_others_in_order_and_counts_the_same() {
+        let whole = sample();
+        let mut streamed = sample();
+        let mut got = Vec::new();
+        streamed.stream_from(1, &mut |o| got.push(o.seq));
+        assert_eq!(got, vec![Some(3), Some(1)], "from the given index on, exact steps only");
+        assert_eq!(streamed.outcomes.iter().map(|o| o.seq).collect::<Vec<_>>(), vec![Some(5), Some(4), Some(2)]);
+        assert_eq!(streamed.summary(), whole.summary());
+        assert_eq!(streamed.files_exact(), whole.files_exact());
+    }
+
+    #[test]
+    fn the_streamed_json_report_is_the_same_object_as_the_whole_one() {
+        let whole = sample();
+        let mut streamed = sample();
+        let mut text = Vec::new();
+        let mut json = JsonStream::default();
+        streamed.stream_from(0, &mut |o| json.step(&mut text, &o).unwrap());
+        json.finish(&mut text, &streamed).unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let mut want = whole.to_json();
+        // The same steps, exact ones first (as they ended), then the others, each newest first.
+        let order = [5, 3, 1, 4, 2];
+        let steps = want["outcomes"].as_array().unwrap().clone();
+        want["outcomes"] = order.iter().map(|s| steps.iter().find(|o| o["seq"] == *s).unwrap().clone()).collect();
+        assert_eq!(got, want);
+        assert_eq!(got["outcomes"][1]["path_b64"], "L3cv/w==", "a name that is not UTF-8 keeps its bytes");
+        let mut direct = Vec::new();
+        whole.write_json(&mut direct).unwrap();
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&direct).unwrap(), whole.to_json());
     }
 }

@@ -153,7 +153,7 @@ impl Executor<'_> {
     pub(super) fn born_before_current(&self, dir: &Dir, name: &[u8]) -> Option<String> {
         let seq = self.current.get()?;
         let rec = &self.journal.records[self.journal.records.binary_search_by_key(&seq, |r| r.seq).ok()?];
-        let made = humantime::parse_rfc3339_weak(&rec.time).ok()?;
+        let made = rec.time.system_time();
         let (sec, nsec) = dir.birth(name)?;
         let born = std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(u64::try_from(sec).ok()?, nsec))?;
         let slack = std::time::Duration::from_secs(crate::record::EXCLUSIVE_BIRTH_SLACK_S);

@@ -66,10 +66,10 @@ impl Fixture {
         self.records.push(Record {
             v: RECORD_VERSION,
             seq,
-            time: String::new(),
+            time: Default::default(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/test"),
+            prog: BPath::from("/bin/test").into(),
             call: "test".into(),
             op,
         });
@@ -320,7 +320,7 @@ fn a_rewrite_kept_by_an_earlier_copy_is_undone_only_with_that_copy() {
 #[test]
 fn an_exclusive_create_removes_only_what_was_born_after_its_record() {
     use std::time::{Duration, SystemTime};
-    let stamp = |t: SystemTime| humantime::format_rfc3339_nanos(t).to_string();
+    let stamp = crate::record::Stamp::of;
     let mut f = Fixture::new();
     fs::write(f.p("old"), b"there before the session").unwrap();
     // A process killed between its exclusive open's EEXIST and the call_failed record:
@@ -386,10 +386,10 @@ fn only_a_later_record_of_the_same_process_completes_a_temporary_name() {
     let rec = |seq: u64, pid: u32, op: Op| Record {
         v: RECORD_VERSION,
         seq,
-        time: String::new(),
+        time: Default::default(),
         pid,
         ppid: 0,
-        prog: BPath::from("/bin/test"),
+        prog: BPath::from("/bin/test").into(),
         call: "mkstemp".into(),
         op,
     };
@@ -479,7 +479,7 @@ fn meta(f: &mut Fixture, name: &str, what: crate::record::MetaKind, xattr: Optio
         name: BPath::from(n),
         value: crate::capture::xattr_value(path.as_bytes(), n.as_bytes()).unwrap().map(crate::record::Bytes),
     });
-    f.push(Op::Meta { path, before: crate::capture::meta_before(&st, what, xattr) });
+    f.push(Op::Meta { path, before: crate::capture::meta_before(&st, what, xattr).into() });
 }
 
 #[test]
@@ -537,7 +537,7 @@ fn a_directory_moved_back_takes_its_pending_mode_with_it() {
     f.push(Op::Rename { from: f.bp("d"), to: f.bp("e"), flags: 0, moved, to_before: Before::Absent });
     fs::rename(f.p("d"), f.p("e")).unwrap();
     let before = crate::capture::meta_before(&rustix::fs::lstat(f.p("e")).unwrap(), MetaKind::Mode, None);
-    f.push(Op::Meta { path: f.bp("e"), before });
+    f.push(Op::Meta { path: f.bp("e"), before: before.into() });
     fs::set_permissions(f.p("e"), fs::Permissions::from_mode(0o700)).unwrap();
     let r = f.undo();
     assert!(r.complete, "{r:?}");
@@ -789,7 +789,7 @@ fn a_directory_s_times_come_back_even_when_an_older_unselected_record_only_touch
     fs::create_dir(f.p("d")).unwrap();
     fs::write(f.p("d/x"), b"x").unwrap();
     let st = rustix::fs::lstat(f.p("d/x")).unwrap();
-    f.push(Op::Meta { path: f.bp("d/x"), before: crate::capture::meta_before(&st, MetaKind::Times, None) }); // #1
+    f.push(Op::Meta { path: f.bp("d/x"), before: crate::capture::meta_before(&st, MetaKind::Times, None).into() }); // #1
     let d = rustix::fs::lstat(f.p("d")).unwrap();
     let mtime = [d.st_mtime, d.st_mtime_nsec as i64];
     f.push(Op::DirTimes {

@@ -35,7 +35,7 @@ pub fn before_meta<J: Journal, C: Caller>(
             Err(e) => return irreversible(journal, call, t.abs, "read the extended attribute", e.to_string()),
         },
     };
-    journal.record(call, Op::Meta { path: t.abs, before: meta_before(&st, what, xattr) });
+    journal.record(call, Op::Meta { path: t.abs, before: meta_before(&st, what, xattr).into() });
     Pending::Nothing
 }
 
@@ -79,7 +79,7 @@ pub fn before_fd_meta<J: Journal, C: Caller>(
             Some(XattrBefore { name: BPath::new(name.to_vec()), value })
         }
     };
-    journal.record(call, Op::Meta { path: BPath::new(path), before: meta_before(st, what, xattr) });
+    journal.record(call, Op::Meta { path: BPath::new(path), before: meta_before(st, what, xattr).into() });
     Pending::Nothing
 }
 
@@ -116,7 +116,7 @@ pub fn before_fd_flags<J: Journal, C: Caller>(journal: &J, caller: &C, call: &st
     };
     let mut before = meta_before(st, MetaKind::Flags, None);
     before.flags = Some(flags);
-    journal.record(call, Op::Meta { path: BPath::new(path), before });
+    journal.record(call, Op::Meta { path: BPath::new(path), before: before.into() });
     Pending::Nothing
 }
 

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use aether_journal::BPath;
 use aether_journal::capture::{Intent, ident_of};
 use aether_journal::config::Policy;
-use aether_journal::record::{Before, Node, Op, Snapshot};
+use aether_journal::record::{Before, Node, Op};
 use aether_journal::resolve::Target;
 use rustix::fs::FileType;
 
@@ -136,7 +136,7 @@ pub fn before_remove<J: Journal, C: Caller>(
             capturer(journal, blobs, Intent::Destroy).capture_doomed_file(t.parent.as_fd(), &t.name)
         });
         if let Some(Some(before)) = linked {
-            names.only_if(!matches!(&before, Before::Contents(Snapshot { node: Node::File { .. }, .. })));
+            names.only_if(!matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { .. })));
             forget_born(journal, &before);
             return change(journal, caller, call, t.abs, before);
         }

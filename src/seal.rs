@@ -475,6 +475,8 @@ pub enum Expectation {
 /// For every path the journal names, the expectation the newest record touching it implies
 /// (the weaker check for unsealed sessions), in one pass over the records. A path whose newest
 /// record an earlier undo reversed (`undone`) is `Unknown`: that undo may have made it anew.
+/// Only paths some record allows something for are held (a path missing is `Unknown`): a
+/// million creations otherwise made a map of a million unknowns.
 pub fn expectations<'a>(
     journal: &'a JournalContents,
     undone: &std::collections::HashSet<u64>,
@@ -483,49 +485,65 @@ pub fn expectations<'a>(
         Before::Contents(s) => Some(s.ident),
         _ => None,
     };
+    let exchange =
+        |flags: u32| rustix::fs::RenameFlags::from_bits_retain(flags).contains(rustix::fs::RenameFlags::EXCHANGE);
+    // The paths some record may allow something for.
+    let allowing: std::collections::HashSet<&BPath> = journal
+        .records
+        .iter()
+        .filter(|r| !undone.contains(&r.seq))
+        .flat_map(|r| match &r.op {
+            Op::Change { path, before } if ident_of_before(before).is_some() => vec![path],
+            Op::Meta { path, .. } => vec![path],
+            Op::Rename { from, to, flags, .. } if !exchange(*flags) => vec![from, to],
+            _ => vec![],
+        })
+        .collect();
     let mut out = std::collections::HashMap::new();
+    let mut put = |p: &'a BPath, e: &dyn Fn() -> Expectation| {
+        if allowing.contains(p) {
+            out.entry(p).or_insert_with(e);
+        }
+    };
     // Newest first: the first record met for a path is the one that counts.
     for r in journal.records.iter().rev() {
         if undone.contains(&r.seq) {
             for p in crate::select::record_paths(r) {
-                out.entry(p).or_insert(Expectation::Unknown);
+                put(p, &|| Expectation::Unknown);
             }
             continue;
         }
         match &r.op {
-            Op::Change { path, before } => {
-                out.entry(path).or_insert_with(|| match ident_of_before(before) {
-                    // Written in place (same inode), removed, or the call failed (same inode);
-                    // or, for a file moved aside, the empty twin left in its place.
-                    Some(id) => {
-                        let mut idents = vec![id];
-                        if let Before::Contents(snap) = before
-                            && let Node::File { twin: Some(t), .. } = &snap.node
-                        {
-                            idents.push(*t);
-                        }
-                        Expectation::Allowed { idents, may_be_absent: true }
+            Op::Change { path, before } => put(path, &|| match ident_of_before(before) {
+                // Written in place (same inode), removed, or the call failed (same inode);
+                // or, for a file moved aside, the empty twin left in its place.
+                Some(id) => {
+                    let mut idents = vec![id];
+                    if let Before::Contents(snap) = before
+                        && let Node::File { twin: Some(t), .. } = &snap.node
+                    {
+                        idents.push(*t);
                     }
-                    None => Expectation::Unknown,
-                });
-            }
+                    Expectation::Allowed { idents, may_be_absent: true }
+                }
+                None => Expectation::Unknown,
+            }),
             Op::Meta { path, before } => {
-                out.entry(path)
-                    .or_insert_with(|| Expectation::Allowed { idents: vec![before.ident], may_be_absent: false });
+                put(path, &|| Expectation::Allowed { idents: vec![before.ident], may_be_absent: false })
             }
             Op::Rename { from, to, moved, flags, to_before } => {
-                if rustix::fs::RenameFlags::from_bits_retain(*flags).contains(rustix::fs::RenameFlags::EXCHANGE) {
-                    out.entry(to).or_insert(Expectation::Unknown);
-                    out.entry(from).or_insert(Expectation::Unknown);
+                if exchange(*flags) {
+                    put(to, &|| Expectation::Unknown);
+                    put(from, &|| Expectation::Unknown);
                     continue;
                 }
                 let moved: Vec<Ident> = moved.iter().copied().collect();
-                out.entry(to).or_insert_with(|| {
+                put(to, &|| {
                     let mut idents = moved.clone();
                     idents.extend(ident_of_before(to_before));
                     Expectation::Allowed { idents, may_be_absent: ident_of_before(to_before).is_none() }
                 });
-                out.entry(from).or_insert(Expectation::Allowed { idents: moved, may_be_absent: true });
+                put(from, &|| Expectation::Allowed { idents: moved.clone(), may_be_absent: true });
             }
             _ => {}
         }
@@ -536,6 +554,41 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_record_of_a_path_decides_its_expectation_and_creations_alone_hold_none() {
+        let st = rustix::fs::stat("/").unwrap();
+        let dir = crate::capture::snapshot_meta(&st, Node::Dir);
+        let ident = dir.ident;
+        let rec = |seq: u64, op: Op| crate::record::Record {
+            v: crate::record::RECORD_VERSION,
+            seq,
+            time: Default::default(),
+            pid: 1,
+            ppid: 0,
+            prog: BPath::from("/bin/sh").into(),
+            call: "test".into(),
+            op,
+        };
+        let p = |s: &str| BPath::from(s);
+        let journal = JournalContents {
+            records: vec![
+                rec(1, Op::Change { path: p("/w/rewritten-then-made"), before: Before::contents(dir.clone()) }),
+                rec(2, Op::Change { path: p("/w/rewritten-then-made"), before: Before::Absent }),
+                rec(3, Op::Change { path: p("/w/made"), before: Before::Absent }),
+                rec(4, Op::Change { path: p("/w/rewritten"), before: Before::contents(dir.clone()) }),
+                rec(5, Op::Change { path: p("/w/undone"), before: Before::contents(dir.clone()) }),
+            ],
+            ..Default::default()
+        };
+        let undone = std::collections::HashSet::from([5]);
+        let e = expectations(&journal, &undone);
+        let unknown = |path: &str| e.get(&p(path)).is_none_or(|x| *x == Expectation::Unknown);
+        assert!(unknown("/w/rewritten-then-made"), "the newer creation says nothing: {e:?}");
+        assert!(unknown("/w/made") && unknown("/w/undone"), "{e:?}");
+        assert_eq!(e.get(&p("/w/rewritten")), Some(&Expectation::Allowed { idents: vec![ident], may_be_absent: true }));
+        assert!(!e.contains_key(&p("/w/made")), "a path only created is not held: {e:?}");
+    }
 
     #[test]
     fn the_seals_states_are_what_each_path_is_looked_at_alone() {

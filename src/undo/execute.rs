@@ -88,6 +88,7 @@ pub(super) fn run_plan_streaming(
         prior: Default::default(),
         current: Default::default(),
         drift: Default::default(),
+        prechecked: Default::default(),
         interrupted: plan.journal.interrupted_temp_names(),
         expected: Default::default(),
         after_seal: Default::default(),
@@ -117,9 +118,12 @@ pub(super) fn run_plan_streaming(
             let states = crate::seal::states_of(slice, plan.seal);
             for (p, now) in slice.iter().zip(states) {
                 // None: unchanged since the seal, by its lstat alone.
-                drift.insert(p, now.and_then(|now| exec.drift_verdict(p, now)));
+                if let Some(why) = now.and_then(|now| exec.drift_verdict(p, now)) {
+                    drift.insert(p, why);
+                }
             }
         }
+        exec.prechecked.set(true);
     }
     exec.learn_prior_facts(plan, &failed_calls);
     // The steps not yet handed to the sink start here.
@@ -337,11 +341,16 @@ impl<'a> Executor<'a> {
         if self.force {
             return None;
         }
-        if let Some(v) = self.drift.borrow().get(path) {
-            return v.clone();
+        if let Some(why) = self.drift.borrow().get(path) {
+            return Some(why.clone());
+        }
+        if self.prechecked.get() {
+            return None;
         }
         let verdict = self.check_drift(path);
-        self.drift.borrow_mut().insert(path, verdict.clone());
+        if let Some(why) = &verdict {
+            self.drift.borrow_mut().insert(path, why.clone());
+        }
         verdict
     }
 

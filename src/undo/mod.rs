@@ -86,9 +86,12 @@ struct Executor<'a> {
     /// was in ended (the time of the first mark after it), if one did (built on first use,
     /// for a session with marks).
     turn_ends: std::cell::OnceCell<std::collections::HashMap<BPath, TurnEnd>>,
-    /// The drift verdict for every path checked so far (`Some(why)`: changed since), keyed by
-    /// the journal's own copy of the path.
-    drift: std::cell::RefCell<std::collections::HashMap<&'a BPath, Option<String>>>,
+    /// Why each path found changed since the session was (keyed by the journal's own copy of
+    /// the path; a path checked and found unchanged has no entry).
+    drift: std::cell::RefCell<std::collections::HashMap<&'a BPath, String>>,
+    /// Every path a step will act on was checked before the first step (then a path not in
+    /// `drift` is unchanged; otherwise it is checked when first met).
+    prechecked: std::cell::Cell<bool>,
     /// Directory metadata, applied after every entry has been put back: a read-only or
     /// freshly timestamped directory must not be changed again by the restores inside it.
     deferred: std::cell::RefCell<Vec<Deferred>>,

@@ -200,7 +200,7 @@ fn undo_inner(
         ));
     }
     let blobs = session.blobs_dir();
-    let seal =
+    let mut seal =
         Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
     let only = opts.select.as_ref().map(|sel| select(&journal, sel));
     let plan = Plan {
@@ -239,15 +239,6 @@ fn undo_inner(
         // Finished by this undo: closed, so that no later undo takes their paths as undo work.
         for d in &interrupted {
             let _ = crate::session::write_atomically(&d.join(super::redo::REVERSED_FILE), b"");
-        }
-    }
-    if let Some((dir, written, lost, absent)) = undo_log {
-        super::redo::close(&dir, written, &report.undone, &absent);
-        if lost > 0 {
-            report.notes.push(format!(
-                "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
-                dir.display()
-            ));
         }
     }
     report.coverage = session.coverage();
@@ -297,7 +288,7 @@ fn undo_inner(
         // The tree is already changed: a failure to write down what was done is reported, as
         // a step, beside everything the undo did; it is never a bare error that hides them.
         let mut bookkeeping = append_undone(session, &report.undone).map_err(|e| (UNDONE_FILE, e));
-        if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.clone()) {
+        if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.take()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
             reseal(&mut seal, &journal, &report.undone);
@@ -319,6 +310,18 @@ fn undo_inner(
                 cause: Cause::Errno { errno: e.raw_os_error() },
             });
             report.complete = false;
+        }
+    }
+    // The undo's own journal is read back to seal it: the session's is let go first (the two
+    // at once were the peak of a large undo).
+    drop(journal);
+    if let Some((dir, written, lost, absent)) = undo_log {
+        super::redo::close(&dir, written, &report.undone, &absent);
+        if lost > 0 {
+            report.notes.push(format!(
+                "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
+                dir.display()
+            ));
         }
     }
     Ok(report)

@@ -422,11 +422,14 @@ pub(super) enum Where {
     Node(Box<SimNode>),
 }
 
+/// Names in one directory.
+type Names = HashSet<Box<[u8]>>;
+
 /// The overlay of a dry run (see the module documentation).
 pub(super) struct Sim {
-    slots: RefCell<HashMap<Vec<u8>, Slot>>,
-    /// The names with a slot, by parent directory.
-    kids: RefCell<HashMap<Vec<u8>, HashSet<Vec<u8>>>>,
+    slots: RefCell<HashMap<Box<[u8]>, Slot>>,
+    /// The names (last components) with a slot, by parent directory.
+    kids: RefCell<HashMap<Box<[u8]>, Names>>,
     next_ino: Cell<u64>,
     /// A real status whose every field the dry run overwrites for a node it makes.
     template: Stat,
@@ -505,8 +508,9 @@ impl Sim {
     }
 
     pub(super) fn set(&self, path: &[u8], slot: Slot) {
-        self.kids.borrow_mut().entry(parent(path).to_vec()).or_default().insert(path.to_vec());
-        self.slots.borrow_mut().insert(path.to_vec(), slot);
+        let leaf = &path[path.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1)..];
+        self.kids.borrow_mut().entry(parent(path).into()).or_default().insert(leaf.into());
+        self.slots.borrow_mut().insert(path.into(), slot);
     }
 
     /// Changes the node at `path` (taken into the overlay first).
@@ -533,9 +537,7 @@ impl Sim {
             }
         }
         if let Some(kids) = self.kids.borrow().get(path) {
-            for k in kids {
-                names.extend(k.rsplit(|&c| c == b'/').next().map(<[u8]>::to_vec));
-            }
+            names.extend(kids.iter().map(|k| k.to_vec()));
         }
         let mut present: Vec<Vec<u8>> =
             names.into_iter().filter(|n| self.lstat(&join(path, n)).is_ok_and(|st| st.is_some())).collect();
@@ -599,8 +601,9 @@ impl Sim {
         let mut below = Vec::new();
         let mut dirs = vec![from.to_vec()];
         while let Some(d) = dirs.pop() {
-            if let Some(kids) = self.kids.borrow_mut().remove(&d) {
+            if let Some(kids) = self.kids.borrow_mut().remove(d.as_slice()) {
                 for k in kids {
+                    let k = join(&d, &k);
                     dirs.push(k.clone());
                     below.push(k);
                 }
@@ -610,7 +613,7 @@ impl Sim {
         below
             .into_iter()
             .filter_map(|k| {
-                let slot = slots.remove(&k)?;
+                let slot = slots.remove(k.as_slice())?;
                 let mut nk = to.to_vec();
                 nk.extend_from_slice(&k[from.len()..]);
                 Some((nk, slot))

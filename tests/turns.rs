@@ -200,14 +200,7 @@ fn an_undo_to_a_mark_puts_back_the_tree_of_that_turn_and_leaves_the_user_s_own_e
             s.sh("echo 'user line' >> notes/notes.txt && echo 'also mine' >> user.txt");
         }
     }
-    let log = s.log_json(&session);
-    let logged: Vec<&str> = log["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "mark")
-        .map(|r| r["op"]["name"].as_str().unwrap())
-        .collect();
+    let logged = s.mark_names(&session);
     assert_eq!(logged.len(), 10, "every mark is in the log: {logged:?}");
 
     // The net effect of turns 3 to 5: from the tree at the start of turn 3 to now.
@@ -450,13 +443,7 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
             s.sh("echo 'user line' >> notes/notes.txt && echo 'also mine' >> user.txt");
         }
     }
-    let marks: Vec<String> = s.log_json(&session)["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "mark")
-        .map(|r| r["op"]["name"].as_str().unwrap().to_string())
-        .collect();
+    let marks = s.mark_names(&session);
     let want: Vec<String> = (1..=5).flat_map(|n| [format!("turn-{n}"), format!("turn-{n}-end")]).collect();
     assert_eq!(marks, want);
 
@@ -889,13 +876,7 @@ fn hooks_of_a_harness_under_run_mark_its_session_and_stop_names_the_turn_s_irrev
         "{msg}"
     );
     assert!(std::fs::read(s.path("prompt.out")).unwrap().is_empty(), "UserPromptSubmit prints nothing");
-    let marks: Vec<String> = s.log_json(&session)["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "mark")
-        .map(|r| r["op"]["name"].as_str().unwrap().to_string())
-        .collect();
+    let marks = s.mark_names(&session);
     assert_eq!(marks, ["turn-1", "turn-1-end"], "the hooks marked the session they run in");
     assert!(!s.root.join("state/aether-journal/claude-code-h1").exists(), "no second session");
 }

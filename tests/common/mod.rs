@@ -181,6 +181,17 @@ impl Scratch {
         assert!(out.status.success(), "log failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("log --json")
     }
+
+    /// The names of the session's marks, oldest first, as `log --json` lists them.
+    pub fn mark_names(&self, session: &Path) -> Vec<String> {
+        self.log_json(session)["records"]
+            .as_array()
+            .expect("log --json has records")
+            .iter()
+            .filter(|r| r["kind"] == "mark")
+            .map(|r| r["op"]["name"].as_str().expect("a mark has a name").to_string())
+            .collect()
+    }
 }
 
 impl Drop for Scratch {

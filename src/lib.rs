@@ -1,6 +1,6 @@
 //! aether-journal's core library: the journal format, the session store, the reader, and the
 //! undo planner and executor. No hooks live here: the LD_PRELOAD shim (`shim/`) calls into
-//! [`capture`] and [`journal`] to record, and the CLI (`replay-cli/`) calls [`undo`] to rewind.
+//! [`capture`] and [`journal`] to record, and the CLI (`cli/`) calls [`undo`] to rewind.
 //!
 //! A session is a directory (see [`session`]) holding a header, an append-only journal of
 //! [`record::Record`]s and the captured prior contents of every path the session's processes

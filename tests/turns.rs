@@ -648,7 +648,7 @@ fn doctor_names_each_feature_it_checked_and_says_no_where_one_is_missing() {
     assert_eq!(inside["coverage"], "libc");
 }
 
-/// `cargo install --path replay-cli` into a scratch root gives a tool that works with nothing
+/// `cargo install --path cli` into a scratch root gives a tool that works with nothing
 /// else installed: the shim is carried inside it, written out under the data directory with
 /// its hash checked, and `run` then `undo` work with only that root on PATH.
 #[test]
@@ -658,7 +658,7 @@ fn cargo_install_gives_a_cli_that_runs_and_undoes_with_nothing_else_installed() 
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-target");
     let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     install
-        .args(["install", "--quiet", "--locked", "--debug", "--path", "replay-cli", "--root"])
+        .args(["install", "--quiet", "--locked", "--debug", "--path", "cli", "--root"])
         .arg(&root)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", &target)

@@ -41,7 +41,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use crate::record::{Before, RECORD_VERSION, Record};
+use crate::record::{RECORD_VERSION, Record};
 
 /// Length of the hex check that starts every line.
 pub const CHECK_LEN: usize = 16;
@@ -70,84 +70,6 @@ fn hex_check(bytes: &[u8]) -> [u8; CHECK_LEN] {
         out[2 * i + 1] = HEX[(b & 15) as usize];
     }
     out
-}
-
-/// What [`encode_fields`] writes around a record's operation.
-#[derive(Clone, Copy, Debug)]
-pub struct Envelope<'a> {
-    /// See [`Record::seq`].
-    pub seq: u64,
-    /// See [`Record::time`]: formatted as RFC 3339 with nanoseconds, UTC.
-    pub time: std::time::SystemTime,
-    /// See [`Record::pid`].
-    pub pid: u32,
-    /// See [`Record::ppid`].
-    pub ppid: u32,
-    /// See [`Record::prog`], already encoded as JSON ([`prog_json`]): it is the same for
-    /// every record a process image makes.
-    pub prog_json: &'a [u8],
-    /// See [`Record::call`].
-    pub call: &'a str,
-}
-
-/// A program name encoded as the JSON value [`Envelope::prog_json`] expects.
-pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
-    serde_json::to_vec(prog).unwrap_or_else(|_| b"\"\"".to_vec())
-}
-
-/// Encodes a record given as its fields as one journal line: exactly the bytes
-/// [`encode_line`] makes of the same [`Record`] (tested), for about half the instructions.
-///
-/// # Rationale
-/// This is the shim's hot path (one record per file `tar x` creates). serde_json spends most
-/// of a record on the envelope's eight keys and values, each escaped and copied as its own
-/// string; here the envelope, whose keys are fixed and whose values need no escaping (numbers,
-/// a timestamp, the program name encoded once per process, a call name checked to be a plain
-/// identifier), is written directly, and serde_json encodes only the operation.
-pub fn encode_fields(env: &Envelope<'_>, op: &crate::record::Op) -> Vec<u8> {
-    let mut line = start_line();
-    line.extend_from_slice(b"{\"v\":");
-    let mut num = itoa::Buffer::new();
-    line.extend_from_slice(num.format(RECORD_VERSION).as_bytes());
-    line.extend_from_slice(b",\"seq\":");
-    line.extend_from_slice(num.format(env.seq).as_bytes());
-    line.extend_from_slice(b",\"time\":\"");
-    // RFC 3339 output is digits, '-', ':', 'T', '.' and 'Z': nothing to escape.
-    push_rfc3339_nanos(&mut line, env.time);
-    line.extend_from_slice(b"\",\"pid\":");
-    line.extend_from_slice(num.format(env.pid).as_bytes());
-    line.extend_from_slice(b",\"ppid\":");
-    line.extend_from_slice(num.format(env.ppid).as_bytes());
-    line.extend_from_slice(b",\"prog\":");
-    line.extend_from_slice(env.prog_json);
-    line.extend_from_slice(b",\"call\":");
-    if env.call.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        line.push(b'"');
-        line.extend_from_slice(env.call.as_bytes());
-        line.push(b'"');
-    } else if serde_json::to_writer(&mut line, env.call).is_err() {
-        line.extend_from_slice(b"\"\"");
-    }
-    line.extend_from_slice(b",\"op\":");
-    let written = match op {
-        // The commonest record of all (every file a build or an unpack creates).
-        crate::record::Op::Change { path, before: b @ (Before::Absent | Before::Exclusive) } => {
-            line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
-            let ok = push_path_json(&mut line, path);
-            line.extend_from_slice(if matches!(b, Before::Absent) {
-                b",\"before\":{\"state\":\"absent\"}}"
-            } else {
-                b",\"before\":{\"state\":\"exclusive\"}}"
-            });
-            ok
-        }
-        _ => serde_json::to_writer(&mut line, op).is_ok(),
-    };
-    if !written {
-        line.extend_from_slice(b"null");
-    }
-    line.push(b'}');
-    finish_line(line)
 }
 
 /// Appends `t` as RFC 3339 in UTC with nanoseconds: the bytes `humantime::format_rfc3339_nanos`
@@ -194,7 +116,7 @@ pub(crate) fn push_rfc3339_nanos(out: &mut Vec<u8>, t: std::time::SystemTime) {
 /// Appends `path` as the JSON value serde_json makes of it: a printable-ASCII path without
 /// `"` or `\` (nearly every path) is copied between quotes as it is, anything else goes to
 /// serde_json (escapes, UTF-8 checks, the `b64` form of a non-UTF-8 name).
-fn push_path_json(out: &mut Vec<u8>, path: &crate::bpath::BPath) -> bool {
+pub(crate) fn push_path_json(out: &mut Vec<u8>, path: &crate::bpath::BPath) -> bool {
     let bytes = path.as_bytes();
     if bytes.iter().all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\') {
         out.push(b'"');
@@ -219,7 +141,7 @@ pub fn encode_line(rec: &Record) -> Vec<u8> {
 }
 
 /// A line's start: room for the check, and the space after it; the JSON follows.
-fn start_line() -> Vec<u8> {
+pub(crate) fn start_line() -> Vec<u8> {
     let mut line = Vec::with_capacity(512);
     line.extend_from_slice(&[b'0'; CHECK_LEN]);
     line.push(b' ');
@@ -227,7 +149,7 @@ fn start_line() -> Vec<u8> {
 }
 
 /// Fills in the check of the JSON after [`start_line`]'s prefix and ends the line.
-fn finish_line(mut line: Vec<u8>) -> Vec<u8> {
+pub(crate) fn finish_line(mut line: Vec<u8>) -> Vec<u8> {
     let check = check_of(&line[CHECK_LEN + 1..]);
     line[..CHECK_LEN].copy_from_slice(&check);
     line.push(b'\n');
@@ -618,6 +540,7 @@ fn parse_line(line: &[u8]) -> Result<Record, Problem> {
 mod tests {
     use super::*;
     use crate::bpath::BPath;
+    use crate::internal::{Envelope, encode_fields, prog_json};
     use crate::record::{Before, Op};
 
     fn rec(seq: u64) -> Record {

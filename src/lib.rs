@@ -33,6 +33,7 @@ pub mod capture;
 pub mod config;
 pub mod exec_check;
 pub mod exit_codes;
+pub mod internal;
 pub mod journal;
 pub mod marks;
 pub mod record;

@@ -19,7 +19,7 @@
 //! offset 0 magic `AJCOUNT1`, 8 the last id handed out (blob names and record sequence
 //! numbers), 16 bytes kept in `blobs/`, 24 records that could not be written (a session with
 //! a non-zero value here can never undo completely), 64 the names generation (see
-//! [`SLOT_NAMES_GEN`]).
+//! [`crate::internal::counters::SLOT_NAMES_GEN`]).
 //!
 //! Copied blobs are created with mode 0600. A blob captured by hard-linking the doomed inode
 //! keeps that inode's own mode (changing it would be visible to the program through any
@@ -28,6 +28,7 @@
 //! What this module cannot do: protect a session directory from its own session's processes.
 //! A hooked `rm -rf ~` reaches it like any other path unless the shim refuses that call.
 
+use crate::internal::counters::{SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -69,58 +70,6 @@ pub const BORN_FILE: &str = "born";
 pub const BORN_LEN: usize = 128 << 10;
 /// Magic at the start of the counters file.
 pub const COUNTERS_MAGIC: &[u8; 8] = b"AJCOUNT1";
-/// Slot index (in `u64`s) of the last id handed out.
-pub const SLOT_LAST_ID: usize = 1;
-/// Slot index of the bytes kept.
-pub const SLOT_BYTES_KEPT: usize = 2;
-/// Slot index of the records that could not be written.
-pub const SLOT_LOST: usize = 3;
-/// Slot index of the names generation: bumped by every process of the session before and
-/// after a call that can change where an existing directory path leads (a rename, an
-/// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
-pub const SLOT_NAMES_GEN: usize = 8;
-/// Slot index of the number of marks made in the session: the turn a directory's times are
-/// journaled in (each directory's `dir_times` is journaled once per turn, so that an undo to
-/// a mark can set them back to what they were at it).
-pub const SLOT_MARKS: usize = 9;
-/// Slot index of the id of the session's newest mark: a file the session created, or copied
-/// whole, before it is captured again when it next changes (an undo to the mark needs the
-/// state it had there, which the creation or the copy does not hold).
-pub const SLOT_LAST_MARK: usize = 10;
-/// Slot index of the number of notifications the supervisor received (a call the kernel sent
-/// it), and, the next one, of those that were calls the shim had already journaled (passes).
-/// On a cache line of their own.
-pub const SLOT_NOTIFIED: usize = 16;
-/// See [`SLOT_NOTIFIED`].
-pub const SLOT_PASSED: usize = 17;
-/// Slot index of the supervisor's peak resident memory in KiB, written when it ends.
-pub const SLOT_SUPERVISOR_PEAK_KIB: usize = 18;
-/// Slot index of the execs the shim made itself, marked, under a supervisor: bumped before
-/// each, so that the supervisor, which does not see them, knows that a process it remembers
-/// may now run another program.
-pub const SLOT_EXECS: usize = 19;
-/// First slot of the names born unseen: [`BORN_NAMES`] entries of four `u64`s each (a
-/// sequence word, the hash of an absolute path, the record that journaled its creation, and
-/// the coarse realtime in nanoseconds, taken before the path was seen absent). The supervisor
-/// journals a creation before the kernel makes the file, so it never learns the new file's
-/// identity for the born table; an entry here lets whoever next changes the file at that path
-/// (the shim's `ftruncate` in Bun's `writeFileSync`) recognise it as born, by a birth time
-/// no earlier than the entry's, and copy nothing.
-pub const SLOT_BORN_NAMES: usize = 64;
-/// How many names born unseen the counters page keeps (direct-mapped by path hash).
-pub const BORN_NAMES: usize = 16;
-/// First slot of the passes (to the end of the page, two `u64`s each: a thread id and the
-/// address of that thread's cookie), with which a process tells its supervisor that the
-/// unmarked system calls of a libc function it is inside are already journaled (see the
-/// shim's `kernel.rs`). A quarter of the page in, on cache lines of their own.
-pub const SLOT_PASSES: usize = 128;
-
-/// The cookie a pass of thread `tid` holds in its own memory under the session's `mark`: what
-/// the supervisor expects to read at the address the pass names.
-pub fn pass_cookie(mark: u64, tid: u32) -> u64 {
-    (mark ^ u64::from(tid).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17) | 1
-}
-
 /// The versioned session header.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -1219,6 +1168,7 @@ mod format_doc {
     //! `docs/FORMAT.md` is the normative description of the session directory: the constants
     //! here must be the ones it states.
     use super::*;
+    use crate::internal::counters::*;
 
     const DOC: &str = include_str!("../docs/FORMAT.md");
 

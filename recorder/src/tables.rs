@@ -11,10 +11,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
-use aether_journal::session::{
-    BORN_NAMES, COUNTERS_LEN, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST,
-    SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, ensure_counters,
+use aether_journal::internal::counters::{
+    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS,
+    SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB,
 };
+use aether_journal::session::{COUNTERS_LEN, ensure_counters};
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
 /// process (never unmapped: pointers into it stay valid). Touching the memory is only sound if

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use journal::record::Ident;
+use journal_core::record::Ident;
 
 const SLOTS: usize = 16384;
 const WRITING: u64 = u64::MAX;

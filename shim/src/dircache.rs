@@ -28,7 +28,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use journal::record::Ident;
+use journal_core::record::Ident;
 
 const SLOTS: usize = 256;
 const WORDS: usize = 31;

@@ -17,10 +17,10 @@ use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use journal::BPath;
-use journal::config::{ENV_DIR, Policy};
-use journal::exec_check::{self, Creds};
-use journal::record::{Op, UnobservedReason};
+use journal_core::BPath;
+use journal_core::config::{ENV_DIR, Policy};
+use journal_core::exec_check::{self, Creds};
+use journal_core::record::{Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::hooks::CPath;
@@ -105,7 +105,7 @@ enum EnvFix {
 fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     let value_of = |name: &[u8]| entries.iter().find_map(|e| env_value(e, name));
     if value_of(b"AETHER_JOURNAL") == Some(b"off") {
-        return if value_of(journal::config::ENV_NESTED.as_bytes()) == Some(b"1") {
+        return if value_of(journal_core::config::ENV_NESTED.as_bytes()) == Some(b"1") {
             EnvFix::Nested
         } else {
             EnvFix::Disabled
@@ -187,11 +187,12 @@ pub enum Program {
 }
 
 fn resolve_program(p: Program, cwd: &[u8]) -> Vec<u8> {
-    let fd_path = |fd| journal::resolve::fd_path(fd).unwrap_or_else(|_| format!("/proc/self/fd/{fd}").into_bytes());
+    let fd_path =
+        |fd| journal_core::resolve::fd_path(fd).unwrap_or_else(|_| format!("/proc/self/fd/{fd}").into_bytes());
     match p {
         Program::Path(path) => {
             let path = path.bytes().unwrap_or_default();
-            if path.first() == Some(&b'/') { path.to_vec() } else { journal::bpath::join(cwd, path) }
+            if path.first() == Some(&b'/') { path.to_vec() } else { journal_core::bpath::join(cwd, path) }
         }
         Program::Search(file) => {
             // SAFETY: getenv reads the environment without taking any lock.
@@ -201,7 +202,7 @@ fn resolve_program(p: Program, cwd: &[u8]) -> Vec<u8> {
                 unsafe { CStr::from_ptr(path_var) }.to_bytes()
             });
             let found = exec_check::search_path(file.bytes().unwrap_or_default(), path_var);
-            if found.first() == Some(&b'/') { found } else { journal::bpath::join(cwd, &found) }
+            if found.first() == Some(&b'/') { found } else { journal_core::bpath::join(cwd, &found) }
         }
         Program::Fd(fd) => fd_path(fd),
         Program::At(dirfd, path, flags) => {
@@ -209,9 +210,9 @@ fn resolve_program(p: Program, cwd: &[u8]) -> Vec<u8> {
             if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
                 fd_path(dirfd)
             } else if p.first() == Some(&b'/') || dirfd == libc::AT_FDCWD {
-                journal::bpath::join(cwd, p)
+                journal_core::bpath::join(cwd, p)
             } else {
-                journal::bpath::join(&fd_path(dirfd), p)
+                journal_core::bpath::join(&fd_path(dirfd), p)
             }
         }
     }
@@ -247,7 +248,7 @@ pub fn prepare(
     free_left_behind();
     guarded(|| {
         let cfg = config();
-        let cwd = journal::resolve::getcwd().unwrap_or_default();
+        let cwd = journal_core::resolve::getcwd().unwrap_or_default();
         let program = resolve_program(program, &cwd);
         let mut plan = Plan::default();
         if !cfg.enabled {
@@ -352,8 +353,9 @@ fn nested_session(argv: &[&[u8]], cwd: &[u8]) -> UnobservedReason {
             dir = Some(v);
         }
     }
-    let dir = dir
-        .map(|d| if d.starts_with(b"/") { BPath::new(d.to_vec()) } else { BPath::new(journal::bpath::join(cwd, d)) });
+    let dir = dir.map(|d| {
+        if d.starts_with(b"/") { BPath::new(d.to_vec()) } else { BPath::new(journal_core::bpath::join(cwd, d)) }
+    });
     UnobservedReason::NestedSession { subcommand: String::from_utf8_lossy(sub).into_owned(), dir }
 }
 
@@ -445,7 +447,7 @@ pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_ch
 #[cfg(test)]
 mod tests {
     use super::*;
-    use journal::config::Settings;
+    use journal_core::config::Settings;
 
     fn cfg() -> Config {
         Config {

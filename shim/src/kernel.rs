@@ -34,7 +34,7 @@ use std::ffi::{CStr, c_long};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use journal::capture::FsCalls;
+use journal_core::capture::FsCalls;
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, XattrFlags};
 use rustix::io::Errno;
 
@@ -145,7 +145,7 @@ fn ptr(s: &CStr) -> usize {
 }
 
 /// The store and tree changes the shim makes itself, as marked system calls: what the core
-/// library's captures ([`journal::capture::Capturer`]) and the shim's own store use, so that a
+/// library's captures ([`journal_core::capture::Capturer`]) and the shim's own store use, so that a
 /// supervisor never journals the shim's own work as the program's.
 pub struct Marked;
 
@@ -239,7 +239,7 @@ thread_local! {
 /// The cookie a pass of thread `tid` holds under marker `mark` (the supervisor computes the
 /// same).
 pub fn cookie(mark: u64, tid: u32) -> u64 {
-    journal::session::pass_cookie(mark, tid)
+    journal_core::internal::counters::pass_cookie(mark, tid)
 }
 
 /// Runs `f` (a libc call that makes unmarked system calls of its own) holding a pass, when a
@@ -270,22 +270,22 @@ pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() ->
 
 /// `openat` of a byte path, marked.
 pub fn open(dir: BorrowedFd<'_>, path: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
-    journal::capture::with_c_path(path, |p| Marked.openat(dir, p, flags, mode))
+    journal_core::capture::with_c_path(path, |p| Marked.openat(dir, p, flags, mode))
 }
 
 /// `mkdirat` of a byte path, marked.
 pub fn mkdir(dir: BorrowedFd<'_>, path: &[u8], mode: Mode) -> Result<(), Errno> {
-    journal::capture::with_c_path(path, |p| Marked.mkdirat(dir, p, mode))
+    journal_core::capture::with_c_path(path, |p| Marked.mkdirat(dir, p, mode))
 }
 
 /// `unlinkat` of a byte path, marked.
 pub fn unlink(dir: BorrowedFd<'_>, path: &[u8], flags: AtFlags) -> Result<(), Errno> {
-    journal::capture::with_c_path(path, |p| Marked.unlinkat(dir, p, flags))
+    journal_core::capture::with_c_path(path, |p| Marked.unlinkat(dir, p, flags))
 }
 
 /// `renameat` of byte paths, marked.
 pub fn rename(old_dir: BorrowedFd<'_>, old: &[u8], new_dir: BorrowedFd<'_>, new: &[u8]) -> Result<(), Errno> {
-    journal::capture::with_c_path(old, |o| {
-        journal::capture::with_c_path(new, |n| Marked.renameat(old_dir, o, new_dir, n, RenameFlags::empty()))
+    journal_core::capture::with_c_path(old, |o| {
+        journal_core::capture::with_c_path(new, |n| Marked.renameat(old_dir, o, new_dir, n, RenameFlags::empty()))
     })
 }

@@ -130,12 +130,13 @@ pub unsafe extern "C" fn aether_journal_append_mark(args: *const ShimMarkArgs) -
         let name = text(a.name, a.name_len)?.ok_or(libc::EINVAL)?;
         let (label, key) = (text(a.label, a.label_len)?, text(a.key, a.key_len)?);
         let held = bytes(a.held, a.held_len).unwrap_or_default();
-        let held = held.split(|&c| c == 0).filter(|p| !p.is_empty()).map(|p| journal::BPath::new(p.to_vec())).collect();
+        let held =
+            held.split(|&c| c == 0).filter(|p| !p.is_empty()).map(|p| journal_core::BPath::new(p.to_vec())).collect();
         let store = state::store().ok_or(libc::ENOENT)?;
         if store.session_canon.as_slice() != session {
             return Err(libc::ENOENT);
         }
-        store.append_mark(journal::record::Op::Mark { name, label, key, held }).map_err(|e| e.raw_os_error())
+        store.append_mark(journal_core::record::Op::Mark { name, label, key, held }).map_err(|e| e.raw_os_error())
     }))
     .unwrap_or(Err(libc::EIO));
     drop(guard);

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use aether_journal_recorder::index::Origin;
 use aether_journal_recorder::ops::{Base, BaseError, Caller, Journal, birth_of, refuse};
-use journal::capture::ident_of;
-use journal::config::Policy;
-use journal::record::{Endpoint, Ident, Op, UnobservedReason};
-use journal::resolve::{DirFd, Looked, Target, fd_path, getcwd, split_last};
+use journal_core::capture::ident_of;
+use journal_core::config::Policy;
+use journal_core::record::{Endpoint, Ident, Op, UnobservedReason};
+use journal_core::resolve::{DirFd, Looked, Target, fd_path, getcwd, split_last};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 
 pub use aether_journal_recorder::ops::Pending;
@@ -166,7 +166,7 @@ fn locate_cached<'a, J: Journal>(journal: &J, dirfd: i32, path: &[u8], follow: b
         }
         looked = Looked::of(fin);
     }
-    let abs = journal::BPath::new(journal::bpath::join(&canonical, name));
+    let abs = journal_core::BPath::new(journal_core::bpath::join(&canonical, name));
     Some(Target { parent: DirFd::Borrowed(base), name: path.to_vec(), abs, looked })
 }
 
@@ -277,9 +277,9 @@ pub fn forget_destinations() {
 /// template journaled before the call, which names the directory without a system call and
 /// keeps the window in which a killed process leaves an intent nothing completes as short as
 /// it can be.
-pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&journal::BPath>, fd: Option<i32>) {
+pub fn after_created(store: &Store, call: &str, path: &[u8], template: Option<&journal_core::BPath>, fd: Option<i32>) {
     let Some(abs) = aether_journal_recorder::ops::temp_name_target(store, ME, call, path, template) else { return };
-    let created = store.record(call, Op::Change { path: abs, before: journal::Before::Absent });
+    let created = store.record(call, Op::Change { path: abs, before: journal_core::Before::Absent });
     // Undo removes it whole: later descriptor changes to it need no records, and other
     // processes' rewrites of it no captures (the table is mapped for learn_created).
     let _ = store.born();

@@ -238,7 +238,7 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
     // The names live in the hook's arena; only the window outlives it, in the permanent region
     // (never malloc: this may run in a signal handler that interrupted the program's malloc).
     let made = (|| {
-        let dir = [session_dir, b"/", journal::session::SEGMENTS_DIR.as_bytes()].concat();
+        let dir = [session_dir, b"/", journal_core::session::SEGMENTS_DIR.as_bytes()].concat();
         let path = [&dir[..], format!("/{pid}-{seq}").as_bytes()].concat();
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(0o600);
@@ -251,8 +251,13 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
         }
         .ok()?;
         // Blocks allocated now: a copy into the mapping can never meet a full disk (SIGBUS).
-        if journal::capture::FsCalls::fallocate(&crate::kernel::Marked, rustix::fd::AsFd::as_fd(&fd), 0, len as u64)
-            .is_err()
+        if journal_core::capture::FsCalls::fallocate(
+            &crate::kernel::Marked,
+            rustix::fd::AsFd::as_fd(&fd),
+            0,
+            len as u64,
+        )
+        .is_err()
         {
             let _ = crate::kernel::unlink(CWD, &path, AtFlags::empty());
             return None;

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize
 
 use aether_journal_recorder::index::SharedIndex;
 pub use aether_journal_recorder::tables::{SharedCounters, map_shared};
-use journal::BPath;
-use journal::capture::Counters;
-use journal::config::{ENV_DIR, ENV_SESSION_ID, ENV_SWITCH, ENV_TEST_FAULT, Settings};
-use journal::journal::Envelope;
-use journal::record::Op;
-use journal::session::{self, COUNTERS_FILE};
+use journal_core::BPath;
+use journal_core::capture::Counters;
+use journal_core::config::{ENV_DIR, ENV_SESSION_ID, ENV_SWITCH, ENV_TEST_FAULT, Settings};
+use journal_core::internal::Envelope;
+use journal_core::record::Op;
+use journal_core::session::{self, COUNTERS_FILE};
 use rustix::fs::{Mode, OFlags};
 
 /// Settings read once per process image.
@@ -61,8 +61,8 @@ fn own_path() -> Vec<u8> {
             if p.first() == Some(&b'/') {
                 return p;
             }
-            let cwd = journal::resolve::getcwd().unwrap_or_default();
-            return journal::bpath::join(&cwd, &p);
+            let cwd = journal_core::resolve::getcwd().unwrap_or_default();
+            return journal_core::bpath::join(&cwd, &p);
         }
     }
     Vec::new()
@@ -156,7 +156,7 @@ pub fn adopt_mark() {
         if env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off") {
             return;
         }
-        if let Some(v) = env_value(e, journal::config::ENV_MARK.as_bytes()) {
+        if let Some(v) = env_value(e, journal_core::config::ENV_MARK.as_bytes()) {
             mark = Some(v);
         }
     }
@@ -275,7 +275,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
     if lookup(&vars, ENV_SWITCH) == Some(b"off") {
         return disabled;
     }
-    let cwd = || journal::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
+    let cwd = || journal_core::resolve::getcwd().unwrap_or_else(|_| b"/".to_vec());
     let in_constructor = argv.is_some();
     let mut made_id: Option<String> = None;
     let dir = match lookup(&vars, ENV_DIR).filter(|d| !d.is_empty()) {
@@ -295,7 +295,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
         }
         // A relative one names a directory under the cwd the process started in: the
         // constructor resolves it (see `configure_in_constructor`) and hands the absolute name on.
-        Some(dir) => std::path::PathBuf::from(OsStr::from_bytes(&journal::bpath::join(&cwd(), dir))),
+        Some(dir) => std::path::PathBuf::from(OsStr::from_bytes(&journal_core::bpath::join(&cwd(), dir))),
         None => {
             // No session yet: this process is the root of a new one. Create it now and export
             // its directory so that every descendant joins it.
@@ -559,7 +559,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
         }
         Err(_) => {
             let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let cwd = journal::resolve::getcwd().unwrap_or_default();
+            let cwd = journal_core::resolve::getcwd().unwrap_or_default();
             let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
             header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
             if let Some(expected) = &cfg.session_id {
@@ -580,7 +580,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
     let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
     let blobs = StoreFd::open(dir.join(session::BLOBS_DIR), OFlags::PATH | OFlags::DIRECTORY)?;
     let session_canon = blobs
-        .with(|fd| journal::resolve::fd_path(fd.as_raw_fd()))
+        .with(|fd| journal_core::resolve::fd_path(fd.as_raw_fd()))
         .and_then(Result::ok)
         .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
         .unwrap_or_else(|| cfg.session_dir.clone());
@@ -592,7 +592,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
         journal,
         blobs,
         counters,
-        prog_json: journal::journal::prog_json(&prog),
+        prog_json: journal_core::internal::prog_json(&prog),
         prog,
         settings: cfg.settings.clone(),
         owner_uid,
@@ -773,12 +773,12 @@ impl Store {
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
         let env = Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call };
-        let line = journal::journal::encode_fields(&env, &op);
+        let line = journal_core::internal::encode_fields(&env, &op);
         if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
             return seq;
         }
         let written = self.journal.with(|fd| {
-            let ok = journal::capture::write_all(fd, &line).is_ok();
+            let ok = journal_core::capture::write_all(fd, &line).is_ok();
             if ok && self.settings.sync {
                 let _ = rustix::fs::fsync(fd);
             }
@@ -809,19 +809,19 @@ impl Store {
         };
         let env =
             Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call: "mark" };
-        let line = journal::journal::encode_fields(&env, &op);
+        let line = journal_core::internal::encode_fields(&env, &op);
         let mut path = self.session_canon.clone();
         path.extend_from_slice(b"/");
         path.extend_from_slice(session::SEGMENTS_DIR.as_bytes());
         path.extend_from_slice(b"/");
-        path.extend_from_slice(journal::marks::MARKS_SEGMENT.as_bytes());
+        path.extend_from_slice(journal_core::marks::MARKS_SEGMENT.as_bytes());
         let fd = crate::kernel::open(
             rustix::fs::CWD,
             &path,
             OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         )?;
-        journal::capture::write_all(&fd, &line)
+        journal_core::capture::write_all(&fd, &line)
             .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))?;
         self.counters.note_mark(seq);
         Ok(seq)
@@ -853,7 +853,7 @@ impl aether_journal_recorder::ops::Journal for Store {
     fn session_canon(&self) -> &[u8] {
         &self.session_canon
     }
-    fn calls(&self) -> &dyn journal::capture::FsCalls {
+    fn calls(&self) -> &dyn journal_core::capture::FsCalls {
         &crate::kernel::Marked
     }
     fn session_dir(&self) -> &[u8] {

@@ -211,7 +211,7 @@ impl<'s> Worker<'s> {
     /// calls it journaled, and the cookie at the pass's address in the thread's memory says so.
     fn passed(&mut self, tid: u32) -> bool {
         let counters = self.store.counters();
-        let want = aether_journal::session::pass_cookie(self.store.mark, tid);
+        let want = aether_journal::internal::counters::pass_cookie(self.store.mark, tid);
         let thread = Thread { tid };
         for (slot, addr) in counters.passes_of(tid).collect::<Vec<_>>() {
             match thread.read_u64(addr) {

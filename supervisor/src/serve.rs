@@ -24,7 +24,7 @@ use crate::store::Store;
 
 /// Serves `listener` with `workers` workers until every watched thread has gone; returns what
 /// they did. The counts are also kept, live, in the session's counters page (see
-/// [`aether_journal::session::SLOT_NOTIFIED`]), where the test suite reads them.
+/// [`aether_journal::internal::counters::SLOT_NOTIFIED`]), where the test suite reads them.
 pub fn serve(listener: &Listener, store: &Store, workers: usize) -> Counts {
     let receiving = Mutex::new(());
     let done = AtomicBool::new(false);

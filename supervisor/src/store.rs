@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use aether_journal::capture::{Counters, Direct, FsCalls};
 use aether_journal::config::Settings;
-use aether_journal::journal::{Envelope, encode_fields};
+use aether_journal::internal::{Envelope, encode_fields};
 use aether_journal::record::Op;
 use aether_journal::session::{self, BORN_FILE, CAPTURES_FILE, COUNTERS_FILE, SEGMENTS_DIR};
 use aether_journal_recorder::index::SharedIndex;

@@ -314,7 +314,7 @@ impl Process {
         let prog = BPath::new(thread.link("exe").unwrap_or_default());
         let own_root = thread.link("root").is_ok_and(|r| r != b"/")
             || thread.link("ns/mnt").is_ok_and(|ns| Some(&ns) != own_mount_namespace());
-        Some(Process { pid, ppid, pgid, prog_json: aether_journal::journal::prog_json(&prog), prog, own_root })
+        Some(Process { pid, ppid, pgid, prog_json: aether_journal::internal::prog_json(&prog), prog, own_root })
     }
 }
 

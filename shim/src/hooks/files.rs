@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_ulong};
 
-use journal::record::MetaKind;
+use journal_core::record::MetaKind;
 use libc::FILE;
 
 use super::{Account, CPath, Ret, after_call, injected_kill_after, journaled, journaled_with};
@@ -139,7 +139,7 @@ pub fn freopen_(
         // stream without a descriptor (fd -1) has no name.
         let target = match path.bytes() {
             Some(p) => p.to_vec(),
-            None => match journal::resolve::fd_path(fd) {
+            None => match journal_core::resolve::fd_path(fd) {
                 Ok(p) => p,
                 Err(_) => return Pending::NotJournaled,
             },

@@ -24,7 +24,7 @@ unsafe fn sockaddr_bytes<'a>(addr: *const sockaddr, len: socklen_t) -> Option<&'
 }
 
 /// The endpoint a socket address names, if it is one that is journaled.
-fn endpoint(addr: *const sockaddr, len: socklen_t) -> Option<journal::record::Endpoint> {
+fn endpoint(addr: *const sockaddr, len: socklen_t) -> Option<journal_core::record::Endpoint> {
     // SAFETY: the socket calls' contract: `addr` is null or points to `len` bytes.
     unsafe { sockaddr_bytes(addr, len) }.and_then(aether_journal_recorder::effects::parse_endpoint)
 }
@@ -33,7 +33,7 @@ fn endpoint(addr: *const sockaddr, len: socklen_t) -> Option<journal::record::En
 ///
 /// # Safety
 /// `msg` must be null or point to a valid `msghdr`.
-unsafe fn msg_destination(msg: *const msghdr) -> Option<journal::record::Endpoint> {
+unsafe fn msg_destination(msg: *const msghdr) -> Option<journal_core::record::Endpoint> {
     if msg.is_null() {
         return None;
     }

@@ -14,7 +14,7 @@
 
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
-use journal::record::MetaKind::{Mode, Owner, Times};
+use journal_core::record::MetaKind::{Mode, Owner, Times};
 use libc::{
     AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW, DIR, FILE, O_CREAT, O_TRUNC, O_WRONLY, S_IFIFO, dev_t, gid_t, mmsghdr,
     mode_t, msghdr, off_t, off64_t, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, sighandler_t, sigval, size_t,

@@ -85,25 +85,13 @@ fn words(key: &CaptureKey) -> [u64; 5] {
 /// What `read` makes of slot `s`, if no writer had the slot meanwhile (its sequence even and
 /// the same after).
 fn read_slot<T>(s: &[AtomicU64; WORDS], read: impl FnOnce(&[AtomicU64; WORDS]) -> Option<T>) -> Option<T> {
-    let before = s[0].load(Ordering::Acquire);
-    if before & 1 == 1 {
-        return None;
-    }
-    let got = read(s);
-    std::sync::atomic::fence(Ordering::Acquire);
-    if s[0].load(Ordering::Relaxed) == before { got } else { None }
+    crate::seqlock::read(&s[0], || read(s))
 }
 
 /// Runs `fill` on slot `s` while its sequence is odd (readers then treat it as a miss), or
 /// does nothing if another writer has it.
 fn write_slot(s: &[AtomicU64; WORDS], fill: impl FnOnce(&[AtomicU64; WORDS])) {
-    let cur = s[0].load(Ordering::Acquire);
-    if cur & 1 == 1 || s[0].compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-        return;
-    }
-    std::sync::atomic::fence(Ordering::Release);
-    fill(s);
-    s[0].store(cur + 2, Ordering::Release);
+    crate::seqlock::write(&s[0], || fill(s));
 }
 
 /// The size word of a born entry: no file is this long (sizes are below 2^63), so a born

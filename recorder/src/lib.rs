@@ -8,6 +8,7 @@
 //! - [`ops`]: what each file-changing call journals before it runs, generic over the store
 //!   ([`ops::Journal`]) and over how the calling process is seen ([`ops::Caller`]).
 //! - [`effects`]: connects, datagrams and signals, which nothing can undo.
+//! - [`seqlock`]: the one sequence-lock protocol those tables and the shim's caches share.
 //! - [`marks`]: writing a mark, from outside the session or through the shim inside it.
 //!
 //! What this crate cannot do: make a call, or decide whether one runs. It journals what a call
@@ -21,4 +22,5 @@ pub mod effects;
 pub mod index;
 pub mod marks;
 pub mod ops;
+pub mod seqlock;
 pub mod tables;

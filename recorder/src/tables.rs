@@ -141,16 +141,12 @@ impl SharedCounters {
     pub fn note_born_name(&self, abs: &[u8], created: u64, since_ns: i64) {
         let hash = name_hash(abs);
         let at = SLOT_BORN_NAMES + 4 * (hash as usize % BORN_NAMES);
-        let lock = self.slot(at);
-        let cur = lock.load(Ordering::Acquire);
-        if cur & 1 == 1 || lock.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return; // another writer has the entry: this one is only a copy saved
-        }
-        std::sync::atomic::fence(Ordering::Release);
-        self.slot(at + 1).store(hash, Ordering::Relaxed);
-        self.slot(at + 2).store(created, Ordering::Relaxed);
-        self.slot(at + 3).store(since_ns as u64, Ordering::Relaxed);
-        lock.store(cur + 2, Ordering::Release);
+        // When another writer has the entry, this note is not made: it only saves a copy.
+        crate::seqlock::write(self.slot(at), || {
+            self.slot(at + 1).store(hash, Ordering::Relaxed);
+            self.slot(at + 2).store(created, Ordering::Relaxed);
+            self.slot(at + 3).store(since_ns as u64, Ordering::Relaxed);
+        });
     }
 
     /// Takes the note for `abs` if there is one: the record that journaled its creation, and
@@ -160,20 +156,17 @@ impl SharedCounters {
         let hash = name_hash(abs);
         let at = SLOT_BORN_NAMES + 4 * (hash as usize % BORN_NAMES);
         let lock = self.slot(at);
-        let cur = lock.load(Ordering::Acquire);
         // Most calls end here: no note, or another one.
-        if cur == 0 || cur & 1 == 1 || self.slot(at + 1).load(Ordering::Relaxed) != hash {
+        if lock.load(Ordering::Acquire) == 0 || self.slot(at + 1).load(Ordering::Relaxed) != hash {
             return None;
         }
-        if lock.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return None;
-        }
-        let found = (self.slot(at + 1).load(Ordering::Relaxed) == hash).then(|| {
-            self.slot(at + 1).store(0, Ordering::Relaxed);
-            (self.slot(at + 2).load(Ordering::Relaxed), self.slot(at + 3).load(Ordering::Relaxed) as i64)
-        });
-        lock.store(cur + 2, Ordering::Release);
-        found
+        crate::seqlock::write(lock, || {
+            (self.slot(at + 1).load(Ordering::Relaxed) == hash).then(|| {
+                self.slot(at + 1).store(0, Ordering::Relaxed);
+                (self.slot(at + 2).load(Ordering::Relaxed), self.slot(at + 3).load(Ordering::Relaxed) as i64)
+            })
+        })
+        .flatten()
     }
 
     fn pass_slot(&self, i: usize) -> (&AtomicU64, &AtomicU64) {

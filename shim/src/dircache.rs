@@ -28,6 +28,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use aether_journal_recorder::seqlock;
 use journal_core::record::Ident;
 
 const SLOTS: usize = 256;
@@ -60,21 +61,19 @@ fn slot(id: Ident) -> &'static Slot {
 /// The name last recorded for directory `id`, if its slot still holds it.
 pub fn get(id: Ident) -> Option<Vec<u8>> {
     let s = slot(id);
-    let before = s.seq.load(Ordering::Acquire);
-    if before & 1 == 1 || s.ino.load(Ordering::Relaxed) != id.ino || s.dev.load(Ordering::Relaxed) != id.dev {
-        return None;
-    }
-    let len = s.len.load(Ordering::Relaxed) as usize;
-    if len == 0 || len > MAX_NAME {
-        return None;
-    }
-    let mut out = Vec::with_capacity(len);
-    for w in &s.words[..len.div_ceil(8)] {
-        out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
-    out.truncate(len);
-    std::sync::atomic::fence(Ordering::Acquire);
-    (s.seq.load(Ordering::Relaxed) == before).then_some(out)
+    seqlock::read(&s.seq, || {
+        if s.ino.load(Ordering::Relaxed) != id.ino || s.dev.load(Ordering::Relaxed) != id.dev {
+            return None;
+        }
+        let len = s.len.load(Ordering::Relaxed) as usize;
+        let words = s.words.get(..len.div_ceil(8)).filter(|_| len != 0)?;
+        let mut out = Vec::with_capacity(len);
+        for w in words {
+            out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        out.truncate(len);
+        Some(out)
+    })
 }
 
 /// Records `name` as the canonical name of directory `id` (evicting whatever shared its slot).
@@ -85,20 +84,24 @@ pub fn put(id: Ident, name: &[u8]) {
         return;
     }
     let s = slot(id);
-    let cur = s.seq.load(Ordering::Acquire);
-    if cur & 1 == 1 || s.seq.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-        return; // another thread is filling this slot: not cached this time
-    }
-    std::sync::atomic::fence(Ordering::Release);
-    s.dev.store(id.dev, Ordering::Relaxed);
-    s.ino.store(id.ino, Ordering::Relaxed);
-    s.len.store(name.len() as u64, Ordering::Relaxed);
-    for (w, chunk) in s.words.iter().zip(name.chunks(8)) {
+    // When another thread is filling this slot, the name is not cached this time.
+    seqlock::write(&s.seq, || {
+        s.dev.store(id.dev, Ordering::Relaxed);
+        s.ino.store(id.ino, Ordering::Relaxed);
+        s.len.store(name.len() as u64, Ordering::Relaxed);
+        store_words(&s.words, name.chunks(8));
+    });
+}
+
+/// Stores `chunks` (eight bytes each, the last perhaps fewer) in `words`, little-endian.
+fn store_words<'a>(words: &[AtomicU64], chunks: impl Iterator<Item = &'a [u8]>) {
+    for (w, chunk) in words.iter().zip(chunks) {
         let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
+        for (to, from) in b.iter_mut().zip(chunk) {
+            *to = *from;
+        }
         w.store(u64::from_le_bytes(b), Ordering::Relaxed);
     }
-    s.seq.store(cur + 2, Ordering::Release);
 }
 
 /// How long a remembered directory path is trusted without looking at it again, against
@@ -166,29 +169,27 @@ fn path_slot(key: &[u8]) -> &'static PathSlot {
 /// and less than [`TRUST_NS`] before `now`.
 pub fn path_get(key: &[u8], shared_gen: u64, local_gen: u64, now: u64) -> Option<Vec<u8>> {
     let s = path_slot(key);
-    let before = s.seq.load(Ordering::Acquire);
-    if before & 1 == 1
-        || s.shared_gen.load(Ordering::Relaxed) != shared_gen
-        || s.local_gen.load(Ordering::Relaxed) != local_gen
-        || now.wrapping_sub(s.stamp.load(Ordering::Relaxed)) > TRUST_NS
-        || s.key_len.load(Ordering::Relaxed) as usize != key.len()
-    {
+    let mut bytes = seqlock::read(&s.seq, || {
+        if s.shared_gen.load(Ordering::Relaxed) != shared_gen
+            || s.local_gen.load(Ordering::Relaxed) != local_gen
+            || now.wrapping_sub(s.stamp.load(Ordering::Relaxed)) > TRUST_NS
+            || s.key_len.load(Ordering::Relaxed) as usize != key.len()
+        {
+            return None;
+        }
+        let name_len = s.name_len.load(Ordering::Relaxed) as usize;
+        let total = key.len() + name_len;
+        let words = s.words.get(..total.div_ceil(8)).filter(|_| name_len != 0)?;
+        let mut bytes = Vec::with_capacity(total.next_multiple_of(8));
+        for w in words {
+            bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        bytes.truncate(total);
+        Some(bytes)
+    })?;
+    if !bytes.starts_with(key) {
         return None;
     }
-    let name_len = s.name_len.load(Ordering::Relaxed) as usize;
-    let total = key.len() + name_len;
-    if name_len == 0 || total > PATH_BYTES {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(total.next_multiple_of(8));
-    for w in &s.words[..total.div_ceil(8)] {
-        bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
-    std::sync::atomic::fence(Ordering::Acquire);
-    if s.seq.load(Ordering::Relaxed) != before || &bytes[..key.len()] != key {
-        return None;
-    }
-    bytes.truncate(total);
     bytes.drain(..key.len());
     Some(bytes)
 }
@@ -201,25 +202,18 @@ pub fn path_put(key: &[u8], name: &[u8], shared_gen: u64, local_gen: u64, now: u
         return;
     }
     let s = path_slot(key);
-    let cur = s.seq.load(Ordering::Acquire);
-    if cur & 1 == 1 || s.seq.compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-        return;
-    }
-    std::sync::atomic::fence(Ordering::Release);
-    s.shared_gen.store(shared_gen, Ordering::Relaxed);
-    s.local_gen.store(local_gen, Ordering::Relaxed);
-    s.stamp.store(now, Ordering::Relaxed);
-    s.key_len.store(key.len() as u64, Ordering::Relaxed);
-    s.name_len.store(name.len() as u64, Ordering::Relaxed);
-    let mut joined = [0u8; PATH_BYTES];
-    joined[..key.len()].copy_from_slice(key);
-    joined[key.len()..total].copy_from_slice(name);
-    for (w, chunk) in s.words.iter().zip(joined[..total].chunks(8)) {
-        let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
-        w.store(u64::from_le_bytes(b), Ordering::Relaxed);
-    }
-    s.seq.store(cur + 2, Ordering::Release);
+    seqlock::write(&s.seq, || {
+        s.shared_gen.store(shared_gen, Ordering::Relaxed);
+        s.local_gen.store(local_gen, Ordering::Relaxed);
+        s.stamp.store(now, Ordering::Relaxed);
+        s.key_len.store(key.len() as u64, Ordering::Relaxed);
+        s.name_len.store(name.len() as u64, Ordering::Relaxed);
+        let mut joined = [0u8; PATH_BYTES];
+        for (to, from) in joined.iter_mut().zip(key.iter().chain(name)) {
+            *to = *from;
+        }
+        store_words(&s.words, joined.chunks(8).take(total.div_ceil(8)));
+    });
 }
 
 #[cfg(test)]

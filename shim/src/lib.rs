@@ -26,6 +26,7 @@ mod fdmemo;
 mod guard;
 mod hooks;
 mod kernel;
+mod once;
 mod ops;
 mod real;
 mod segment;

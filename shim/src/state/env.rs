@@ -1,0 +1,130 @@
+//! The `AETHER_*` entries of the environment a process image started with, copied by the
+//! constructor without allocating, so that the configuration comes from the environment the
+//! image started with even if the program changes its own before the first hooked call.
+//!
+//! What this cannot do: keep more than [`EARLY_ENV_CAP`] bytes of them; a larger set is read
+//! from the live environment when the configuration is built.
+
+use journal_core::config::ENV_SWITCH;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// Room for the `AETHER_*` entries of the starting environment (a session needs a few hundred
+/// bytes; a larger set falls back to reading the environment when the configuration is built).
+const EARLY_ENV_CAP: usize = 4096;
+
+/// The `AETHER_*` entries of the environment this process image started with, each
+/// `NAME=value` followed by a NUL, copied by the constructor into static storage.
+///
+/// # Rationale
+/// The configuration must come from the environment the image started with (a program may
+/// `clearenv` or `unsetenv` before it execs, and the exec hooks put our variables back), but
+/// building it costs allocations and code that a process which never changes a file never
+/// needs. The constructor only scans `environ` for the prefix and copies the few matching
+/// entries in place, without allocating; [`config`] parses them on first use.
+struct EarlyEnv {
+    /// `EARLY_EMPTY`, `EARLY_WRITING`, `EARLY_DONE` or `EARLY_OVERFLOW`.
+    state: AtomicU32,
+    len: AtomicUsize,
+    bytes: std::cell::UnsafeCell<[u8; EARLY_ENV_CAP]>,
+}
+
+// SAFETY: `bytes` is written only by the one thread that moved `state` from EMPTY to WRITING,
+// and read only after `state` is DONE (release/acquire).
+unsafe impl Sync for EarlyEnv {}
+
+const EARLY_EMPTY: u32 = 0;
+const EARLY_WRITING: u32 = 1;
+const EARLY_DONE: u32 = 2;
+const EARLY_OVERFLOW: u32 = 3;
+
+static EARLY_ENV: EarlyEnv = EarlyEnv {
+    state: AtomicU32::new(EARLY_EMPTY),
+    len: AtomicUsize::new(0),
+    bytes: std::cell::UnsafeCell::new([0; EARLY_ENV_CAP]),
+};
+
+/// Copies the `AETHER_*` entries of `environ` (see [`EarlyEnv`]), once. Allocates nothing.
+pub fn capture_early_env() {
+    if EARLY_ENV.state.compare_exchange(EARLY_EMPTY, EARLY_WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return;
+    }
+    // SAFETY: this thread alone moved the state to WRITING: nobody else touches `bytes` until
+    // it is DONE.
+    let bytes = unsafe { &mut *EARLY_ENV.bytes.get() };
+    let environ = crate::exec::current_environ();
+    let entries = (0..).map_while(|i| {
+        // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings; this
+        // runs in the constructor (before main and its threads) or on a hook's first use, and
+        // only reads.
+        let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
+        // SAFETY: a non-null entry is a NUL-terminated string (see above).
+        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+    });
+    let mut len = 0;
+    let mut state = EARLY_DONE;
+    for e in entries.filter(|e| e.starts_with(b"AETHER_")) {
+        let Some(room) = bytes.get_mut(len..len + e.len() + 1) else {
+            state = EARLY_OVERFLOW;
+            break;
+        };
+        room[..e.len()].copy_from_slice(e);
+        room[e.len()] = 0;
+        len += e.len() + 1;
+    }
+    EARLY_ENV.len.store(len, Ordering::Relaxed);
+    EARLY_ENV.state.store(state, Ordering::Release);
+}
+
+/// The copied entries, once the constructor's copy is complete and whole.
+pub(super) fn early_entries() -> Option<impl Iterator<Item = &'static [u8]>> {
+    if EARLY_ENV.state.load(Ordering::Acquire) != EARLY_DONE {
+        return None;
+    }
+    // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
+    let bytes = unsafe { &*EARLY_ENV.bytes.get() };
+    Some(bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0).filter(|e| !e.is_empty()))
+}
+
+/// Sets the supervisor's marker ([`crate::kernel::mark`]) from the starting environment,
+/// unless the shim is switched off (then nothing it does is journaled, so nothing is marked).
+/// Allocation-free: it runs in the constructor of every process.
+pub fn adopt_mark() {
+    capture_early_env();
+    let Some(entries) = early_entries() else { return };
+    let mut mark = None;
+    for e in entries {
+        if env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off") {
+            return;
+        }
+        if let Some(v) = env_value(e, journal_core::config::ENV_MARK.as_bytes()) {
+            mark = Some(v);
+        }
+    }
+    if let Some(v) = mark {
+        crate::kernel::set_mark_from(v);
+    }
+}
+
+/// The `AETHER_*` entries the image started with, as `NAME=value` byte strings.
+pub(super) fn early_env() -> Vec<Vec<u8>> {
+    capture_early_env();
+    match early_entries() {
+        Some(entries) => entries.map(<[u8]>::to_vec).collect(),
+        // Too many variables to keep, or another thread is copying them right now.
+        None => std::env::vars_os()
+            .filter(|(k, _)| k.as_bytes().starts_with(b"AETHER_"))
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+            .collect(),
+    }
+}
+
+/// The value in a `NAME=value` environment entry, if it is `name`'s.
+pub fn env_value<'a>(entry: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    entry.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"="))
+}
+
+/// The value of `name` among `entries` (`NAME=value` strings).
+pub(super) fn lookup<'a>(entries: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
+    entries.iter().find_map(|e| env_value(e, name.as_bytes()))
+}

@@ -1,0 +1,71 @@
+//! Which process this is: the pid that owns the store's descriptors (not a `vfork` child, which
+//! shares its parent's memory), its parent, the session's root, and the program's arguments.
+//!
+//! What this cannot do: tell a `vfork` child from its parent without a `getpid` system call
+//! ([`owns_memory`]).
+
+use super::config::config;
+use journal_core::BPath;
+use journal_core::session::{self};
+use std::ffi::{OsStr, c_char};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The pid that owns the store's descriptors: set when the store is opened and in every forked
+/// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
+/// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
+pub(super) static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// The owning process's parent, cached with OWNER_PID for records.
+pub(super) static OWNER_PPID: AtomicU32 = AtomicU32::new(0);
+
+/// Records that this process owns the store's descriptors and caches its ids. Called only
+/// where no memory is shared with another process: in the constructor (a fresh image) and in
+/// the `pthread_atfork` child handler (a real fork). Never from a hook, which may run in a
+/// `vfork` child sharing its parent's memory.
+pub fn adopt_store_after_fork() {
+    OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);
+    OWNER_PPID.store(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32), Ordering::Relaxed);
+}
+
+/// Whether this process owns the memory it runs in: false in a `vfork` child (which shares its
+/// parent's memory but has a descriptor table of its own), and where no constructor ran. One
+/// `getpid` system call.
+pub fn owns_memory() -> bool {
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    owner != 0 && owner == rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// The session's root process (from its header), read once.
+pub(super) fn root_pid() -> Option<u32> {
+    static ROOT: AtomicU32 = AtomicU32::new(0);
+    match ROOT.load(Ordering::Relaxed) {
+        0 => {}
+        u32::MAX => return None,
+        pid => return Some(pid),
+    }
+    let dir = std::path::Path::new(OsStr::from_bytes(&config().session_dir));
+    let pid = std::fs::read(dir.join(session::HEADER_FILE))
+        .ok()
+        .and_then(|t| aether_journal_recorder::effects::serde_json_root_pid(&t))
+        .unwrap_or(u32::MAX);
+    ROOT.store(pid, Ordering::Relaxed);
+    (pid != u32::MAX).then_some(pid)
+}
+
+/// Collects a C `argv` into paths (used by the constructor).
+///
+/// # Safety
+/// `argv` must be null or point to `argc` valid NUL-terminated strings.
+pub unsafe fn collect_argv(argc: i32, argv: *const *const c_char) -> Vec<BPath> {
+    if argv.is_null() {
+        return Vec::new();
+    }
+    (0..argc.max(0) as usize)
+        .filter_map(|i| {
+            // SAFETY: i < argc and argv has argc entries (caller's obligation).
+            let p = unsafe { *argv.add(i) };
+            // SAFETY: each non-null entry is a NUL-terminated string (caller's obligation).
+            (!p.is_null()).then(|| BPath::from(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()))
+        })
+        .collect()
+}

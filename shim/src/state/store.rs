@@ -1,0 +1,471 @@
+//! The per-process handle on the session store: opened at the first change, inherited across
+//! `fork`, kept on high descriptors whose identity is checked before each use, and what every
+//! record goes through.
+//!
+//! What this cannot do: journal anything when the session directory cannot be opened at all.
+//! Hooked calls then run unjournaled; the `lost` counter in the session's shared counters
+//! records every record that could not be written once the store was open.
+
+use super::config::{Config, cmdline, config};
+use super::identity::{OWNER_PID, OWNER_PPID, owns_memory, root_pid};
+use crate::once::Leaked;
+use aether_journal_recorder::index::SharedIndex;
+use aether_journal_recorder::tables::SharedCounters;
+use journal_core::BPath;
+use journal_core::capture::Counters;
+use journal_core::config::Settings;
+use journal_core::internal::Envelope;
+use journal_core::record::Op;
+use journal_core::session::{self, COUNTERS_FILE};
+use rustix::fs::{Mode, OFlags};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// A descriptor of the store (the journal, or `blobs/`) that the program may close or reuse
+/// behind our back: a `close_range`/`closefrom` sweep, a `dup2` onto its number, Python's
+/// subprocess closing everything before `execve`. Its identity is checked before every use.
+pub struct StoreFd {
+    num: AtomicI32,
+    dev: u64,
+    ino: u64,
+    /// The owner of the file when it was opened.
+    uid: u32,
+    path: std::path::PathBuf,
+    flags: OFlags,
+}
+
+impl StoreFd {
+    fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
+        let fd = to_high_fd(
+            crate::kernel::open(rustix::fs::CWD, path.as_os_str().as_bytes(), flags | OFlags::CLOEXEC, Mode::empty())
+                .ok()?,
+        );
+        let st = rustix::fs::fstat(&fd).ok()?;
+        Some(StoreFd {
+            num: AtomicI32::new(fd.into_raw_fd()),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            uid: st.st_uid,
+            path,
+            flags,
+        })
+    }
+
+    /// Runs `f` with a descriptor that is really this store file.
+    pub fn with<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        let n = self.num.load(Ordering::Acquire);
+        // SAFETY: only used for the fstat below, which tolerates a closed or reused number.
+        let probe = unsafe { BorrowedFd::borrow_raw(n) };
+        if rustix::fs::fstat(probe).is_ok_and(|st| st.st_dev == self.dev && st.st_ino == self.ino) {
+            return Some(f(probe));
+        }
+        // Closed or taken over by the program. Never close the number: it may be the
+        // program's now.
+        let fresh = crate::kernel::open(
+            rustix::fs::CWD,
+            self.path.as_os_str().as_bytes(),
+            self.flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fresh).ok()?;
+        if st.st_dev != self.dev || st.st_ino != self.ino {
+            return None; // the store itself was replaced
+        }
+        let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        if me == OWNER_PID.load(Ordering::Relaxed) {
+            let fresh = to_high_fd(fresh);
+            let r = f(fresh.as_fd());
+            self.num.store(fresh.into_raw_fd(), Ordering::Release);
+            Some(r)
+        } else {
+            // A vfork child (or a clone without fork handlers): use it once, publish nothing.
+            Some(f(fresh.as_fd()))
+        }
+    }
+}
+
+/// An open session store: what every record and capture goes through.
+pub struct Store {
+    /// Canonical session directory (never journaled).
+    pub session_canon: Vec<u8>,
+    /// The journal (append-only), on a high descriptor.
+    pub journal: StoreFd,
+    /// `blobs/`, on a high descriptor.
+    pub blobs: StoreFd,
+    /// Shared ids and accounting.
+    pub counters: SharedCounters,
+    /// `/proc/self/exe` of this process image.
+    pub prog: BPath,
+    /// The same, encoded as JSON once for every record.
+    prog_json: Vec<u8>,
+    /// Budgets, policy, sync.
+    pub settings: Settings,
+    /// The uid that owns the session store: only it (and root) can write there.
+    pub owner_uid: u32,
+    /// The shared capture index, mapped on first use (most processes never copy a file).
+    index: LazyIndex,
+    /// The shared table of files the session created or copied whole, mapped on first use.
+    born: LazyIndex,
+}
+
+/// A shared table of the session, mapped on first use, lock-free (the loser of a race leaks
+/// its mapping, never unmapped).
+pub struct LazyIndex {
+    index: Leaked<SharedIndex>,
+    path: std::path::PathBuf,
+    map: fn(&std::path::Path) -> Option<SharedIndex>,
+}
+
+impl LazyIndex {
+    fn new(path: std::path::PathBuf, map: fn(&std::path::Path) -> Option<SharedIndex>) -> LazyIndex {
+        LazyIndex { index: Leaked::new(), path, map }
+    }
+
+    /// The table if this process has already mapped it: lock-free and without a system call,
+    /// for work done outside the guard.
+    pub fn mapped(&self) -> Option<&SharedIndex> {
+        self.index.get()
+    }
+
+    /// The table, mapped now if it was not; `None` if it cannot be.
+    pub fn get(&self) -> Option<&SharedIndex> {
+        self.index.get_or_try_init(|| (self.map)(&self.path))
+    }
+}
+
+impl Store {
+    /// The session's table of born and kept files, mapped on first use; `None` if it cannot be.
+    pub fn born(&self) -> Option<&SharedIndex> {
+        self.born.get()
+    }
+
+    /// The born table if this process has already mapped it (lock-free, no system call).
+    pub fn born_mapped(&self) -> Option<&SharedIndex> {
+        self.born.mapped()
+    }
+}
+
+/// The process's store, published once (see [`Leaked`]: whoever loses a race to open it closes
+/// its own descriptors, so a fork can never catch another thread halfway through a lock).
+static STORE: Leaked<Store> = Leaked::new();
+
+/// Moves a descriptor above the range programs normally use, close-on-exec, so that it never
+/// takes a number the program expects to get from `open`.
+fn to_high_fd(fd: OwnedFd) -> OwnedFd {
+    // Worked out once per process image; asked again if the program lowered its limit below it.
+    static MIN: AtomicI32 = AtomicI32::new(0);
+    let limit_based = || {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
+        let min = if soft > 2048 { 1000 } else { (soft / 2).max(10) as i32 };
+        MIN.store(min, Ordering::Relaxed);
+        min
+    };
+    let cached = MIN.load(Ordering::Relaxed);
+    let min = if cached == 0 { limit_based() } else { cached };
+    match rustix::io::fcntl_dupfd_cloexec(&fd, min as _) {
+        Ok(high) => high,
+        Err(_) if cached != 0 => rustix::io::fcntl_dupfd_cloexec(&fd, limit_based() as _).unwrap_or(fd),
+        Err(_) => fd,
+    }
+}
+
+fn open_store(cfg: &Config) -> Option<Store> {
+    let dir = Path::new(OsStr::from_bytes(&cfg.session_dir));
+    match std::fs::read(dir.join(session::HEADER_FILE)) {
+        Ok(header) => {
+            // Another session at this session's directory: not this process's to write to.
+            if let Some(id) = &cfg.session_id {
+                let quoted = [b"\"".as_slice(), id, b"\""].concat();
+                if !header.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
+                    return None;
+                }
+            }
+        }
+        Err(_) => {
+            let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let cwd = journal_core::resolve::getcwd().unwrap_or_default();
+            let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+            header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
+            if let Some(expected) = &cfg.session_id {
+                // This process's session was made before it and is gone now: made again, and
+                // said, so that no undo of what is journaled from here on claims it is all.
+                header.id = String::from_utf8_lossy(expected).into_owned();
+                header.cut_off = Some(format!(
+                    "the store vanished while the session ran; made again at {} by process {} ({})",
+                    session::now_rfc3339_seconds(),
+                    rustix::process::getpid().as_raw_nonzero(),
+                    String::from_utf8_lossy(&cmdline().first().map(|a| a.as_bytes().to_vec()).unwrap_or_default())
+                ));
+            }
+            session::ensure_layout(dir, &header).ok()?;
+        }
+    }
+    let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;
+    let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
+    let blobs = StoreFd::open(dir.join(session::BLOBS_DIR), OFlags::PATH | OFlags::DIRECTORY)?;
+    let session_canon = blobs
+        .with(|fd| journal_core::resolve::fd_path(fd.as_raw_fd()))
+        .and_then(Result::ok)
+        .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
+        .unwrap_or_else(|| cfg.session_dir.clone());
+    let prog =
+        rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
+    let owner_uid = blobs.uid;
+    Some(Store {
+        session_canon,
+        journal,
+        blobs,
+        counters,
+        prog_json: journal_core::internal::prog_json(&prog),
+        prog,
+        settings: cfg.settings.clone(),
+        owner_uid,
+        index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
+        born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
+    })
+}
+
+/// After a call that may have changed where a directory path leads: bumps the session's names
+/// generation if this process has its store (the call's hook opened it before the call and
+/// bumped it then too). Lock-free and errno-neutral: safe after any real call.
+pub fn names_changed() {
+    if let Some(store) = STORE.get() {
+        store.counters.names_changing();
+    }
+}
+
+/// The process's store if it is open already (never opens it).
+pub fn published_store() -> Option<&'static Store> {
+    STORE.get()
+}
+
+/// The process's store, opened on first use. `None` when the shim is disabled or the store
+/// cannot be opened.
+pub fn store() -> Option<&'static Store> {
+    if let Some(store) = STORE.get() {
+        return Some(store);
+    }
+    let cfg = config();
+    if !cfg.enabled {
+        return None;
+    }
+    STORE.get_or_try_init(|| open_store(cfg))
+}
+
+/// A store for one exec hook: the published one when this process has it, otherwise one
+/// opened just for this call and closed again.
+///
+/// # Rationale
+/// Exec hooks may run in a `vfork` child, which shares the parent's memory but not its
+/// descriptor table. Publishing a store opened there would leave the parent holding
+/// descriptor numbers that do not exist (or belong to something else) in its own table.
+pub enum ExecStore {
+    /// The process's published store.
+    Shared(&'static Store),
+    /// Opened for this call only.
+    Temporary(Box<Store>),
+}
+
+impl std::ops::Deref for ExecStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match self {
+            ExecStore::Shared(s) => s,
+            ExecStore::Temporary(s) => s,
+        }
+    }
+}
+
+/// Counts a mutating call that ran without a record because this thread was already inside
+/// the shim (a signal handler that interrupted the shim's own bookkeeping): no undo of this
+/// session may then claim completeness.
+pub fn note_unjournaled() {
+    if let Some(store) = STORE.get() {
+        store.counters.add_lost();
+    }
+}
+
+/// See [`ExecStore`].
+pub fn exec_store() -> Option<ExecStore> {
+    if let Some(store) = STORE.get() {
+        return Some(ExecStore::Shared(store));
+    }
+    let cfg = config();
+    if !cfg.enabled {
+        return None;
+    }
+    // The ids cached by the constructor (or the fork handler) are this process's own unless
+    // this is a vfork child, which shares its parent's memory and so sees the parent's pid
+    // there. Only then must the store stay unpublished; anywhere else it is opened once and
+    // kept, instead of once per exec (a shell that runs many commands, posix_spawn loops).
+    if owns_memory() {
+        return store().map(ExecStore::Shared);
+    }
+    if OWNER_PID.load(Ordering::Relaxed) != 0 {
+        // A vfork child of a process that has no store (it only starts commands, as a Python
+        // harness does): ask the parent to open one for the children after this one.
+        CHILD_OPENED_STORE.store(true, Ordering::Relaxed);
+    }
+    crate::alloc::persistent(|| open_store(cfg).map(|s| ExecStore::Temporary(Box::new(s))))
+}
+
+/// Set by a `vfork` child that had to open a store of its own for its exec record because
+/// its parent had none. Each such child opens, maps and reads back the session's files (about
+/// 20 system calls, ~100 us of a Python `subprocess.run` of `/bin/true` here, of ~200 the
+/// shim adds); a child of a parent with a published store uses that one. The parent opens
+/// its store when it next waits for a child, by when the child has exec'd or exited (not at
+/// `close`, also called between a vfork and the wait: that hook is W7's hot path).
+static CHILD_OPENED_STORE: AtomicBool = AtomicBool::new(false);
+
+/// Called from the `wait` family's hooks: opens and publishes this process's store if a
+/// `vfork` child of it had to open one of its own. One relaxed load unless one did.
+#[inline(always)]
+pub fn open_store_children_need() {
+    if CHILD_OPENED_STORE.load(Ordering::Relaxed) {
+        open_store_for_children();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn open_store_for_children() {
+    // Only the process that owns this memory opens its store here: in a vfork child (which a
+    // program might make wait for a child of its own) the request stays for the parent.
+    if !owns_memory() {
+        return;
+    }
+    let saved = crate::guard::errno();
+    // Busy (a wait in a signal handler that interrupted a hook): the request stays for the
+    // next wait.
+    if let Some(guard) = crate::guard::Guard::enter() {
+        CHILD_OPENED_STORE.store(false, Ordering::Relaxed);
+        let _ = std::panic::catch_unwind(|| {
+            let _ = store();
+        });
+        drop(guard);
+    }
+    crate::guard::set_errno(saved);
+}
+
+impl Store {
+    /// Appends a record for `op`, made by `call`. A record that cannot be written is counted
+    /// as lost, so that no undo of this session can claim completeness.
+    pub fn record(&self, call: &str, op: Op) -> u64 {
+        let (pid, ppid) = (OWNER_PID.load(Ordering::Relaxed), OWNER_PPID.load(Ordering::Relaxed));
+        if pid == 0 {
+            // No constructor ran (the library was loaded some other way): ask the kernel.
+            return self.record_fresh(call, op);
+        }
+        self.record_as(call, op, pid, ppid)
+    }
+
+    /// [`Store::record`] with the process ids asked of the kernel: for exec hooks, which may
+    /// run in a vfork child (whose memory, cached ids included, is its parent's).
+    pub fn record_fresh(&self, call: &str, op: Op) -> u64 {
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        // The cached parent is right whenever the cached pid is (not a vfork child).
+        let ppid = if pid == OWNER_PID.load(Ordering::Relaxed) {
+            OWNER_PPID.load(Ordering::Relaxed)
+        } else {
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
+        };
+        self.record_as(call, op, pid, ppid)
+    }
+
+    fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
+        let seq = self.counters.next_id();
+        let env = Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call };
+        let line = journal_core::internal::encode_fields(&env, &op);
+        if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
+            return seq;
+        }
+        let written = self.journal.with(|fd| {
+            let ok = journal_core::capture::write_all(fd, &line).is_ok();
+            if ok && self.settings.sync {
+                let _ = rustix::fs::fsync(fd);
+            }
+            ok
+        });
+        if written != Some(true) {
+            self.counters.add_lost();
+        } else if self.settings.sync {
+            let _ = self.blobs.with(|fd| rustix::fs::fsync(fd));
+        }
+        seq
+    }
+}
+
+impl Store {
+    /// Appends a mark (`aether-journal mark` run by a process of the session: see
+    /// `aether_journal_recorder::marks`) to the marks segment, with a single write, and counts
+    /// it. The caller holds the marks file's lock.
+    pub fn append_mark(&self, op: Op) -> Result<u64, rustix::io::Errno> {
+        use rustix::fs::{Mode, OFlags};
+        let seq = self.counters.next_id();
+        let (pid, ppid) = match OWNER_PID.load(Ordering::Relaxed) {
+            0 => (
+                rustix::process::getpid().as_raw_nonzero().get() as u32,
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
+            ),
+            pid => (pid, OWNER_PPID.load(Ordering::Relaxed)),
+        };
+        let env =
+            Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call: "mark" };
+        let line = journal_core::internal::encode_fields(&env, &op);
+        let mut path = self.session_canon.clone();
+        path.extend_from_slice(b"/");
+        path.extend_from_slice(session::SEGMENTS_DIR.as_bytes());
+        path.extend_from_slice(b"/");
+        path.extend_from_slice(journal_core::marks::MARKS_SEGMENT.as_bytes());
+        let fd = crate::kernel::open(
+            rustix::fs::CWD,
+            &path,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )?;
+        journal_core::capture::write_all(&fd, &line)
+            .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))?;
+        self.counters.note_mark(seq);
+        Ok(seq)
+    }
+}
+
+impl aether_journal_recorder::ops::Journal for Store {
+    fn record(&self, call: &str, op: Op) -> u64 {
+        Store::record(self, call, op)
+    }
+    fn with_blobs<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        self.blobs.with(f)
+    }
+    fn counters(&self) -> &SharedCounters {
+        &self.counters
+    }
+    fn index(&self) -> Option<&SharedIndex> {
+        self.index.get()
+    }
+    fn born(&self) -> Option<&SharedIndex> {
+        self.born.get()
+    }
+    fn born_mapped(&self) -> Option<&SharedIndex> {
+        self.born.mapped()
+    }
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+    fn session_canon(&self) -> &[u8] {
+        &self.session_canon
+    }
+    fn calls(&self) -> &dyn journal_core::capture::FsCalls {
+        &crate::kernel::Marked
+    }
+    fn session_dir(&self) -> &[u8] {
+        &config().session_dir
+    }
+    fn root_pid(&self) -> Option<u32> {
+        root_pid()
+    }
+}

@@ -15,7 +15,6 @@
 //! is about to change and says what must happen after it ([`ops::Pending`]); the shim and the
 //! supervisor make (or let the kernel make) the call themselves.
 
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
 pub mod effects;

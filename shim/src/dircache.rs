@@ -54,6 +54,7 @@ static TABLE: [Slot; SLOTS] = [const {
     }
 }; SLOTS];
 
+#[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
 fn slot(id: Ident) -> &'static Slot {
     &TABLE[(id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(17)) as usize % SLOTS]
 }
@@ -158,6 +159,7 @@ pub fn coarse_now() -> u64 {
     (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
 }
 
+#[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
 fn path_slot(key: &[u8]) -> &'static PathSlot {
     // FNV-1a: the keys are short paths, and a collision only costs a miss.
     let h = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));

@@ -30,7 +30,8 @@ const LIMIT: i32 = (WORDS * 64) as i32;
 static CREATED: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
 
 fn bit(fd: i32) -> Option<(&'static AtomicU64, u64)> {
-    (3..LIMIT).contains(&fd).then(|| (&CREATED[fd as usize / 64], 1u64 << (fd % 64)))
+    let word = CREATED.get(usize::try_from(fd).ok()? / 64).filter(|_| fd >= 3)?;
+    Some((word, 1u64 << (fd % 64)))
 }
 
 /// Remembers that `fd` was just returned by an open that created its file.

@@ -2,8 +2,8 @@
 //!
 //! Only interposition lives here: each hook classifies its call, captures the prior state
 //! through the core library (`aether-journal`), calls the real libc function exactly once, and
-//! records the outcome. See `hooks.rs` for the table of hooked symbols and the shape every hook
-//! follows, `ops.rs` for what each call journals, and `state.rs` for the session store.
+//! records the outcome. See `hooks/` for the table of hooked symbols and the shape every hook
+//! follows, `ops.rs` for what each call journals, and `state/` for the session store.
 //!
 //! The second rule of the project binds every line here: the hooked program must observe
 //! nothing different. Same return values, same errno, nothing on fds 0-2, no panic across FFI,
@@ -13,7 +13,10 @@
 //! environment lost `LD_PRELOAD`, or system calls made without going through libc's exported
 //! names (raw `syscall` instructions, io_uring). README.md lists these limits.
 
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+// Code that runs inside the program may not panic on its own account: no indexing or slicing
+// that can be out of bounds, no unwrapping; each exception is an `#[expect]` with its reason.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used))]
+#![deny(clippy::missing_safety_doc)]
 // Under `cargo test` nothing is exported (the test binary must not interpose its own libc
 // calls), so the hooks look unused.
 #![cfg_attr(test, allow(dead_code))]

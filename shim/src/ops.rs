@@ -65,7 +65,7 @@ impl Caller for Myself {
         let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
         let mut buf = vec![0u8; 65536];
         match rustix::fs::fgetxattr(bfd, name, &mut buf[..]) {
-            Ok(n) => Ok(Some(buf[..n].to_vec())),
+            Ok(n) => Ok(Some(buf.get(..n).unwrap_or(&buf).to_vec())),
             Err(rustix::io::Errno::NODATA) => Ok(None),
             Err(e) => Err(e),
         }
@@ -254,8 +254,7 @@ fn endpoint_hash(ep: &Endpoint) -> u64 {
 fn first_send_to(ep: &Endpoint) -> bool {
     let h = endpoint_hash(ep);
     let start = (h as usize) % SENT_SLOTS;
-    for i in 0..SENT_SLOTS {
-        let slot = &SENT[(start + i) % SENT_SLOTS];
+    for slot in SENT.iter().cycle().skip(start).take(SENT_SLOTS) {
         match slot.compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return true,
             Err(existing) if existing == h => return false,

@@ -63,7 +63,7 @@ pub unsafe fn make(template: *mut c_char, kind: Temp) -> c_long {
         state ^= state >> 27;
         let mut v = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
         for b in xs.iter_mut() {
-            *b = LETTERS[(v % 62) as usize];
+            *b = *LETTERS.get((v % 62) as usize).unwrap_or(&b'X');
             v /= 62;
         }
         let r = match kind {

@@ -2,7 +2,6 @@
 //! see into (Go, static binaries, raw `syscall` instructions, Bun), so that every process of
 //! an `aether-journal run` session is journaled, whatever it is made of.
 
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![deny(missing_docs)]
 
 pub mod dirs;

@@ -104,14 +104,14 @@ fn marked_execvpe(file: CPath, argv: Argv, env: Argv) -> c_int {
     let mut eacces = false;
     for dir in path.split(|&b| b == b':') {
         let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
-        let len = dir.len() + 1 + name.len();
-        if len >= buf.len() {
+        if dir.len() + 1 + name.len() >= buf.len() {
             continue;
         }
-        buf[..dir.len()].copy_from_slice(dir);
-        buf[dir.len()] = b'/';
-        buf[dir.len() + 1..len].copy_from_slice(name);
-        buf[len] = 0;
+        // DIR/NAME and a NUL: the rest of the buffer is not read.
+        let joined = dir.iter().chain(b"/").chain(name).chain(b"\0");
+        for (to, from) in buf.iter_mut().zip(joined) {
+            *to = *from;
+        }
         let candidate = buf.as_ptr().cast::<c_char>();
         marked_execve(candidate, argv, env);
         match errno() {
@@ -135,8 +135,12 @@ fn marked_execvpe(file: CPath, argv: Argv, env: Argv) -> c_int {
 /// longer one fails with `E2BIG` rather than allocate in a `vfork` child).
 fn marked_script(file: *const c_char, argv: Argv, env: Argv) {
     let mut args: [*const c_char; 1026] = [std::ptr::null(); 1026];
-    args[0] = c"/bin/sh".as_ptr();
-    args[1] = file;
+    let [sh, script, rest @ ..] = &mut args;
+    *sh = c"/bin/sh".as_ptr();
+    *script = file;
+    // The last entry stays null: the array's terminator.
+    let usable = rest.len() - 1;
+    let mut room = rest.iter_mut().take(usable);
     let mut i = 1usize;
     loop {
         // SAFETY: argv is null-terminated (exec's contract); we stop at its null.
@@ -144,11 +148,11 @@ fn marked_script(file: *const c_char, argv: Argv, env: Argv) {
         if a.is_null() {
             break;
         }
-        if i + 1 >= args.len() - 1 {
+        let Some(slot) = room.next() else {
             set_errno(libc::E2BIG);
             return;
-        }
-        args[i + 1] = a;
+        };
+        *slot = a;
         i += 1;
     }
     marked_execve(c"/bin/sh".as_ptr(), args.as_ptr(), env);

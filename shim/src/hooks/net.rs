@@ -113,13 +113,16 @@ pub fn sendmmsg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, ms
 pub fn bind_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, addr: *const sockaddr, len: socklen_t) -> R {
     // SAFETY: bind's contract: `addr` points to `len` bytes (null fails with EFAULT).
     let Some(sa) = (unsafe { sockaddr_bytes(addr, len) }) else { return real(Account::AsIs) };
-    if i32::from(u16::from_ne_bytes([sa[0], sa[1]])) != libc::AF_UNIX || sa.get(2).is_none_or(|&b| b == 0) {
+    let (family, path) = match sa {
+        [a, b, path @ ..] => (i32::from(u16::from_ne_bytes([*a, *b])), path),
+        _ => (libc::AF_UNSPEC, &[][..]),
+    };
+    if family != libc::AF_UNIX || path.first().is_none_or(|&b| b == 0) {
         // Not a name in the file system: nothing to journal.
         return real(Account::Journaled);
     }
     let pre = |s| {
-        let path = &sa[2..];
-        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        let path = path.split(|&b| b == 0).next().unwrap_or(path);
         aether_journal_recorder::ops::before_create(s, ME, call, libc::AT_FDCWD, path)
     };
     journaled(call, CPath::NONE, pre, real)

@@ -68,8 +68,10 @@ pub fn capture_early_env() {
             state = EARLY_OVERFLOW;
             break;
         };
-        room[..e.len()].copy_from_slice(e);
-        room[e.len()] = 0;
+        // NAME=value and its NUL (the room is exactly that long).
+        for (to, from) in room.iter_mut().zip(e.iter().chain(b"\0")) {
+            *to = *from;
+        }
         len += e.len() + 1;
     }
     EARLY_ENV.len.store(len, Ordering::Relaxed);
@@ -83,7 +85,8 @@ pub(super) fn early_entries() -> Option<impl Iterator<Item = &'static [u8]>> {
     }
     // SAFETY: DONE means the writer has finished: `bytes` is only read from now on.
     let bytes = unsafe { &*EARLY_ENV.bytes.get() };
-    Some(bytes[..EARLY_ENV.len.load(Ordering::Relaxed)].split(|&b| b == 0).filter(|e| !e.is_empty()))
+    let copied = bytes.get(..EARLY_ENV.len.load(Ordering::Relaxed)).unwrap_or_default();
+    Some(copied.split(|&b| b == 0).filter(|e| !e.is_empty()))
 }
 
 /// Sets the supervisor's marker ([`crate::kernel::mark`]) from the starting environment,

@@ -6,10 +6,11 @@
 //!
 //! # Rationale
 //! The flag is a `const`-initialised `Cell<bool>` with no destructor, so touching it during
-//! thread exit is safe (INTERPOSITION.md §6.9). It is never held across a call that may not
-//! return (the `exec` family, `_exit`): in a `vfork` child the parent's thread-local storage is
-//! shared, and a flag left set there would silently switch the parent's hooks off (§6.8). The
-//! guard is therefore dropped before every real call, and re-entered afterwards.
+//! thread exit is safe (docs/INTERPOSITION.md, "Thread-local storage"). It is never held across
+//! a call that may not return (the `exec` family, `_exit`): in a `vfork` child the parent's
+//! thread-local storage is shared, and a flag left set there would silently switch the
+//! parent's hooks off (the same section). The guard is therefore dropped before every real
+//! call, and re-entered afterwards.
 //!
 //! Asynchronous signals are held back while the flag is set, but only once the program has
 //! installed a handler for one: without a handler no signal can run the program's code in the

@@ -58,9 +58,9 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     // flag, the signal mask or the heap is what keeps loading the library cheap (each page a
     // process touches for the first time is a page fault).
     let _ = catch_unwind(|| {
-        // Never print a panic: fd 2 belongs to the program (INTERPOSITION.md §6.11). Set here,
-        // while the process has one thread: set later, a fork by another thread in the middle
-        // would leave the child's panic machinery locked. A zero-sized closure: no allocation.
+        // Never print a panic: fd 2 belongs to the program (docs/INTERPOSITION.md, "The program's
+        // descriptors"). Set here, while the process has one thread: set later, a fork by
+        // another thread in the middle would leave the child's panic machinery locked. A zero-sized closure: no allocation.
         std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
         state::adopt_mark();
@@ -170,4 +170,64 @@ pub extern "C" fn aether_journal_hook_count() -> c_int {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub extern "C" fn aether_journal_hook_name(i: c_int) -> *const c_char {
     usize::try_from(i).ok().and_then(hooks::hook).map_or(std::ptr::null(), |(name, _)| name.as_ptr())
+}
+
+#[cfg(test)]
+mod doc_references {
+    //! The shim cites measured facts by a document of the repository and a heading
+    //! (`docs/INTERPOSITION.md, "Panics"`): each must name a heading that exists.
+
+    use std::path::Path;
+
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() && !path.ends_with("target") && !path.ends_with(".git") {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn every_document_and_heading_the_code_cites_exists() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut files = Vec::new();
+        sources(root, &mut files);
+        let mut cited = 0;
+        for file in &files {
+            // Comment lines joined, so that a citation broken across two lines is still read.
+            let text = std::fs::read_to_string(file).unwrap();
+            let joined = text
+                .lines()
+                .map(str::trim_start)
+                .filter(|l| l.starts_with("//") || l.starts_with('#') && !l.starts_with("#["))
+                .map(|l| l.trim_start_matches(['/', '!', '#']).trim())
+                .collect::<Vec<_>>()
+                .join(" ");
+            for (at, _) in joined.match_indices("docs/") {
+                let rest = &joined[at..];
+                let Some(doc) = rest.split(|c: char| !(c.is_alphanumeric() || "/._-".contains(c))).next() else {
+                    continue;
+                };
+                let doc = doc.trim_end_matches('.');
+                if !doc.ends_with(".md") {
+                    continue;
+                }
+                let body = std::fs::read_to_string(root.join(doc))
+                    .unwrap_or_else(|_| panic!("{} cites {doc}, which does not exist", file.display()));
+                if let Some(quoted) = rest[doc.len()..].strip_prefix(", \"") {
+                    let heading = &quoted[..quoted.find('"').unwrap()];
+                    assert!(
+                        body.lines().any(|l| l.trim_start_matches('#').trim() == heading && l.starts_with('#')),
+                        "{} cites {doc}, \"{heading}\": no such heading",
+                        file.display()
+                    );
+                    cited += 1;
+                }
+            }
+        }
+        assert!(cited >= 6, "only {cited} citations with a heading were found: the scan is broken");
+    }
 }

@@ -2,11 +2,13 @@
 //!
 //! Each hook owns a [`Real`]: the symbol name and an `AtomicPtr` filled on first use with
 //! `dlsym(RTLD_NEXT, name)`. Resolution is lazy because hooks run before our constructor
-//! (libselinux's constructor calls `fopen` first; INTERPOSITION.md §6.4), and it is lock-free
-//! so that a `fork` in another thread can never leave it half done.
+//! (libselinux's constructor calls `fopen` first; docs/INTERPOSITION.md, "Hooks run before
+//! the constructor"), and it is lock-free so that a `fork` in another thread can never leave
+//! it half done.
 //!
 //! What this module cannot do: invent a function libc does not export. A missing symbol makes
-//! the hook fail with `ENOSYS` (never a panic, never an abort of the host; §6.13).
+//! the hook fail with `ENOSYS` (never a panic, never an abort of the host; docs/INTERPOSITION.md,
+//! "Finding the real functions").
 
 use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};

@@ -24,7 +24,7 @@
 //! Never write to fds 0-2 here, never `print!`: the program may have closed or reused them.
 //!
 //! What this module cannot do: see calls glibc makes to itself without going through these
-//! names (`docs/INTERPOSITION.md`); that is why wrappers such as `fopen`, `remove` and the
+//! names (docs/INTERPOSITION.md, "Calls glibc makes to itself"); that is why wrappers such as `fopen`, `remove` and the
 //! `mkstemp` family are hooked by their own names.
 
 mod descriptors;

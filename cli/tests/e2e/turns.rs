@@ -2,13 +2,11 @@
 //! `undo --to`, reviewed from one with `review --since`, with real tools doing the work and the
 //! user editing between turns outside the session.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 /// Runs `script` with `sh -c` in the tree as a harness's shell tool does when its hooks joined
 /// the session: the shim preloaded, the session named by AETHER_JOURNAL_DIR.
@@ -172,7 +170,7 @@ fn git_fixture(s: &Scratch) {
 /// session; then rewinds to turn 3 and to turn 1.
 #[test]
 fn an_undo_to_a_mark_puts_back_the_tree_of_that_turn_and_leaves_the_user_s_own_edits_alone() {
-    let s = Scratch::new("undo_to_mark_user_edits");
+    let s = scratch!();
     git_fixture(&s);
     let session = harness_session(&s);
     let turns = [
@@ -229,7 +227,7 @@ fn an_undo_to_a_mark_puts_back_the_tree_of_that_turn_and_leaves_the_user_s_own_e
 /// when it is next changed; after the mark it must be captured again.
 #[test]
 fn a_file_the_session_made_before_a_mark_is_captured_again_when_a_later_turn_rewrites_it() {
-    let s = Scratch::new("born_before_mark");
+    let s = scratch!();
     let session = s.session("session");
     agent(&s, &session, "printf 'made in turn one\\n' > made.txt && mkdir d && echo x > d/f && chmod 640 d/f");
     let at_mark = manifest(&s.tree());
@@ -243,7 +241,7 @@ fn a_file_the_session_made_before_a_mark_is_captured_again_when_a_later_turn_rew
 /// reach, nothing is refused, and the undo to it is exact.
 #[test]
 fn a_mark_made_from_inside_a_supervised_session_goes_through_the_shim_and_is_exact() {
-    let s = Scratch::new("mark_from_inside");
+    let s = scratch!();
     s.sh("echo keep > kept.txt");
     let session = s.session("session");
     let cli = artifacts().cli.display().to_string();
@@ -253,7 +251,7 @@ fn a_mark_made_from_inside_a_supervised_session_goes_through_the_shim_and_is_exa
     );
     let before_mark_tree = {
         // The tree at the mark, rebuilt: a.txt made, nothing else yet.
-        let t = Scratch::new("mark_from_inside_expected");
+        let t = scratch!("expected");
         t.sh("echo keep > kept.txt && echo before > a.txt");
         t
     };
@@ -276,7 +274,7 @@ fn a_mark_made_from_inside_a_supervised_session_goes_through_the_shim_and_is_exa
 /// unjournaled: an undo to the mark names the file and is incomplete.
 #[test]
 fn a_file_held_open_for_writing_across_a_mark_is_named_by_the_undo_to_it() {
-    let s = Scratch::new("held_across_mark");
+    let s = scratch!();
     let session = s.session("session");
     let (mut child, go) = python_paused(
         &s,
@@ -304,7 +302,7 @@ fn a_file_held_open_for_writing_across_a_mark_is_named_by_the_undo_to_it() {
 /// mark is an error that lists the session's marks.
 #[test]
 fn a_mark_s_name_is_unique_its_key_makes_a_retry_the_same_mark_and_an_unknown_one_is_named() {
-    let s = Scratch::new("mark_names");
+    let s = scratch!();
     let session = harness_session(&s);
     agent(&s, &session, "echo a > a");
     let first = mark(&s, &session, &["--key", "prompt-7", "--label", "fix the build"]);
@@ -334,7 +332,7 @@ fn a_mark_s_name_is_unique_its_key_makes_a_retry_the_same_mark_and_an_unknown_on
 /// knowledge that the file is journaled whole stale.
 #[test]
 fn a_process_alive_across_a_mark_journals_again_what_it_knew_was_journaled_before_it() {
-    let s = Scratch::new("alive_across_mark");
+    let s = scratch!();
     let session = harness_session(&s);
     let (mut child, go) = python_paused(
         &s,
@@ -355,7 +353,7 @@ fn a_process_alive_across_a_mark_journals_again_what_it_knew_was_journaled_befor
 /// their newer records, not the seal that predates them.
 #[test]
 fn paths_changed_after_the_seal_are_not_judged_by_the_seal() {
-    let s = Scratch::new("joined_after_seal");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo one > a && mkdir d && echo x > d/f"]);
     mark(&s, &session, &[]);
@@ -378,7 +376,7 @@ fn claude_hook(s: &Scratch, env_file: &Path, input: serde_json::Value) -> Output
 /// join the session through `CLAUDE_ENV_FILE`, and a user edit between turns outside it.
 #[test]
 fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
-    let s = Scratch::new("claude_code_hooks");
+    let s = scratch!();
     git_fixture(&s);
     let env_file = s.root.join("claude-env");
     let tree = s.tree().display().to_string();
@@ -468,7 +466,7 @@ fn a_claude_code_session_driven_through_its_hooks_rewinds_to_any_turn() {
 /// nothing, and says what went wrong in hook-errors.log.
 #[test]
 fn a_hook_that_cannot_do_its_work_exits_0_prints_nothing_and_logs_why() {
-    let s = Scratch::new("hook_failure");
+    let s = scratch!();
     let env_file = s.root.join("env");
     let out = claude_hook(&s, &env_file, serde_json::json!({"hook_event_name": "UserPromptSubmit", "prompt": "x"}));
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
@@ -481,7 +479,7 @@ fn a_hook_that_cannot_do_its_work_exits_0_prints_nothing_and_logs_why() {
 /// is the hook that works.
 #[test]
 fn init_merges_the_hooks_into_the_harness_settings_once_and_the_written_command_runs() {
-    let s = Scratch::new("init_claude_code");
+    let s = scratch!();
     let home = s.root.join("home");
     let settings = home.join(".claude/settings.json");
     std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
@@ -526,7 +524,7 @@ fn init_merges_the_hooks_into_the_harness_settings_once_and_the_written_command_
 /// to redo is an error that says so.
 #[test]
 fn undo_redo_and_undo_again_are_each_exact() {
-    let s = Scratch::new("undo_redo_undo");
+    let s = scratch!();
     s.sh("mkdir -p src/lib docs && for i in 1 2 3; do echo line $i > src/lib/f$i.txt; done && echo d > docs/a.md && \
           echo keep > keep.txt && tar cf ../src.tar src");
     let before = manifest(&s.tree());
@@ -564,7 +562,7 @@ fn undo_redo_and_undo_again_are_each_exact() {
 /// `undo --no-redo` keeps no journal of itself: nothing for `redo` to take back.
 #[test]
 fn an_undo_without_its_journal_cannot_be_redone_and_says_so() {
-    let s = Scratch::new("undo_no_redo");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo a > a"]);
     let (code, report) = s.undo_json_with(&session, &["--no-redo"]);
@@ -578,7 +576,7 @@ fn an_undo_without_its_journal_cannot_be_redone_and_says_so() {
 /// A file changed after an undo is not overwritten by the redo: a conflict, named.
 #[test]
 fn a_redo_leaves_alone_what_changed_since_the_undo() {
-    let s = Scratch::new("redo_drift");
+    let s = scratch!();
     s.sh("echo v1 > f");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo v2 > f && echo made > g"]);
@@ -596,7 +594,7 @@ fn a_redo_leaves_alone_what_changed_since_the_undo() {
 /// pass here (a second supervisor, a directory on another file system) says no.
 #[test]
 fn doctor_names_each_feature_it_checked_and_says_no_where_one_is_missing() {
-    let s = Scratch::new("doctor");
+    let s = scratch!();
     let doctor = |args: &[&OsStr]| {
         let mut all: Vec<&OsStr> = vec!["doctor".as_ref(), "--json".as_ref()];
         all.extend_from_slice(args);
@@ -653,14 +651,14 @@ fn doctor_names_each_feature_it_checked_and_says_no_where_one_is_missing() {
 /// its hash checked, and `run` then `undo` work with only that root on PATH.
 #[test]
 fn cargo_install_gives_a_cli_that_runs_and_undoes_with_nothing_else_installed() {
-    let s = Scratch::new("cargo_install");
+    let s = scratch!();
     let root = s.root.join("root");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-target");
     let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     install
         .args(["install", "--quiet", "--locked", "--debug", "--path", "cli", "--root"])
         .arg(&root)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(repo_root())
         .env("CARGO_TARGET_DIR", &target)
         // A debug build (quicker to make) that embeds the shim as a release build does.
         .env("AETHER_JOURNAL_EMBED_SHIM", "1");
@@ -711,7 +709,7 @@ fn hook_of(s: &Scratch, harness: &str, input: serde_json::Value, env: &[(&str, &
 #[test]
 fn codex_and_gemini_turns_and_edit_tools_are_journaled_through_their_own_hooks() {
     for harness in ["codex", "gemini"] {
-        let s = Scratch::new(&format!("{harness}_hooks"));
+        let s = scratch!(harness);
         s.sh("mkdir src && echo 'fn main() {}' > src/main.rs && echo old > src/gone.rs");
         let tree = s.tree().display().to_string();
         let base = |event: &str| serde_json::json!({"session_id": "s-9", "cwd": tree, "hook_event_name": event, "transcript_path": null});
@@ -817,7 +815,7 @@ impl Drop for Mcp {
 /// run unless asked), over stdio with a real JSON-RPC exchange.
 #[test]
 fn the_mcp_server_marks_reviews_and_rewinds_a_session() {
-    let s = Scratch::new("mcp");
+    let s = scratch!();
     s.sh("echo orig > f");
     let session = harness_session(&s);
     let journal = session.display().to_string();
@@ -851,7 +849,7 @@ fn the_mcp_server_marks_reviews_and_rewinds_a_session() {
 /// of the turn no undo can take back.
 #[test]
 fn hooks_of_a_harness_under_run_mark_its_session_and_stop_names_the_turn_s_irreversible_steps() {
-    let s = Scratch::new("hooks_under_run");
+    let s = scratch!();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let cli = artifacts().cli.display().to_string();
@@ -885,7 +883,7 @@ fn hooks_of_a_harness_under_run_mark_its_session_and_stop_names_the_turn_s_irrev
 /// failures.
 #[test]
 fn a_turn_whose_mark_a_hook_could_not_write_is_named_by_undo_to_it() {
-    let s = Scratch::new("hook_mark_failed");
+    let s = scratch!();
     let session = harness_session(&s);
     // The marks segment made immutable (even for root): the hook's mark cannot be appended.
     let marks = session.join("segments/marks");
@@ -910,7 +908,7 @@ fn a_turn_whose_mark_a_hook_could_not_write_is_named_by_undo_to_it() {
 /// A command asked for JSON answers an error with JSON too: a stable code beside the message.
 #[test]
 fn errors_of_json_commands_are_json_with_a_stable_code() {
-    let s = Scratch::new("json_errors");
+    let s = scratch!();
     let session = harness_session(&s);
     let out = s.cli(&[
         "undo".as_ref(),

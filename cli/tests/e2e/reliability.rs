@@ -1,12 +1,10 @@
 //! End-to-end tests of reliability and security (issue 7): crashes, concurrency, store failure,
 //! damaged input, restore safety, store protection, descriptor collisions.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
     log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
@@ -14,7 +12,7 @@ fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value
 
 #[test]
 fn a_session_cannot_delete_or_move_its_own_store() {
-    let s = Scratch::new("a_session_cannot_delete_or_move_its_own_store");
+    let s = scratch!();
     s.sh("mkdir home && echo precious > home/notes");
     let before = manifest(&s.tree());
     // The store lives inside the tree the session wipes, as ~/.local/state would under rm -rf ~.
@@ -47,7 +45,7 @@ fn a_session_cannot_delete_or_move_its_own_store() {
 
 #[test]
 fn the_cli_refuses_a_session_directory_writable_by_others_or_owned_by_someone_else() {
-    let s = Scratch::new("the_cli_refuses_a_session_directory_writable_by_others_or_owned_by_someone_else");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["true"]);
     s.sh(&format!("chmod 777 {}", session.display()));
@@ -64,7 +62,7 @@ fn the_cli_refuses_a_session_directory_writable_by_others_or_owned_by_someone_el
 
 #[test]
 fn the_shim_survives_descriptor_sweeps_and_dup2_onto_its_descriptor() {
-    let s = Scratch::new("the_shim_survives_descriptor_sweeps_and_dup2_onto_its_descriptor");
+    let s = scratch!();
     s.sh("echo 1 > a && echo 2 > b && echo 3 > c");
     let before = manifest(&s.tree());
     let script = r#"
@@ -113,7 +111,7 @@ fn a_program_that_lowers_its_descriptor_limit_still_gets_the_lowest_free_descrip
     // The shim keeps its store descriptors high, out of the program's way. A program that
     // lowers RLIMIT_NOFILE below that range and sweeps the shim's descriptors away must still
     // get 3 from its next open: the reopened store must not take a low number.
-    let s = Scratch::new("a_program_that_lowers_its_descriptor_limit_still_gets_the_lowest_free_descriptor");
+    let s = scratch!();
     s.sh("echo 1 > a && echo 2 > b");
     let before = manifest(&s.tree());
     let script = r#"
@@ -140,12 +138,11 @@ print(fd)
 
 /// Runs tests/progs/sigwrite for `ms` milliseconds with its handler installed `how`, and checks
 /// that every file it wrote, from the handler or not, is undone exactly.
-fn signal_handler_writes_are_all_journaled(name: &str, ms: &str, how: &str) {
-    signal_handler_writes_are_all_journaled_with(name, &[ms, how]);
+fn signal_handler_writes_are_all_journaled(s: Scratch, ms: &str, how: &str) {
+    signal_handler_writes_are_all_journaled_with(s, &[ms, how]);
 }
 
-fn signal_handler_writes_are_all_journaled_with(name: &str, args: &[&str]) {
-    let s = Scratch::new(name);
+fn signal_handler_writes_are_all_journaled_with(s: Scratch, args: &[&str]) {
     let prog = compile(&s, "sigwrite");
     let mut argv = vec![prog.as_os_str()];
     argv.extend(args.iter().map(std::ffi::OsStr::new));
@@ -158,11 +155,7 @@ fn signal_handler_writes_are_all_journaled_with(name: &str, args: &[&str]) {
 
 #[test]
 fn a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled() {
-    signal_handler_writes_are_all_journaled(
-        "a_signal_handler_that_writes_files_neither_deadlocks_nor_goes_unjournaled",
-        "1500",
-        "sigaction",
-    );
+    signal_handler_writes_are_all_journaled(scratch!(), "1500", "sigaction");
 }
 
 #[test]
@@ -171,10 +164,7 @@ fn a_signal_handler_that_makes_every_change_while_main_allocates_never_corrupts_
     // thousands more (the shim maps new journal segments there), each time interrupting
     // main inside malloc or free: nothing the shim allocates there may come from malloc.
     for round in 0..3 {
-        signal_handler_writes_are_all_journaled_with(
-            &format!("a_signal_handler_that_makes_every_change_while_main_allocates_never_corrupts_the_heap-{round}"),
-            &["1500", "sigaction", "handler-only"],
-        );
+        signal_handler_writes_are_all_journaled_with(scratch!(round), &["1500", "sigaction", "handler-only"]);
     }
 }
 
@@ -183,17 +173,13 @@ fn a_handler_installed_with_signal_or_sigset_is_held_back_like_one_from_sigactio
     // The shim only holds signals back once the program has a handler: every way of
     // installing one must be seen.
     for how in ["signal", "sigset"] {
-        signal_handler_writes_are_all_journaled(
-            &format!("a_handler_installed_with_signal_or_sigset_is_held_back_like_one_from_sigaction-{how}"),
-            "1000",
-            how,
-        );
+        signal_handler_writes_are_all_journaled(scratch!(how), "1000", how);
     }
 }
 
 #[test]
 fn fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge() {
-    let s = Scratch::new("fork_from_a_threaded_process_vfork_exec_and_posix_spawn_never_wedge");
+    let s = scratch!();
     let prog = compile(&s, "forkthreads");
     undone_exactly_after(&s, &[prog.as_os_str()], 120, |out| assert_stdout(out, "done"));
 }
@@ -203,7 +189,7 @@ fn a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child() {
     // The shim builds its configuration on a process's first change, on whichever thread makes
     // it. A fork by another thread in the middle must leave a child that builds its own, not
     // one that waits forever for a build that does not exist in it.
-    let s = Scratch::new("a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child");
+    let s = scratch!();
     let prog = compile(&s, "forkinit");
     let script = format!("for i in $(seq 60); do {} || exit 1; done; echo done", prog.display());
     undone_exactly_after(&s, &["sh".as_ref(), "-c".as_ref(), script.as_ref()], 120, |out| assert_stdout(out, "done"));
@@ -211,7 +197,7 @@ fn a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child() {
 
 #[test]
 fn eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly() {
-    let s = Scratch::new("eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly");
+    let s = scratch!();
     let prog = compile(&s, "storm");
     s.sh("mkdir shared own && for i in $(seq 0 11); do echo original-$i > shared/f$i; done && chmod 640 shared/f3");
     let before = manifest(&s.tree());
@@ -233,7 +219,7 @@ fn eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly() {
 
 #[test]
 fn kill_9_of_the_whole_process_group_mid_storm_leaves_a_readable_journal_and_a_complete_undo() {
-    let s = Scratch::new("kill_9_of_the_whole_process_group_mid_storm_leaves_a_readable_journal_and_a_complete_undo");
+    let s = scratch!();
     s.sh("mkdir d && for i in $(seq 1 50); do head -c 3000 /dev/urandom > d/f$i; done");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -273,7 +259,7 @@ fn line_starts(data: &[u8]) -> Vec<usize> {
 
 #[test]
 fn paths_the_seal_holds_whose_records_are_gone_are_named_and_the_undo_is_incomplete() {
-    let s = Scratch::new("paths_the_seal_holds_whose_records_are_gone_are_named_and_the_undo_is_incomplete");
+    let s = scratch!();
     s.sh("echo a > a");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo changed > a && echo b > b"]);
@@ -296,7 +282,7 @@ fn paths_the_seal_holds_whose_records_are_gone_are_named_and_the_undo_is_incompl
 
 #[test]
 fn a_torn_final_record_is_reported_as_such_and_the_rest_is_undone() {
-    let s = Scratch::new("a_torn_final_record_is_reported_as_such_and_the_rest_is_undone");
+    let s = scratch!();
     s.sh("echo a > a && echo b > b");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -313,7 +299,7 @@ fn a_torn_final_record_is_reported_as_such_and_the_rest_is_undone() {
 
 #[test]
 fn a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone() {
-    let s = Scratch::new("a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone");
+    let s = scratch!();
     s.sh("echo a > a && echo b > b && echo c > c");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo 1 > a; echo 2 > b; echo 3 > c"]);
@@ -347,7 +333,7 @@ fn a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone() {
 
 #[test]
 fn an_unknown_format_version_is_a_clear_error_not_a_panic() {
-    let s = Scratch::new("an_unknown_format_version_is_a_clear_error_not_a_panic");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo x > f"]);
     let header = session.join("session.json");
@@ -361,7 +347,7 @@ fn an_unknown_format_version_is_a_clear_error_not_a_panic() {
 
 #[test]
 fn missing_and_tampered_blobs_are_named_and_never_written_back() {
-    let s = Scratch::new("missing_and_tampered_blobs_are_named_and_never_written_back");
+    let s = scratch!();
     s.sh("echo keep-a > a && echo keep-b > b && echo keep-c > c");
     let session = s.session("session");
     // a and b are captured by copy (rewritten), c by link (removed).
@@ -407,7 +393,7 @@ fn missing_and_tampered_blobs_are_named_and_never_written_back() {
 
 #[test]
 fn a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_force() {
-    let s = Scratch::new("a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_force");
+    let s = scratch!();
     s.sh("mkdir d && echo secret > d/f && mkdir ../outside");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "rm d/f"]);
@@ -429,14 +415,14 @@ fn a_symlink_planted_above_a_path_after_the_session_redirects_nothing_even_with_
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn undo_as_root_restores_owners_and_never_grants_more_than_before() {
     require_root("to own files as other users");
-    let s = Scratch::new("undo_as_root_restores_owners_and_never_grants_more_than_before");
+    let s = scratch!();
     s.sh("echo x > f && chown 65534:65534 f && chmod 640 f && echo y > g && chown 65534 g && chmod 4750 g");
     roundtrip(&s, &["sh", "-c", "chown 0:0 f g && chmod 6777 f && echo changed > g && chmod 777 g"]);
 }
 
 #[test]
 fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
-    let s = Scratch::new("with_sync_every_record_is_on_disk_before_its_call_proceeds");
+    let s = scratch!();
     s.sh("echo x > victim");
     let session = s.session("session");
     let trace = s.root.join("trace");
@@ -467,7 +453,7 @@ fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest() {
     require_root("to mount a small tmpfs");
-    let s = Scratch::new("a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest");
+    let s = scratch!();
     let mnt = s.root.join("small");
     std::fs::create_dir(&mnt).unwrap();
     let _u = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &mnt);
@@ -513,7 +499,7 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
         eprintln!("SKIPPED: needs ext4's error trigger (/sys/fs/ext4)");
         return;
     }
-    let s = Scratch::new("a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_incomplete");
+    let s = scratch!();
     let img = s.root.join("store.img");
     let mnt = s.root.join("store");
     std::fs::create_dir(&mnt).unwrap();
@@ -548,9 +534,7 @@ fn a_store_that_turns_read_only_leaves_the_program_undisturbed_and_the_undo_inco
 
 #[test]
 fn under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it() {
-    let s = Scratch::new(
-        "under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_session_says_it_could_not_see_it",
-    );
+    let s = scratch!();
     s.sh("echo inner > inner-file && echo outer > outer-file");
     let outer = s.session("outer");
     let inner = s.session("inner");
@@ -591,7 +575,7 @@ fn under_libc_coverage_aether_journal_run_inside_a_session_works_and_the_outer_s
 
 #[test]
 fn under_the_supervisor_a_nested_run_is_journaled_by_the_outer_session_too() {
-    let s = Scratch::new("under_the_supervisor_a_nested_run_is_journaled_by_the_outer_session_too");
+    let s = scratch!();
     s.sh("echo inner > inner-file && echo outer > outer-file && mkdir sessions");
     let before = manifest(&s.tree());
     let outer = s.session("outer");
@@ -622,9 +606,7 @@ fn under_the_supervisor_a_nested_run_is_journaled_by_the_outer_session_too() {
 
 #[test]
 fn under_libc_coverage_a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible() {
-    let s = Scratch::new(
-        "under_libc_coverage_a_panic_inside_the_shim_is_caught_the_call_still_made_and_the_step_named_irreversible",
-    );
+    let s = scratch!();
     let session = s.session("session");
     let script = "echo one > ./faulty; echo two > fine; cat faulty fine";
     let mut cmd = run_cmd_libc(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
@@ -647,7 +629,7 @@ fn under_libc_coverage_a_panic_inside_the_shim_is_caught_the_call_still_made_and
 
 #[test]
 fn under_the_supervisor_a_call_the_shim_panicked_on_is_journaled_by_the_supervisor() {
-    let s = Scratch::new("under_the_supervisor_a_call_the_shim_panicked_on_is_journaled_by_the_supervisor");
+    let s = scratch!();
     s.sh("echo kept > faulty");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -675,7 +657,7 @@ fn sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo
     // mkstemp-like calls choose the name, so it can only be journaled after the call; a process
     // killed in that window must not leave an undo that claims completeness (the soak test
     // found one). The shim kills sed itself right after the real mkostemp (a test-only switch).
-    let s = Scratch::new("sed_killed_between_making_its_temporary_file_and_journaling_it_leaves_an_undo_that_says_so");
+    let s = scratch!();
     s.sh("printf 'alpha\\n' > f.txt");
     let session = s.session("session");
     let mut cmd = run_cmd(&s, &session, &["sed".as_ref(), "-i".as_ref(), "s/a/b/".as_ref(), "f.txt".as_ref()]);
@@ -728,8 +710,7 @@ fn makers(segs: &[(u32, u64)]) -> usize {
 /// Runs tests/progs/segwriter.c with `args` in a session, requires it to exit as `ok` says and
 /// its journal to read back without a problem, then the undo to be exact and complete.
 /// Returns the session's segments.
-fn segwriter_is_undone_exactly(name: &str, args: &[&str], ok: bool) -> Vec<(u32, u64)> {
-    let s = Scratch::new(name);
+fn segwriter_is_undone_exactly(s: Scratch, args: &[&str], ok: bool) -> Vec<(u32, u64)> {
     let prog = compile(&s, "segwriter");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -748,11 +729,7 @@ fn segwriter_is_undone_exactly(name: &str, args: &[&str], ok: bool) -> Vec<(u32,
 
 #[test]
 fn records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_under_four_threads() {
-    let segs = segwriter_is_undone_exactly(
-        "records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_under_four_threads",
-        &["threads", "4", "600"],
-        true,
-    );
+    let segs = segwriter_is_undone_exactly(scratch!(), &["threads", "4", "600"], true);
     // 2,400 records of ~250 bytes: several segments, all made by one process, each twice the
     // size of the one before from 16 KiB up to 256 KiB.
     assert!(segs.len() >= 4, "{segs:?}");
@@ -765,7 +742,7 @@ fn records_past_a_process_first_sixteen_go_to_segments_that_fill_and_roll_over_u
 
 #[test]
 fn a_filled_segment_is_unmapped_so_a_long_run_keeps_one_mapped() {
-    let s = Scratch::new("a_filled_segment_is_unmapped_so_a_long_run_keeps_one_mapped");
+    let s = scratch!();
     let prog = compile(&s, "segwriter");
     let argv = [prog.as_os_str(), "maps".as_ref(), "3000".as_ref()];
     undone_exactly_after(&s, &argv, 120, |out| assert_stdout(out, "1"));
@@ -776,22 +753,14 @@ fn a_filled_segment_is_unmapped_so_a_long_run_keeps_one_mapped() {
 
 #[test]
 fn a_process_killed_while_its_segment_is_mapped_loses_no_record() {
-    let segs = segwriter_is_undone_exactly(
-        "a_process_killed_while_its_segment_is_mapped_loses_no_record",
-        &["kill", "300"],
-        false,
-    );
+    let segs = segwriter_is_undone_exactly(scratch!(), &["kill", "300"], false);
     // Its records past the first 16 were in segments (16, 32 and 64 KiB) when it died.
     assert!(segs.len() >= 2 && makers(&segs) == 1, "{segs:?}");
 }
 
 #[test]
 fn a_forked_child_journals_into_a_segment_of_its_own_never_its_parents() {
-    let segs = segwriter_is_undone_exactly(
-        "a_forked_child_journals_into_a_segment_of_its_own_never_its_parents",
-        &["fork", "200"],
-        true,
-    );
+    let segs = segwriter_is_undone_exactly(scratch!(), &["fork", "200"], true);
     assert_eq!(makers(&segs), 2, "parent and child each made one: {segs:?}");
 }
 
@@ -800,26 +769,18 @@ fn a_child_forked_without_the_fork_handlers_never_copies_into_its_parents_segmen
     // syscall(SYS_fork) runs no pthread_atfork handler: the child has a copy of its parent's
     // memory, segment cursor included. Were it to copy into that segment, the parent's next
     // records would land exactly on its records.
-    let segs = segwriter_is_undone_exactly(
-        "a_child_forked_without_the_fork_handlers_never_copies_into_its_parents_segment",
-        &["rawfork", "200"],
-        true,
-    );
+    let segs = segwriter_is_undone_exactly(scratch!(), &["rawfork", "200"], true);
     assert_eq!(makers(&segs), 2, "the child made a segment of its own: {segs:?}");
 }
 
 #[test]
 fn a_vfork_child_that_changes_a_file_journals_it_without_touching_its_parents_segment() {
-    segwriter_is_undone_exactly(
-        "a_vfork_child_that_changes_a_file_journals_it_without_touching_its_parents_segment",
-        &["vfork", "100"],
-        true,
-    );
+    segwriter_is_undone_exactly(scratch!(), &["vfork", "100"], true);
 }
 
 #[test]
 fn with_sync_no_process_journals_into_a_segment() {
-    let s = Scratch::new("with_sync_no_process_journals_into_a_segment");
+    let s = scratch!();
     let prog = compile(&s, "segwriter");
     let session = s.session("session");
     let mut cmd = run_cmd(&s, &session, &[prog.as_os_str(), "kill".as_ref(), "100".as_ref()]);
@@ -838,7 +799,7 @@ fn a_process_that_spawns_many_children_does_not_grow_with_each_spawn() {
     // never reaches: a process that only spawned grew by about 4 KiB a spawn (+5.4 MiB over
     // the 2,400 spawns a first version of this test made). Measured in the process itself, at
     // the end of each kind's loop.
-    let s = Scratch::new("a_process_that_spawns_many_children_does_not_grow_with_each_spawn");
+    let s = scratch!();
     let prog = compile(&s, "spawnmany");
     let session = s.session("session");
     let out = bounded(run_cmd(&s, &session, &[prog.as_os_str(), "400".as_ref()]), 300);
@@ -883,7 +844,7 @@ fn a_process_that_spawns_many_children_does_not_grow_with_each_spawn() {
 fn a_thread_s_arena_goes_back_to_the_system_when_the_thread_ends() {
     // Each thread that runs a hook maps a 256 KiB arena chunk. Kept after the thread ended,
     // 2,000 short threads left 500 MiB of address space and 8 MiB resident behind.
-    let s = Scratch::new("a_thread_s_arena_goes_back_to_the_system_when_the_thread_ends");
+    let s = scratch!();
     let prog = compile(&s, "threadchurn");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -917,7 +878,7 @@ fn wait_for_leftover(s: &Scratch, session: &std::path::Path, path: &str) {
 
 #[test]
 fn undo_refuses_while_a_process_of_the_session_still_runs_and_undoes_what_it_wrote_once_it_ended() {
-    let s = Scratch::new("undo_refuses_while_a_process_of_the_session_still_runs");
+    let s = scratch!();
     let before = manifest(&s.tree());
     let session = s.session("session");
     let popen = "import subprocess; open('early', 'w').write('e'); subprocess.Popen(['sh', '-c', 'sleep 2; echo late > late'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
@@ -936,7 +897,7 @@ fn undo_refuses_while_a_process_of_the_session_still_runs_and_undoes_what_it_wro
 
 #[test]
 fn a_record_journaled_after_a_forced_undo_of_a_running_session_is_undone_by_the_next_undo() {
-    let s = Scratch::new("a_record_journaled_after_a_forced_undo_of_a_running_session");
+    let s = scratch!();
     let before = manifest(&s.tree());
     let session = s.session("session");
     let popen = "import subprocess; open('early', 'w').write('e'); subprocess.Popen(['sh', '-c', 'sleep 2; echo late > late'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)";
@@ -954,7 +915,7 @@ fn a_record_journaled_after_a_forced_undo_of_a_running_session_is_undone_by_the_
 
 #[test]
 fn undo_after_a_selective_undo_is_exact_with_no_conflict_against_its_own_work() {
-    let s = Scratch::new("undo_after_a_selective_undo_is_exact_with_no_conflict_against_its_own_work");
+    let s = scratch!();
     s.sh("echo x > f && chmod 644 f");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -1003,7 +964,7 @@ fn stopped_sealed_and_undone(s: &Scratch, session: &std::path::Path, mut run: st
 fn sigterm_and_sigint_sent_to_run_alone_stop_the_command_and_run_seals_and_passes_the_status_on() {
     for watch in BOTH {
         for (sig, name) in [(rustix::process::Signal::TERM, "term"), (rustix::process::Signal::INT, "int")] {
-            let s = Scratch::new(&format!("signals_to_run_alone_{name}_{watch:?}"));
+            let s = scratch!(format!("{name}_{watch:?}"));
             let session = s.session("session");
             let run = started_sleeper(&s, &session, watch, false);
             // As a harness's proc.send_signal does: to run's pid alone.
@@ -1016,7 +977,7 @@ fn sigterm_and_sigint_sent_to_run_alone_stop_the_command_and_run_seals_and_passe
 #[test]
 fn sigint_to_the_whole_process_group_stops_the_command_and_run_still_seals() {
     for watch in BOTH {
-        let s = Scratch::new(&format!("sigint_to_the_whole_process_group_{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         let session = s.session("session");
         let run = started_sleeper(&s, &session, watch, true);
         // What a terminal's Ctrl-C reaches: every process of the foreground group.
@@ -1071,7 +1032,7 @@ fn run_python(session: &std::path::Path, prog: &std::path::Path) -> String {
 
 #[test]
 fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_ctrl_c() {
-    let s = Scratch::new("an_interactive_program_under_run_in_tmux");
+    let s = scratch!();
     let session = s.session("session");
     let prog = s.root.join("interactive.py");
     std::fs::write(
@@ -1128,7 +1089,7 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
 
 #[test]
 fn undo_with_a_store_it_cannot_write_changes_nothing_and_says_why() {
-    let s = Scratch::new("undo_with_a_store_it_cannot_write_changes_nothing_and_says_why");
+    let s = scratch!();
     s.sh("echo before > f");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo after > f; echo new > g"]);
@@ -1161,7 +1122,7 @@ fn undo_with_a_store_it_cannot_write_changes_nothing_and_says_why() {
 
 #[test]
 fn a_shim_that_does_not_load_is_refused_by_run_before_the_command_runs() {
-    let s = Scratch::new("a_shim_that_does_not_load_is_refused_by_run_before_the_command_runs");
+    let s = scratch!();
     let session = s.session("session");
     let mut cmd = run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), "echo ran > ran".as_ref()]);
     cmd.env("AETHER_JOURNAL_SHIM", "/bin/true");
@@ -1174,7 +1135,7 @@ fn a_shim_that_does_not_load_is_refused_by_run_before_the_command_runs() {
 
 #[test]
 fn a_session_directory_of_the_user_s_own_files_is_never_written_into() {
-    let s = Scratch::new("a_session_directory_of_the_user_s_own_files_is_never_written_into");
+    let s = scratch!();
     let mine = s.root.join("mine");
     std::fs::create_dir(&mine).unwrap();
     std::fs::write(mine.join("counters"), b"my counters").unwrap();
@@ -1200,7 +1161,7 @@ fn a_session_directory_of_the_user_s_own_files_is_never_written_into() {
 #[test]
 fn run_journal_into_a_directory_open_to_others_makes_it_private() {
     use std::os::unix::fs::PermissionsExt;
-    let s = Scratch::new("run_journal_into_a_directory_open_to_others_makes_it_private");
+    let s = scratch!();
     let dir = s.root.join("open");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -1212,7 +1173,7 @@ fn run_journal_into_a_directory_open_to_others_makes_it_private() {
 
 #[test]
 fn a_store_removed_by_a_program_nothing_sees_into_is_made_again_as_cut_off_and_no_undo_claims_completeness() {
-    let s = Scratch::new("a_store_removed_by_a_program_nothing_sees_into_is_made_again_as_cut_off");
+    let s = scratch!();
     s.sh("echo a > f");
     let session = s.session("session");
     // busybox-static is not seen into under libc coverage; the next process that journals
@@ -1231,7 +1192,7 @@ fn a_store_removed_by_a_program_nothing_sees_into_is_made_again_as_cut_off_and_n
 
 #[test]
 fn a_process_whose_session_was_replaced_by_another_does_not_journal_into_it() {
-    let s = Scratch::new("a_process_whose_session_was_replaced_by_another_does_not_journal_into_it");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo a > a"]);
     // The directory now holds another session; a process still naming the first one's id.
@@ -1257,7 +1218,7 @@ fn renames_racing_between_two_processes_are_never_undone_into_a_wrong_tree_that_
     // no-replace rename first, which looks bound to fail while D exists); B: `mv -T D X` in
     // the window. The kernel runs B's first: X gets D's inode, then A's moves it to D. The
     // records are in the other order. Undo must not move D's inode onto X and say complete.
-    let s = Scratch::new("renames_racing_between_two_processes");
+    let s = scratch!();
     s.sh("echo x > X && echo d > D");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -1282,7 +1243,7 @@ fn renames_racing_between_two_processes_are_never_undone_into_a_wrong_tree_that_
 
 #[test]
 fn job_control_under_run_stops_and_continues_the_command_with_the_terminal_s_ctrl_z_and_fg() {
-    let s = Scratch::new("job_control_under_run");
+    let s = scratch!();
     let session = s.session("session");
     let prog = s.root.join("jobs.py");
     std::fs::write(
@@ -1341,7 +1302,7 @@ fn job_control_under_run_stops_and_continues_the_command_with_the_terminal_s_ctr
 
 #[test]
 fn an_undo_killed_midway_is_finished_by_the_next_one_exactly() {
-    let s = Scratch::new("an_undo_killed_midway_is_finished_by_the_next_one_exactly");
+    let s = scratch!();
     s.sh("mkdir d && for i in $(seq 1 300); do echo $i > d/keep$i; done");
     let before = manifest(&s.tree());
     let session = s.session("session");

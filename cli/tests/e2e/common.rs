@@ -21,8 +21,14 @@ pub struct Artifacts {
     pub shim: PathBuf,
 }
 
-/// Builds the shim and the CLI (once per test binary) with the profile this test was built
-/// with, so that `cargo test` alone exercises the current code.
+/// The repository's root (the workspace), for the benchmark programs and for cargo.
+pub fn repo_root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// The CLI cargo built for this test binary, and the shim, built here once with the profile
+/// this test was built with (cargo builds no other package's library for a test), so that
+/// `cargo test` alone exercises the current code.
 pub fn artifacts() -> &'static Artifacts {
     static A: OnceLock<Artifacts> = OnceLock::new();
     A.get_or_init(|| {
@@ -37,17 +43,48 @@ pub fn artifacts() -> &'static Artifacts {
         let target_dir = profile_dir.parent().expect("target dir");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "aether-journal-shim", "-p", "aether-journal-cli", "--profile", &profile])
+            .args(["build", "--quiet", "-p", "aether-journal-shim", "--profile", &profile])
             .arg("--target-dir")
             .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(repo_root())
             .status()
             .expect("run cargo build");
-        assert!(status.success(), "building the shim and CLI failed");
-        let a = Artifacts { cli: profile_dir.join("aether-journal"), shim: profile_dir.join("libaether_journal.so") };
+        assert!(status.success(), "building the shim failed");
+        let a = Artifacts {
+            cli: PathBuf::from(env!("CARGO_BIN_EXE_aether-journal")),
+            shim: profile_dir.join("libaether_journal.so"),
+        };
         assert!(a.cli.is_file() && a.shim.is_file(), "artifacts missing in {}", profile_dir.display());
         a
     })
+}
+
+/// A [`Scratch`] named after the test function it is made in (`module.function`), or with
+/// `scratch!(SUFFIX)` after it and SUFFIX, for a test that makes several.
+macro_rules! scratch {
+    () => {
+        $crate::common::Scratch::new(&$crate::common::test_name({
+            fn here() {}
+            std::any::type_name_of_val(&here)
+        }))
+    };
+    ($suffix:expr) => {
+        $crate::common::Scratch::new(&format!(
+            "{}-{}",
+            $crate::common::test_name({
+                fn here() {}
+                std::any::type_name_of_val(&here)
+            }),
+            $suffix
+        ))
+    };
+}
+
+/// `module.function` of the test whose `here` function's type name is `here`
+/// (`e2e::module::function::here`, closures' segments left out).
+pub fn test_name(here: &str) -> String {
+    let parts: Vec<&str> = here.split("::").filter(|p| *p != "{{closure}}" && *p != "here").skip(1).collect();
+    parts.join(".")
 }
 
 /// A scratch directory named after the test, with `tree/` (the tree under test) and room for

@@ -2,13 +2,11 @@
 //! needs, and each fallback must be taken when its strategy cannot be. Speed is measured in
 //! bench/, never here.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// The `before.node` of every change record, in journal order.
 fn captured_nodes(log: &serde_json::Value) -> Vec<serde_json::Value> {
@@ -27,7 +25,7 @@ fn ino(p: &std::path::Path) -> u64 {
 
 #[test]
 fn a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back() {
-    let s = Scratch::new("a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back");
+    let s = scratch!();
     s.sh("head -c 3000000 /dev/urandom > big && chmod 604 big && setfattr -n user.origin -v kept big");
     let original = ino(&s.path("big"));
     let before = manifest(&s.tree());
@@ -50,7 +48,7 @@ fn a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back
 
 #[test]
 fn a_truncating_open_that_fails_after_the_move_puts_the_original_back() {
-    let s = Scratch::new("a_truncating_open_that_fails_after_the_move_puts_the_original_back");
+    let s = scratch!();
     s.sh("head -c 2000000 /dev/urandom > big");
     let original = ino(&s.path("big"));
     let before = manifest(&s.tree());
@@ -71,7 +69,7 @@ fn a_truncating_open_that_fails_after_the_move_puts_the_original_back() {
 
 #[test]
 fn a_running_program_is_never_moved_aside_so_its_truncation_still_fails_with_etxtbsy() {
-    let s = Scratch::new("a_running_program_is_never_moved_aside_so_its_truncation_still_fails_with_etxtbsy");
+    let s = scratch!();
     // A copy of the interpreter: over the move-aside threshold, and executable.
     std::fs::copy(std::fs::canonicalize(python()).unwrap(), s.path("busy")).unwrap();
     assert!(std::fs::metadata(s.path("busy")).unwrap().len() > 1 << 20);
@@ -89,7 +87,7 @@ fn a_running_program_is_never_moved_aside_so_its_truncation_still_fails_with_etx
 
 #[test]
 fn a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exact() {
-    let s = Scratch::new("a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exact");
+    let s = scratch!();
     s.sh("head -c 200000 /dev/urandom > db");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -123,7 +121,7 @@ fn a_file_reopened_for_writing_unchanged_reuses_the_earlier_copy_and_undo_is_exa
 
 #[test]
 fn a_reused_blob_that_was_tampered_with_is_never_written_back() {
-    let s = Scratch::new("a_reused_blob_that_was_tampered_with_is_never_written_back");
+    let s = scratch!();
     s.sh("head -c 50000 /dev/urandom > db");
     let session = s.session("session");
     let touch = format!("{} -c \"open('db', 'r+b').close()\"", python());
@@ -154,7 +152,7 @@ fn walk_files(dir: &std::path::Path) -> usize {
 
 #[test]
 fn a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_inode() {
-    let s = Scratch::new("a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_inode");
+    let s = scratch!();
     s.sh("head -c 70000 /dev/urandom > doomed");
     let original = ino(&s.path("doomed"));
     let before = manifest(&s.tree());
@@ -174,7 +172,7 @@ fn a_removed_file_is_kept_by_a_hard_link_and_comes_back_byte_exact_as_the_same_i
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy() {
     require_root("to mount a tmpfs");
-    let s = Scratch::new("a_rename_over_a_file_on_another_file_system_falls_back_to_a_copy");
+    let s = scratch!();
     s.sh("mkdir other");
     let mnt = s.path("other");
     let _guard = mount(&["-t", "tmpfs", "-o", "size=16m", "tmpfs"], &mnt);
@@ -231,8 +229,8 @@ fn strace_calls(s: &Scratch, session: &str, dir: &std::path::Path, argv: &[&std:
 
 #[test]
 fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
-    let s = Scratch::new("a_read_only_open_costs_no_system_call_of_the_shims_own");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/progs/open_close.c");
+    let s = scratch!();
+    let src = repo_root().join("bench/progs/open_close.c");
     let prog = s.root.join("open_close");
     let o = Command::new("gcc").args(["-O1", "-o"]).arg(&prog).arg(&src).output().expect("gcc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -255,9 +253,7 @@ fn a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_it
     // else on a descriptor; past its first records tar journals into a segment of its own
     // (no write, no check of the journal's descriptor); tar installs no signal handler, so no
     // signal mask is touched either.
-    let s = Scratch::new(
-        "a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_its_times_owner_and_mode",
-    );
+    let s = scratch!();
     s.sh("mkdir -p src50 src100 x50 x100 && for i in $(seq 50); do echo same > src50/f$i; done && \
           for i in $(seq 100); do echo same > src100/f$i; done && \
           tar cf t50.tar -C src50 . && tar cf t100.tar -C src100 .");
@@ -296,8 +292,7 @@ fn a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_it
 /// Runs tests/progs/PROG (with `args`) in a fresh scratch tree prepared by `setup`, checks it
 /// printed "ok" and, through `check`, what it did; then undoes the session and requires the
 /// tree exactly as before and the undo complete.
-fn program_is_undone_exactly(name: &str, prog: &str, setup: &str, args: &[&str], check: impl Fn(&Scratch)) {
-    let s = Scratch::new(name);
+fn program_is_undone_exactly(s: Scratch, prog: &str, setup: &str, args: &[&str], check: impl Fn(&Scratch)) {
     let prog = compile(&s, prog);
     s.sh(setup);
     let argv: Vec<&std::ffi::OsStr> =
@@ -314,31 +309,20 @@ const OLDER_FILE: &str = "echo kept > existing && chmod 644 existing && touch -d
 fn every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it() {
     // The same number then names a file that existed before: its changes must be journaled.
     for mode in ["close", "fclose", "close_range", "closefrom", "syscall", "dup2", "dup3", "freopen"] {
-        let name = format!("every_way_of_letting_a_created_descriptor_go_makes_the_shim_forget_it-{mode}");
-        program_is_undone_exactly(&name, "fdreuse", OLDER_FILE, &[mode], |_| {});
+        program_is_undone_exactly(scratch!(mode), "fdreuse", OLDER_FILE, &[mode], |_| {});
     }
 }
 
 #[test]
 fn a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number() {
-    program_is_undone_exactly(
-        "a_descriptor_a_vfork_child_created_never_hides_a_change_the_parent_makes_through_the_same_number",
-        "vforkmemo",
-        OLDER_FILE,
-        &[],
-        |_| {},
-    );
+    program_is_undone_exactly(scratch!(), "vforkmemo", OLDER_FILE, &[], |_| {});
 }
 
 #[test]
 fn a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name() {
-    program_is_undone_exactly(
-        "a_stream_reopened_for_writing_by_freopen_null_is_captured_through_its_own_name",
-        "freopennull",
-        "printf 'the original bytes\\n' > existing",
-        &[],
-        |s| assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "replaced\n"),
-    );
+    program_is_undone_exactly(scratch!(), "freopennull", "printf 'the original bytes\\n' > existing", &[], |s| {
+        assert_eq!(std::fs::read_to_string(s.path("existing")).unwrap(), "replaced\n")
+    });
 }
 
 /// The `before.state` of every change record of `log` for the path ending in `name`.
@@ -366,8 +350,7 @@ fn journaled_then_undone_exactly(s: &Scratch, script: &str, check: impl FnOnce(&
 
 #[test]
 fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy_and_undo_is_exact() {
-    let s =
-        Scratch::new("files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy_and_undo_is_exact");
+    let s = scratch!();
     s.sh("head -c 40000 /dev/urandom > pre.bin && printf 'int f(void) { return 1; }\\n' > x.c && mkdir tmp");
     // Each step is its own process: shell redirection, cp over, Python, dd in place, and a
     // compiler run twice (cc1 truncates the temporary file its driver made). pre.bin existed
@@ -419,7 +402,7 @@ fn files_the_session_created_are_rewritten_by_its_other_processes_without_a_copy
 fn a_database_several_processes_update_is_copied_once_and_undo_is_exact() {
     // Each sqlite3 run opens the database read-write and changes it: the first copies it
     // whole; the later ones find it changed since that copy and are journaled as kept by it.
-    let s = Scratch::new("a_database_several_processes_update_is_copied_once_and_undo_is_exact");
+    let s = scratch!();
     s.sh("sqlite3 db.sqlite 'create table t(a, b); insert into t values (1, 2);' && head -c 300000 /dev/urandom > pad && sqlite3 db.sqlite \"insert into t values (3, hex(randomblob(100000)))\"");
     let update = |n: u32| format!("sqlite3 db.sqlite \"insert into t values ({n}, {n}); update t set a = a + 1;\"");
     journaled_then_undone_exactly(&s, &[update(10), update(20), update(30), update(40)].join(" && "), |log| {
@@ -434,7 +417,7 @@ fn a_database_several_processes_update_is_copied_once_and_undo_is_exact() {
 fn a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name() {
     // Undo puts a copy back through the name it was taken from; a rewrite through the other
     // name must keep its own copy rather than lean on that one.
-    let s = Scratch::new("a_file_with_two_names_is_copied_again_when_rewritten_through_the_other_name");
+    let s = scratch!();
     s.sh("head -c 20000 /dev/urandom > p && ln p q");
     let write = |name: &str| format!("{} -c \"f = open('{name}', 'r+b'); f.write(b'{name}'); f.close()\"", python());
     journaled_then_undone_exactly(&s, &format!("{} && {}", write("p"), write("q")), |log| {
@@ -447,7 +430,7 @@ fn undoing_only_the_process_that_rewrote_a_file_the_session_created_is_reported_
     // What the file held before the rewrite was not kept: an undo of the rewriting process
     // alone (or of the newest records alone) must say so, naming the file; an undo that also
     // removes the file is complete.
-    let s = Scratch::new("undoing_only_the_process_that_rewrote_a_file_the_session_created_is_reported_incomplete");
+    let s = scratch!();
     let before = manifest(&s.tree());
     let session = s.session("session");
     let script = format!("echo made > f && {} -c \"open('f', 'w').write('rewritten')\"", python());
@@ -489,7 +472,7 @@ fn a_file_made_outside_the_session_under_a_born_files_name_is_still_captured() {
     // freed inode number. The session then truncates it: what it held must be kept. On a
     // private ext4, so that no other test takes the freed number first.
     require_root("to mount a private ext4");
-    let s = Scratch::new("a_file_made_outside_the_session_under_a_born_files_name_is_still_captured");
+    let s = scratch!();
     s.sh("mkdir fs");
     let mnt = s.path("fs");
     let _guard = loop_ext4(&s.root.join("fs.img"), "8M", &[], "rw", &mnt);
@@ -527,7 +510,7 @@ fn an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked
     // keeps birth times); later ones are journaled as `exclusive` without an lstat, and one
     // that fails because something is there gets a call_failed record, so undo leaves that
     // file alone.
-    let s = Scratch::new("an_exclusive_create_is_journaled_without_looking_and_one_that_fails_is_marked_failed");
+    let s = scratch!();
     s.sh("echo 'there before' > existing");
     let script = exclusive_python(
         "os.close(os.open('first', x))
@@ -569,9 +552,7 @@ fn a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_
     // journal the second file of each pair under the first one's directory, and undo would
     // leave it behind.
     for attempt in 0.. {
-        let s = Scratch::new(&format!(
-            "a_remembered_directory_path_is_never_trusted_after_the_session_moved_what_it_leads_to-{attempt}"
-        ));
+        let s = scratch!(attempt);
         s.sh("mkdir -p d1/sub d2/sub d3/sub d4/sub a/sub b/sub c/sub e/sub w/sub && ln -s d1 link && ln -s d3 link2");
         let script = format!(
             "{py} -c \"
@@ -641,7 +622,7 @@ fn on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again() 
     // exclusive creates look at the name again (`absent`); the one create in between (the
     // process had seen birth times elsewhere first) is still undone, as for `absent`.
     require_root("to mount a private ext4");
-    let s = Scratch::new("on_a_file_system_without_birth_times_an_exclusive_create_looks_first_again");
+    let s = scratch!();
     s.sh("mkdir nobirth");
     let _guard = loop_ext4(&s.root.join("fs.img"), "8M", &["-I", "128"], "rw", &s.path("nobirth"));
     let script = exclusive_python(
@@ -663,7 +644,7 @@ fn an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt
     // A lock file someone else holds, tried 200 times: the first failure is journaled (with
     // its call_failed); the retries look first and find the name taken, so they journal
     // nothing. Once the lock is free, the next exclusive create takes it and is undone.
-    let s = Scratch::new("an_exclusive_create_retried_on_a_taken_name_is_journaled_once_not_per_attempt");
+    let s = scratch!();
     s.sh("echo held > lock");
     let script = exclusive_python(
         "os.close(os.open('warm', x))

@@ -1,13 +1,11 @@
 //! End-to-end tests of irreversible effects and exec'd tools (issue 3): network, unobservable
 //! programs, scrubbed environments, process chains, syscall(2), and the strict policy.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// A one-shot HTTP server on 127.0.0.1 (the test's own), answering every request.
 fn http_server() -> (u16, std::thread::JoinHandle<usize>) {
@@ -33,7 +31,7 @@ fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value
 
 #[test]
 fn a_connect_to_a_local_server_is_named_and_makes_the_undo_incomplete_while_files_are_restored() {
-    let s = Scratch::new("a_connect_to_a_local_server_is_named_and_makes_the_undo_incomplete_while_files_are_restored");
+    let s = scratch!();
     s.sh("echo keep > notes");
     let before = manifest(&s.tree());
     let (port, server) = http_server();
@@ -57,7 +55,7 @@ fn a_connect_to_a_local_server_is_named_and_makes_the_undo_incomplete_while_file
 
 #[test]
 fn python_urllib_to_a_local_server_is_journaled_too() {
-    let s = Scratch::new("python_urllib_to_a_local_server_is_journaled_too");
+    let s = scratch!();
     let (port, server) = http_server();
     let session = s.session("session");
     let script = format!(
@@ -74,7 +72,7 @@ fn python_urllib_to_a_local_server_is_journaled_too() {
 
 #[test]
 fn a_refused_connection_changes_nothing_and_does_not_make_the_undo_incomplete() {
-    let s = Scratch::new("a_refused_connection_changes_nothing_and_does_not_make_the_undo_incomplete");
+    let s = scratch!();
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(); // closed again
     let session = s.session("session");
     let script = format!(
@@ -89,7 +87,7 @@ fn a_refused_connection_changes_nothing_and_does_not_make_the_undo_incomplete() 
 
 #[test]
 fn datagrams_are_journaled_once_per_destination_per_process() {
-    let s = Scratch::new("datagrams_are_journaled_once_per_destination_per_process");
+    let s = scratch!();
     let session = s.session("session");
     let script = "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
                   for i in range(5):\n    s.sendto(b'x', ('127.0.0.1', 9))\n\
@@ -105,7 +103,7 @@ fn datagrams_are_journaled_once_per_destination_per_process() {
 
 #[test]
 fn a_unix_socket_connect_names_the_socket_path() {
-    let s = Scratch::new("a_unix_socket_connect_names_the_socket_path");
+    let s = scratch!();
     let sock = s.root.join("daemon.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let t = std::thread::spawn(move || listener.accept().map(|_| ()).is_ok());
@@ -122,7 +120,7 @@ fn a_unix_socket_connect_names_the_socket_path() {
 fn under_libc_coverage_a_static_binary_is_named_as_unobserved_and_the_undo_is_not_complete() {
     let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
     let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
-    let s = Scratch::new("under_libc_coverage_a_static_binary_is_named_as_unobserved_and_the_undo_is_not_complete");
+    let s = scratch!();
     s.sh("echo 1 > f; echo 2 > g");
     let session = s.session("session");
     s.run_ok_as(&session, &["sh", "-c", &format!("{busybox} rm f; echo changed > g")], Watch::ShimOnly);
@@ -143,7 +141,7 @@ fn under_libc_coverage_a_static_binary_is_named_as_unobserved_and_the_undo_is_no
 fn under_the_supervisor_a_static_busybox_is_journaled_and_undone_exactly() {
     let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
     let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
-    let s = Scratch::new("under_the_supervisor_a_static_busybox_is_journaled_and_undone_exactly");
+    let s = scratch!();
     s.sh("echo 1 > f; printf 'alpha\\nbeta\\n' > g; echo keep > h; mkdir old; echo x > old/y; touch -d 2020-01-01 h");
     let script = format!(
         "{b} rm f && {b} sed -i s/alpha/ALPHA/ g && {b} touch h new && {b} mv old moved && {b} mkdir -p d/e && \
@@ -162,14 +160,14 @@ fn under_the_supervisor_a_static_busybox_is_journaled_and_undone_exactly() {
 
 #[test]
 fn env_minus_i_children_are_journaled_and_undone() {
-    let s = Scratch::new("env_minus_i_children_are_journaled_and_undone");
+    let s = scratch!();
     s.sh("echo precious > f");
     roundtrip(&s, &["env", "-i", "sh", "-c", "rm f"]);
 }
 
 #[test]
 fn an_explicit_envp_without_the_shim_gets_it_back() {
-    let s = Scratch::new("an_explicit_envp_without_the_shim_gets_it_back");
+    let s = scratch!();
     s.sh("echo a > a; echo b > b");
     let script = "import subprocess, os\n\
                   subprocess.run(['rm', 'a'], env={}, check=True)\n\
@@ -181,7 +179,7 @@ fn an_explicit_envp_without_the_shim_gets_it_back() {
 fn a_program_that_clears_its_own_environment_before_its_first_change_is_still_journaled() {
     // The configuration is built on the first change, long after the constructor: it must come
     // from the environment the process started with, not the one it has by then.
-    let s = Scratch::new("a_program_that_clears_its_own_environment_before_its_first_change_is_still_journaled");
+    let s = scratch!();
     s.sh("echo a > a; echo b > b");
     let script = "import os, subprocess\n\
                   os.environ.clear()\n\
@@ -195,7 +193,7 @@ fn a_program_that_clears_its_own_environment_before_its_first_change_is_still_jo
 #[test]
 fn posix_spawn_and_a_three_level_subprocess_chain_are_journaled() {
     for watch in BOTH {
-        let s = Scratch::new(&format!("posix_spawn_and_a_three_level_subprocess_chain_are_journaled-{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         s.sh("echo 1 > one; echo 2 > two; echo 3 > three; echo 4 > four");
         let py = python();
         let level3 = "import os; os.unlink('three'); open('made3','w').write('3')";
@@ -239,7 +237,7 @@ fn posix_spawn_and_a_three_level_subprocess_chain_are_journaled() {
 
 #[test]
 fn every_exec_is_journaled_with_argv_cwd_pid_and_ppid_and_log_tree_shows_the_process_tree() {
-    let s = Scratch::new("every_exec_is_journaled_with_argv_cwd_pid_and_ppid_and_log_tree_shows_the_process_tree");
+    let s = scratch!();
     s.sh("mkdir sub; echo x > sub/f");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "cd sub && rm f && sh -c 'echo y > g'"]);
@@ -263,7 +261,7 @@ fn every_exec_is_journaled_with_argv_cwd_pid_and_ppid_and_log_tree_shows_the_pro
 
 #[test]
 fn execl_execlp_and_execle_are_journaled_through_their_variadic_hooks() {
-    let s = Scratch::new("execl_execlp_and_execle_are_journaled_through_their_variadic_hooks");
+    let s = scratch!();
     let c = r#"
 #include <unistd.h>
 #include <sys/wait.h>
@@ -306,7 +304,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn calls_made_through_syscall_are_journaled_like_the_rest() {
-    let s = Scratch::new("calls_made_through_syscall_are_journaled_like_the_rest");
+    let s = scratch!();
     s.sh("echo 1 > victim; echo 2 > renamed");
     let script = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n\
                   SYS_unlinkat, SYS_renameat2, SYS_openat = 263, 316, 257\n\
@@ -320,7 +318,7 @@ fn calls_made_through_syscall_are_journaled_like_the_rest() {
 
 #[test]
 fn a_signal_to_a_process_outside_the_session_is_irreversible_and_one_inside_is_not() {
-    let s = Scratch::new("a_signal_to_a_process_outside_the_session_is_irreversible_and_one_inside_is_not");
+    let s = scratch!();
     let mut outsider = Command::new("sleep").arg("60").spawn().unwrap();
     let session = s.session("session");
     let script = format!("sleep 60 & inner=$!; kill $inner; kill -TERM {}; wait", outsider.id());
@@ -343,7 +341,7 @@ fn a_signal_to_a_process_outside_the_session_is_irreversible_and_one_inside_is_n
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved() {
     require_root("to make a set-uid program");
-    let s = Scratch::new("under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_unobserved");
+    let s = scratch!();
     s.sh("cp /bin/true suid-true && chown 65534 suid-true && chmod 4755 suid-true");
     let session = s.session("session");
     s.run_ok_as(&session, &["./suid-true"], Watch::ShimOnly);
@@ -356,7 +354,7 @@ fn under_libc_coverage_a_setuid_program_that_would_drop_the_shim_is_named_as_uno
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn under_the_supervisor_a_setuid_program_is_watched_like_any_other() {
     require_root("to make a set-uid program");
-    let s = Scratch::new("under_the_supervisor_a_setuid_program_is_watched_like_any_other");
+    let s = scratch!();
     // touch, set-uid to nobody: it runs as nobody (loading no shim), in a directory nobody may
     // write.
     s.sh("cp /bin/touch ../suid-touch && chown 65534 ../suid-touch && chmod 4755 ../suid-touch && mkdir open && chmod 777 open");
@@ -369,7 +367,7 @@ fn under_the_supervisor_a_setuid_program_is_watched_like_any_other() {
 
 #[test]
 fn under_libc_coverage_a_child_started_with_aether_journal_off_on_purpose_is_unobserved() {
-    let s = Scratch::new("under_libc_coverage_a_child_started_with_aether_journal_off_on_purpose_is_unobserved");
+    let s = scratch!();
     s.sh("echo x > f");
     let session = s.session("session");
     s.run_ok_as(&session, &["sh", "-c", "AETHER_JOURNAL=off rm f"], Watch::ShimOnly);
@@ -382,7 +380,7 @@ fn under_libc_coverage_a_child_started_with_aether_journal_off_on_purpose_is_uno
 
 #[test]
 fn under_the_supervisor_a_child_with_the_shim_switched_off_is_still_journaled() {
-    let s = Scratch::new("under_the_supervisor_a_child_with_the_shim_switched_off_is_still_journaled");
+    let s = scratch!();
     s.sh("echo x > f");
     roundtrip(&s, &["sh", "-c", "AETHER_JOURNAL=off rm f"]);
     let log = s.log_json(&s.session("session"));
@@ -415,7 +413,7 @@ fn strict_as(s: &Scratch, session: &std::path::Path, env: &[(&str, &str)], argv:
 
 #[test]
 fn strict_policy_refuses_a_connect_with_eacces_and_journals_the_refusal() {
-    let s = Scratch::new("strict_policy_refuses_a_connect_with_eacces_and_journals_the_refusal");
+    let s = scratch!();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let session = s.session("session");
@@ -435,7 +433,7 @@ fn strict_policy_refuses_a_connect_with_eacces_and_journals_the_refusal() {
 
 #[test]
 fn strict_policy_allows_loopback_but_refuses_other_hosts_by_default() {
-    let s = Scratch::new("strict_policy_allows_loopback_but_refuses_other_hosts_by_default");
+    let s = scratch!();
     let session = s.session("session");
     let script = "import socket, errno\ns = socket.socket()\ns.settimeout(2)\ntry:\n    s.connect(('192.0.2.1', 80))\n\
                   except OSError as e:\n    print(errno.errorcode.get(e.errno, e.errno))\n";
@@ -444,9 +442,7 @@ fn strict_policy_allows_loopback_but_refuses_other_hosts_by_default() {
 
 #[test]
 fn under_libc_coverage_the_strict_policy_refuses_unobservable_execs_with_eperm_and_over_budget_captures_with_eacces() {
-    let s = Scratch::new(
-        "under_libc_coverage_the_strict_policy_refuses_unobservable_execs_with_eperm_and_over_budget_captures_with_eacces",
-    );
+    let s = scratch!();
     s.sh("head -c 5000 /dev/zero > big; echo small > small");
     let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
     let session = s.session("session");
@@ -466,9 +462,7 @@ fn under_libc_coverage_the_strict_policy_refuses_unobservable_execs_with_eperm_a
 
 #[test]
 fn under_the_supervisor_the_strict_policy_lets_a_static_program_run_and_refuses_what_it_cannot_keep() {
-    let s = Scratch::new(
-        "under_the_supervisor_the_strict_policy_lets_a_static_program_run_and_refuses_what_it_cannot_keep",
-    );
+    let s = scratch!();
     s.sh("head -c 5000 /dev/zero > big; echo small > small; echo doomed > doomed");
     let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap();
     let session = s.session("session");
@@ -518,7 +512,7 @@ fn a_harness_that_only_starts_commands_opens_its_store_once_not_once_per_command
     // opened the session's files for itself (about 20 system calls, ~100 us a command here);
     // the parent now opens its own once a child had to (when it next waits for a child), and the
     // later children use it.
-    let s = Scratch::new("a_harness_that_only_starts_commands_opens_its_store_once_not_once_per_command");
+    let s = scratch!();
     // The system's python3 itself (a version manager's shim would be a chain of scripts).
     let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
     let script = "import subprocess\nfor i in range(20): subprocess.run(['/bin/true'], check=True)\n";

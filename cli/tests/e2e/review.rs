@@ -1,13 +1,11 @@
 //! End-to-end tests of the review-and-decide moment (issue 6): review output, selective undo,
 //! drift protection, keep, gc, and the JSON shapes harnesses rely on.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn cli_json(s: &Scratch, args: &[&OsStr]) -> (i32, serde_json::Value) {
     let out = s.cli(args);
@@ -91,7 +89,7 @@ fn normalise(text: &str, s: &Scratch, port: u16) -> String {
 
 #[test]
 fn review_shows_every_kind_of_change_in_plain_mode_golden() {
-    let s = Scratch::new("review_shows_every_kind_of_change_in_plain_mode_golden");
+    let s = scratch!();
     let (session, port) = everything_session_and_port(&s);
     let out = s.cli(&["review".as_ref(), "--journal".as_ref(), j(&session)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -109,7 +107,7 @@ fn review_shows_every_kind_of_change_in_plain_mode_golden() {
 
 #[test]
 fn review_json_has_every_section_with_exact_paths() {
-    let s = Scratch::new("review_json_has_every_section_with_exact_paths");
+    let s = scratch!();
     let session = everything_session(&s);
     let (code, v) = cli_json(&s, &["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), j(&session)]);
     assert_eq!(code, 0);
@@ -128,7 +126,7 @@ fn review_json_has_every_section_with_exact_paths() {
 
 #[test]
 fn review_limits_to_the_paths_given_and_stat_leaves_out_diffs() {
-    let s = Scratch::new("review_limits_to_the_paths_given_and_stat_leaves_out_diffs");
+    let s = scratch!();
     let session = everything_session(&s);
     let out = s.cli(&[
         "review".as_ref(),
@@ -144,7 +142,7 @@ fn review_limits_to_the_paths_given_and_stat_leaves_out_diffs() {
 
 #[test]
 fn names_are_escaped_for_the_terminal_but_exact_in_json() {
-    let s = Scratch::new("names_are_escaped_for_the_terminal_but_exact_in_json");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["bash", "-c", "echo x > \"$(printf 'evil\\033[31m\\342\\200\\256txt')\""]);
     let out = s.cli(&["review".as_ref(), "--journal".as_ref(), j(&session)]);
@@ -157,7 +155,7 @@ fn names_are_escaped_for_the_terminal_but_exact_in_json() {
 
 #[test]
 fn undo_of_one_path_restores_only_that_path() {
-    let s = Scratch::new("undo_of_one_path_restores_only_that_path");
+    let s = scratch!();
     s.sh("echo a1 > a && echo b1 > b");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo a2 > a && echo b2 > b && echo c > c"]);
@@ -181,7 +179,7 @@ fn undo_of_one_path_restores_only_that_path() {
 
 #[test]
 fn undo_of_a_subtree_brings_back_the_directories_a_later_step_removed() {
-    let s = Scratch::new("undo_of_a_subtree_brings_back_the_directories_a_later_step_removed");
+    let s = scratch!();
     s.sh("mkdir -p proj/src proj/docs && echo code > proj/src/main.c && echo doc > proj/docs/a.md && chmod 750 proj/src && echo keep > other");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -202,7 +200,7 @@ fn undo_of_a_subtree_brings_back_the_directories_a_later_step_removed() {
 
 #[test]
 fn undo_last_n_reverses_only_the_newest_records() {
-    let s = Scratch::new("undo_last_n_reverses_only_the_newest_records");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo 1 > one; echo 2 > two; echo 3 > three"]);
     let log = s.log_json(&session);
@@ -222,7 +220,7 @@ fn undo_last_n_reverses_only_the_newest_records() {
 
 #[test]
 fn undo_pid_reverses_what_one_process_and_its_descendants_did() {
-    let s = Scratch::new("undo_pid_reverses_what_one_process_and_its_descendants_did");
+    let s = scratch!();
     s.sh("echo orig > kept && echo orig > undone");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo new > kept; sh -c 'echo new > undone; sh -c \"echo deeper > deep\"'"]);
@@ -244,7 +242,7 @@ fn undo_pid_reverses_what_one_process_and_its_descendants_did() {
 
 #[test]
 fn a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced() {
-    let s = Scratch::new("a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced");
+    let s = scratch!();
     s.sh("echo original > f && echo original > g");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo agent > f && echo agent > g"]);
@@ -267,7 +265,7 @@ fn a_user_edit_after_the_session_is_a_conflict_and_is_left_alone_unless_forced()
 
 #[test]
 fn an_unsealed_session_gets_the_weaker_check_and_says_so() {
-    let s = Scratch::new("an_unsealed_session_gets_the_weaker_check_and_says_so");
+    let s = scratch!();
     s.sh("echo one > a");
     let session = s.session("raw");
     let mut cmd = Command::new("sh");
@@ -291,7 +289,7 @@ fn an_unsealed_session_gets_the_weaker_check_and_says_so() {
 
 #[test]
 fn keep_frees_the_captured_contents_and_keeps_the_audit_log() {
-    let s = Scratch::new("keep_frees_the_captured_contents_and_keeps_the_audit_log");
+    let s = scratch!();
     s.sh("head -c 20000 /dev/urandom > big && echo small > small");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "rm big && echo changed > small"]);
@@ -319,7 +317,7 @@ fn age_session(dir: &std::path::Path, created: &str) {
 
 #[test]
 fn gc_removes_sessions_by_age_and_then_by_size() {
-    let s = Scratch::new("gc_removes_sessions_by_age_and_then_by_size");
+    let s = scratch!();
     let state = s.root.join("state/aether-journal");
     for (name, size) in [("old", 1000), ("mid", 50_000), ("new", 50_000)] {
         s.sh(&format!("head -c {size} /dev/urandom > {name}"));
@@ -354,7 +352,7 @@ fn session_id(dir: &std::path::Path) -> String {
 
 #[test]
 fn sessions_lists_every_session_newest_first_with_its_counts() {
-    let s = Scratch::new("sessions_lists_every_session_newest_first_with_its_counts");
+    let s = scratch!();
     let state = s.root.join("state/aether-journal");
     s.sh("echo 1 > a && head -c 4000 /dev/zero > z");
     s.run_ok(&state.join("first"), &["rm", "a"]);
@@ -387,7 +385,7 @@ fn sessions_lists_every_session_newest_first_with_its_counts() {
 
 #[test]
 fn the_undo_and_log_json_shapes_are_the_documented_contract() {
-    let s = Scratch::new("the_undo_and_log_json_shapes_are_the_documented_contract");
+    let s = scratch!();
     s.sh("echo 1 > a");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "rm a; echo 2 > b"]);
@@ -414,7 +412,7 @@ fn the_undo_and_log_json_shapes_are_the_documented_contract() {
 
 #[test]
 fn completions_and_the_man_page_are_generated_from_the_cli_definition() {
-    let s = Scratch::new("completions_and_the_man_page_are_generated_from_the_cli_definition");
+    let s = scratch!();
     let out = s.cli(&["completions".as_ref(), "bash".as_ref()]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -426,7 +424,7 @@ fn completions_and_the_man_page_are_generated_from_the_cli_definition() {
 
 #[test]
 fn undo_log_and_review_print_no_escape_sequence_or_invisible_character_an_agent_put_in_a_name() {
-    let s = Scratch::new("undo_log_and_review_print_no_escape_sequence_or_invisible_character");
+    let s = scratch!();
     s.sh("echo a > a");
     let session = s.session("session");
     // OSC 0 (title), SGR colour, OSC 52 (clipboard), OSC 8 (link), a C1 CSI, bidi, tags.
@@ -454,7 +452,7 @@ fn undo_log_and_review_print_no_escape_sequence_or_invisible_character_an_agent_
 
 #[test]
 fn gc_removes_a_session_kept_elsewhere_whole_reports_only_bytes_freed_and_names_a_removal_that_fails() {
-    let s = Scratch::new("gc_removes_a_session_kept_elsewhere_whole");
+    let s = scratch!();
     s.sh("head -c 40000 /dev/urandom > big && head -c 40000 /dev/urandom > stuck");
     // A session outside the state directory, registered there by a link.
     let elsewhere = s.root.join("elsewhere/s1");
@@ -496,7 +494,7 @@ fn gc_removes_a_session_kept_elsewhere_whole_reports_only_bytes_freed_and_names_
 
 #[test]
 fn sessions_names_a_damaged_session_and_exits_3() {
-    let s = Scratch::new("sessions_names_a_damaged_session_and_exits_3");
+    let s = scratch!();
     s.run_ok(&s.root.join("state/aether-journal/good"), &["true"]);
     let bad = s.root.join("state/aether-journal/bad");
     std::fs::create_dir_all(&bad).unwrap();

@@ -2,11 +2,9 @@
 //! type, mode, owner, bytes, symlink target, hard-link groups, file mtimes and extended
 //! attributes, before the session and after undo.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn have(tool: &str) -> bool {
     Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
@@ -18,7 +16,7 @@ fn require(tool: &str) {
 
 #[test]
 fn rm_rf_of_a_deep_tree_with_every_mode_and_a_read_only_directory_is_rewound_exactly() {
-    let s = Scratch::new("rm_rf_of_a_deep_tree_with_every_mode_and_a_read_only_directory_is_rewound_exactly");
+    let s = scratch!();
     s.sh(
         "mkdir -p t/a/b/c/d/e t/empty1 t/a/empty2 t/ro/sub && echo 1 > t/f600 && echo 2 > t/a/f755 && echo 3 > t/a/b/f444 \
          && echo 4 > t/ro/inside && echo 5 > t/ro/sub/deeper && head -c 100000 /dev/urandom > t/a/b/c/d/e/blob \
@@ -35,7 +33,7 @@ fn rm_rf_of_a_deep_tree_with_every_mode_and_a_read_only_directory_is_rewound_exa
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only() {
     require_root("to switch to another user");
-    let s = Scratch::new("an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read_only");
+    let s = scratch!();
     s.sh("mkdir -p ../sessions t/ro/sub && echo 1 > t/ro/f && echo 2 > t/ro/sub/g && chmod 444 t/ro/f && chmod 555 t/ro/sub t/ro && chown -R 65534:65534 . ../sessions");
     let before = manifest(&s.tree());
     let session = s.root.join("sessions/session");
@@ -67,7 +65,7 @@ fn an_unprivileged_user_making_a_tree_writable_and_removing_it_gets_it_back_read
 #[test]
 fn cp_a_over_an_existing_tree_is_rewound_exactly() {
     require("setfattr");
-    let s = Scratch::new("cp_a_over_an_existing_tree_is_rewound_exactly");
+    let s = scratch!();
     s.sh("mkdir -p src/d dst/d && echo new > src/f && echo newer > src/d/g && ln -s f src/l && chmod 751 src/d && \
          setfattr -n user.origin -v src src/f && echo old > dst/f && echo older > dst/d/g && chmod 600 dst/f && \
          setfattr -n user.keep -v dst dst/f && touch -d '1999-12-31' dst/f dst/d/g && echo only-in-dst > dst/extra");
@@ -76,7 +74,7 @@ fn cp_a_over_an_existing_tree_is_rewound_exactly() {
 
 #[test]
 fn chmod_recursive_is_rewound_exactly() {
-    let s = Scratch::new("chmod_recursive_is_rewound_exactly");
+    let s = scratch!();
     s.sh("mkdir -p d/e && echo 1 > d/f && echo 2 > d/e/g && chmod 644 d/f && chmod 600 d/e/g && chmod 755 d d/e && chmod 4755 d/f");
     roundtrip(&s, &["chmod", "-R", "go-rwx,u-w", "d"]);
 }
@@ -85,21 +83,21 @@ fn chmod_recursive_is_rewound_exactly() {
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn chown_recursive_is_rewound_exactly() {
     require_root("to chown to other users");
-    let s = Scratch::new("chown_recursive_is_rewound_exactly");
+    let s = scratch!();
     s.sh("mkdir -p d/e && echo 1 > d/f && echo 2 > d/e/g && ln -s f d/l && chmod 2755 d/e && chmod 4755 d/f");
     roundtrip(&s, &["chown", "-hR", "65534:65534", "d"]);
 }
 
 #[test]
 fn touch_of_existing_files_is_rewound_exactly() {
-    let s = Scratch::new("touch_of_existing_files_is_rewound_exactly");
+    let s = scratch!();
     s.sh("echo 1 > a && echo 2 > b && touch -d '2000-01-01 00:00:00' a b && ln -s a l");
     roundtrip(&s, &["sh", "-c", "touch a new && touch -d '2010-10-10' b && touch -h l"]);
 }
 
 #[test]
 fn ln_sf_replacing_a_symlink_and_a_file_is_rewound_exactly() {
-    let s = Scratch::new("ln_sf_replacing_a_symlink_and_a_file_is_rewound_exactly");
+    let s = scratch!();
     s.sh("echo 1 > t1 && echo 2 > t2 && ln -s t1 link && echo regular > was-a-file");
     roundtrip(&s, &["sh", "-c", "ln -sf t2 link && ln -sf t1 was-a-file && ln -sf t2 brand-new"]);
     assert_eq!(std::fs::read_link(s.path("link")).unwrap(), std::path::PathBuf::from("t1"));
@@ -107,7 +105,7 @@ fn ln_sf_replacing_a_symlink_and_a_file_is_rewound_exactly() {
 
 #[test]
 fn tar_x_with_modes_over_existing_files_is_rewound_exactly() {
-    let s = Scratch::new("tar_x_with_modes_over_existing_files_is_rewound_exactly");
+    let s = scratch!();
     s.sh("mkdir -p stage/p/q && echo a > stage/p/f600 && echo b > stage/p/q/f755 && echo c > stage/p/f444 && \
          chmod 600 stage/p/f600 && chmod 755 stage/p/q/f755 && chmod 444 stage/p/f444 && chmod 700 stage/p/q && \
          ln -s f600 stage/p/l && (cd stage && tar cf ../pack.tar p) && rm -rf stage && \
@@ -118,7 +116,7 @@ fn tar_x_with_modes_over_existing_files_is_rewound_exactly() {
 #[test]
 fn rsync_archive_with_delete_is_rewound_exactly() {
     require("rsync");
-    let s = Scratch::new("rsync_archive_with_delete_is_rewound_exactly");
+    let s = scratch!();
     s.sh(
         "mkdir -p src/d dst/d dst/stale/deep && echo new > src/f && echo new2 > src/d/g && ln -s f src/l && chmod 640 src/f && \
          echo old > dst/f && echo old2 > dst/d/g && echo gone > dst/stale/deep/x && echo gone2 > dst/h && touch -d '2002-02-02' dst/f",
@@ -129,7 +127,7 @@ fn rsync_archive_with_delete_is_rewound_exactly() {
 #[test]
 fn git_checkout_and_gc_prune_now_are_rewound_exactly() {
     require("git");
-    let s = Scratch::new("git_checkout_and_gc_prune_now_are_rewound_exactly");
+    let s = scratch!();
     s.sh(
         "git init -q -b main repo && cd repo && git config user.email t@example.com && git config user.name T && \
          git config gc.auto 0 && for i in $(seq 1 30); do echo v1-$i > f$i; done && mkdir sub && echo s > sub/s && \
@@ -143,7 +141,7 @@ fn git_checkout_and_gc_prune_now_are_rewound_exactly() {
 #[test]
 fn sqlite_writes_in_rollback_journal_mode_are_rewound_exactly() {
     require("sqlite3");
-    let s = Scratch::new("sqlite_writes_in_rollback_journal_mode_are_rewound_exactly");
+    let s = scratch!();
     s.sh("sqlite3 db 'create table t(a, b); insert into t values (1, 2), (3, 4);'");
     roundtrip(
         &s,
@@ -158,7 +156,7 @@ fn sqlite_writes_in_rollback_journal_mode_are_rewound_exactly() {
 #[test]
 fn sqlite_writes_in_wal_mode_are_rewound_exactly() {
     require("sqlite3");
-    let s = Scratch::new("sqlite_writes_in_wal_mode_are_rewound_exactly");
+    let s = scratch!();
     s.sh("sqlite3 db 'pragma journal_mode=wal; create table t(a); insert into t values (1);' >/dev/null");
     roundtrip(
         &s,
@@ -173,7 +171,7 @@ fn sqlite_writes_in_wal_mode_are_rewound_exactly() {
 #[test]
 fn patch_p1_is_rewound_exactly() {
     require("patch");
-    let s = Scratch::new("patch_p1_is_rewound_exactly");
+    let s = scratch!();
     s.sh(
         "mkdir -p a/src b/src && printf 'one\\ntwo\\nthree\\n' > a/src/x.c && printf 'one\\n2\\nthree\\n' > b/src/x.c && \
          printf 'new file\\n' > b/src/y.c && (diff -ruN a b > fix.patch || true) && mkdir proj && cp -a a/src proj/ && \
@@ -184,14 +182,14 @@ fn patch_p1_is_rewound_exactly() {
 
 #[test]
 fn install_with_a_mode_over_an_existing_file_is_rewound_exactly() {
-    let s = Scratch::new("install_with_a_mode_over_an_existing_file_is_rewound_exactly");
+    let s = scratch!();
     s.sh("echo '#!/bin/sh' > tool && echo old > bin-tool && chmod 644 bin-tool && mkdir bin");
     roundtrip(&s, &["sh", "-c", "install -m 755 tool bin-tool && install -D -m 700 tool bin/sub/tool"]);
 }
 
 #[test]
 fn dd_with_notrunc_is_rewound_exactly() {
-    let s = Scratch::new("dd_with_notrunc_is_rewound_exactly");
+    let s = scratch!();
     s.sh("head -c 65536 /dev/urandom > target && printf 'PATCHED' > patch");
     roundtrip(
         &s,
@@ -205,14 +203,14 @@ fn dd_with_notrunc_is_rewound_exactly() {
 
 #[test]
 fn truncate_shrinking_and_growing_is_rewound_exactly() {
-    let s = Scratch::new("truncate_shrinking_and_growing_is_rewound_exactly");
+    let s = scratch!();
     s.sh("head -c 5000 /dev/urandom > shrink && echo small > grow");
     roundtrip(&s, &["sh", "-c", "truncate -s 2 shrink && truncate -s 1M grow && truncate -s 10 created"]);
 }
 
 #[test]
 fn a_hard_linked_file_edited_in_place_keeps_its_links_after_undo() {
-    let s = Scratch::new("a_hard_linked_file_edited_in_place_keeps_its_links_after_undo");
+    let s = scratch!();
     s.sh("echo original > a && ln a b && mkdir d && ln a d/c && echo log > l1 && ln l1 l2");
     let script = "f = open('a', 'r+')\nf.write('EDITED')\nf.close()\nopen('l2', 'a').write('appended\\n')\n";
     roundtrip_changing(&s, &[python(), "-c", script], |during| {
@@ -223,7 +221,7 @@ fn a_hard_linked_file_edited_in_place_keeps_its_links_after_undo() {
 #[test]
 fn setfattr_setting_and_removing_attributes_is_rewound_exactly() {
     require("setfattr");
-    let s = Scratch::new("setfattr_setting_and_removing_attributes_is_rewound_exactly");
+    let s = scratch!();
     s.sh("echo 1 > f && echo 2 > g && mkdir d && setfattr -n user.old -v before g && setfattr -n user.x -v 1 d");
     roundtrip(
         &s,
@@ -238,7 +236,7 @@ fn setfattr_setting_and_removing_attributes_is_rewound_exactly() {
 #[test]
 fn acls_set_with_setfacl_are_rewound_exactly() {
     require("setfacl");
-    let s = Scratch::new("acls_set_with_setfacl_are_rewound_exactly");
+    let s = scratch!();
     s.sh("echo 1 > f && mkdir d && setfacl -m u:65534:r f");
     roundtrip(&s, &["sh", "-c", "setfacl -m u:65534:rw f && setfacl -d -m g:65534:rx d && setfacl -b f"]);
 }
@@ -246,7 +244,7 @@ fn acls_set_with_setfacl_are_rewound_exactly() {
 #[test]
 fn a_make_python_sh_chain_is_rewound_exactly() {
     require("make");
-    let s = Scratch::new("a_make_python_sh_chain_is_rewound_exactly");
+    let s = scratch!();
     let py = python();
     s.sh(&format!(
         "printf 'all:\\n\\t{py} gen.py\\n\\techo made > made.txt\\n' > Makefile && \
@@ -258,7 +256,7 @@ fn a_make_python_sh_chain_is_rewound_exactly() {
 
 #[test]
 fn appends_are_undone_by_truncation_even_after_a_later_full_rewrite() {
-    let s = Scratch::new("appends_are_undone_by_truncation_even_after_a_later_full_rewrite");
+    let s = scratch!();
     s.sh("printf 'base\\n' > log && printf 'keep\\n' > other");
     let report = roundtrip(
         &s,
@@ -270,7 +268,7 @@ fn appends_are_undone_by_truncation_even_after_a_later_full_rewrite() {
 
 #[test]
 fn special_files_are_recreated_and_fifos_created_are_removed() {
-    let s = Scratch::new("special_files_are_recreated_and_fifos_created_are_removed");
+    let s = scratch!();
     s.sh("mkfifo -m 640 oldfifo");
     if is_root() {
         s.sh("mknod -m 600 nulldev c 1 3");
@@ -287,7 +285,7 @@ fn special_files_are_recreated_and_fifos_created_are_removed() {
 
 #[test]
 fn writing_into_a_fifo_is_reported_as_irreversible() {
-    let s = Scratch::new("writing_into_a_fifo_is_reported_as_irreversible");
+    let s = scratch!();
     s.sh("mkfifo p");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "cat p > /dev/null & echo data > p; wait"]);
@@ -300,7 +298,7 @@ fn writing_into_a_fifo_is_reported_as_irreversible() {
 
 #[test]
 fn nothing_under_proc_sys_or_a_device_node_is_journaled() {
-    let s = Scratch::new("nothing_under_proc_sys_or_a_device_node_is_journaled");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(
         &session,
@@ -313,7 +311,7 @@ fn nothing_under_proc_sys_or_a_device_node_is_journaled() {
 
 #[test]
 fn files_under_dev_shm_are_journaled_and_undone_like_any_other() {
-    let s = Scratch::new("files_under_dev_shm_are_journaled_and_undone_like_any_other");
+    let s = scratch!();
     let dir = std::path::PathBuf::from(format!("/dev/shm/aether-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
@@ -336,7 +334,7 @@ fn files_under_dev_shm_are_journaled_and_undone_like_any_other() {
 
 #[test]
 fn every_path_shape_round_trips() {
-    let s = Scratch::new("every_path_shape_round_trips");
+    let s = scratch!();
     // Relative paths after chdir and fchdir, dirfd-relative calls, `..`, a symlinked
     // directory, names with spaces, newlines and invalid UTF-8, and a name near PATH_MAX.
     s.sh("mkdir -p real/deep/er other && ln -s real/deep viadir && echo x > real/deep/er/f && echo y > 'with space'");
@@ -369,7 +367,7 @@ open(os.path.join(p, 'end'), 'w').write('deep')
 
 #[test]
 fn descriptor_changes_on_a_file_opened_outside_the_session_are_captured_at_the_call() {
-    let s = Scratch::new("descriptor_changes_on_a_file_opened_outside_the_session_are_captured_at_the_call");
+    let s = scratch!();
     s.sh("echo 'precious data' > f && chmod 644 f && echo 'more data' > g");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -395,7 +393,7 @@ fn descriptor_changes_on_a_file_opened_outside_the_session_are_captured_at_the_c
 
 #[test]
 fn mmap_writes_and_copy_file_range_through_descriptors_opened_in_the_session_are_undone() {
-    let s = Scratch::new("mmap_writes_and_copy_file_range_through_descriptors_opened_in_the_session_are_undone");
+    let s = scratch!();
     s.sh("head -c 8192 /dev/urandom > mapped && head -c 4096 /dev/urandom > dst && echo source-bytes > src");
     let script = r#"
 import mmap, os
@@ -414,7 +412,7 @@ os.sendfile(dst, src, 0, 12)
 
 #[test]
 fn temp_and_rename_patterns_restore_the_target_and_remove_the_temporary() {
-    let s = Scratch::new("temp_and_rename_patterns_restore_the_target_and_remove_the_temporary");
+    let s = scratch!();
     s.sh("echo 'line a' > edited && echo 'x' > perl-edited && chmod 640 edited");
     let py = "import os, tempfile\nfd, tmp = tempfile.mkstemp(dir='.')\nos.write(fd, b'editor save')\nos.close(fd)\nos.replace(tmp, 'edited')\n";
     roundtrip(&s, &["sh", "-c", &format!("{} -c \"{py}\" && perl -pi -e 's/x/y/' perl-edited", python())]);
@@ -422,7 +420,7 @@ fn temp_and_rename_patterns_restore_the_target_and_remove_the_temporary() {
 
 #[test]
 fn a_symlinked_directory_stays_a_symlink_and_restores_go_through_its_real_path() {
-    let s = Scratch::new("a_symlinked_directory_stays_a_symlink_and_restores_go_through_its_real_path");
+    let s = scratch!();
     s.sh("mkdir real && echo 1 > real/a && echo 2 > real/b && ln -s real alias && ln -s real alias2");
     let report = roundtrip(
         &s,
@@ -440,7 +438,7 @@ fn a_symlinked_directory_stays_a_symlink_and_restores_go_through_its_real_path()
 
 #[test]
 fn metadata_changed_through_a_descriptor_after_the_file_was_removed_is_set_back() {
-    let s = Scratch::new("metadata_changed_through_a_descriptor_after_the_file_was_removed_is_set_back");
+    let s = scratch!();
     s.sh("echo data > f && chmod 640 f && touch -d '2003-03-03' f");
     let script =
         "import os\nfd = os.open('f', os.O_RDONLY)\nos.unlink('f')\nos.fchmod(fd, 0o777)\nos.utime(fd, (0, 0))\n";
@@ -453,7 +451,7 @@ fn a_hard_linked_file_removed_from_a_tree_on_another_file_system_than_the_store_
     // store, so it is kept as a copy, and a copy put back is a new inode.
     let shm = std::path::Path::new("/dev/shm");
     assert!(shm.is_dir(), "/dev/shm (a tmpfs) is needed for this test");
-    let s = Scratch::new("a_hard_linked_file_removed_from_a_tree_on_another_file_system");
+    let s = scratch!();
     let tree = tempfile::Builder::new().prefix("aj-links").tempdir_in(shm).unwrap();
     let t = tree.path();
     std::fs::write(t.join("a"), b"shared\n").unwrap();

@@ -1,16 +1,14 @@
 //! End-to-end tests of the foundation: real tools under `aether-journal run`, whole-tree
 //! manifests before the session and after `aether-journal undo`.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn the_readme_example_is_undone_exactly() {
-    let s = Scratch::new("the_readme_example_is_undone_exactly");
+    let s = scratch!();
     s.sh("echo x > e; echo b > b; echo c > c");
     let report = roundtrip(&s, &["bash", "-c", "echo new > a; rm b; mv c d; sed -i s/x/y/ e"]);
     assert!(report["summary"]["total"].as_u64().unwrap() >= 5, "{report}");
@@ -18,7 +16,7 @@ fn the_readme_example_is_undone_exactly() {
 
 #[test]
 fn bash_redirections_that_create_truncate_and_append_are_undone() {
-    let s = Scratch::new("bash_redirections_that_create_truncate_and_append_are_undone");
+    let s = scratch!();
     s.sh("printf 'one\\n' > trunc; printf 'log\\n' > log; chmod 640 log");
     roundtrip(
         &s,
@@ -28,7 +26,7 @@ fn bash_redirections_that_create_truncate_and_append_are_undone() {
 
 #[test]
 fn rm_rf_of_a_nested_tree_with_symlinks_and_empty_dirs_is_undone() {
-    let s = Scratch::new("rm_rf_of_a_nested_tree_with_symlinks_and_empty_dirs_is_undone");
+    let s = scratch!();
     s.sh("mkdir -p t/a/b/c t/empty t/a/e2; echo 1 > t/a/f1; echo 2 > t/a/b/f2; printf 'bin\\0ary' > t/a/b/c/f3; \
          ln -s f1 t/a/l1; ln -s ../../nowhere t/a/b/dangling; ln -s /etc t/abs; chmod 600 t/a/f1; chmod 755 t/a/b/c; \
          chmod 444 t/a/b/f2; chmod 700 t/empty");
@@ -37,14 +35,14 @@ fn rm_rf_of_a_nested_tree_with_symlinks_and_empty_dirs_is_undone() {
 
 #[test]
 fn mv_over_an_existing_file_is_undone() {
-    let s = Scratch::new("mv_over_an_existing_file_is_undone");
+    let s = scratch!();
     s.sh("echo source > a; echo victim > b; chmod 600 b");
     roundtrip(&s, &["mv", "a", "b"]);
 }
 
 #[test]
 fn the_dry_run_says_already_absent_of_a_file_the_session_created_that_is_gone() {
-    let s = Scratch::new("the_dry_run_says_already_absent_of_a_file_the_session_created_that_is_gone");
+    let s = scratch!();
     let session = s.session("session");
     // Unsealed (a bare LD_PRELOAD session): a created file gone since is no conflict.
     bash_with_raw_preload(&s, "echo x > f", Some(session.to_str().unwrap()));
@@ -60,7 +58,7 @@ fn the_dry_run_says_already_absent_of_a_file_the_session_created_that_is_gone() 
 
 #[test]
 fn mv_of_a_directory_is_undone_by_moving_it_back() {
-    let s = Scratch::new("mv_of_a_directory_is_undone_by_moving_it_back");
+    let s = scratch!();
     s.sh("mkdir -p d/sub; echo x > d/sub/f; mkdir dest");
     let ino_before = std::fs::metadata(s.path("d")).unwrap();
     roundtrip(&s, &["mv", "d", "dest/d2"]);
@@ -70,14 +68,14 @@ fn mv_of_a_directory_is_undone_by_moving_it_back() {
 
 #[test]
 fn sed_in_place_over_many_files_is_undone() {
-    let s = Scratch::new("sed_in_place_over_many_files_is_undone");
+    let s = scratch!();
     s.sh("mkdir src; for i in $(seq 1 60); do printf 'line x %s\\nother\\n' $i > src/f$i.txt; done; chmod 640 src/f7.txt");
     roundtrip(&s, &["sh", "-c", "sed -i 's/x/y/' src/*.txt"]);
 }
 
 #[test]
 fn tar_extraction_over_existing_files_is_undone() {
-    let s = Scratch::new("tar_extraction_over_existing_files_is_undone");
+    let s = scratch!();
     s.sh("mkdir -p stage/p/q && echo new1 > stage/p/f1 && echo new2 > stage/p/q/f2 && echo added > stage/p/q/f3 \
          && ln -s f1 stage/p/link && (cd stage && tar cf ../pack.tar p) && rm -rf stage \
          && mkdir -p p/q && echo old1 > p/f1 && echo old2 > p/q/f2 && chmod 600 p/q/f2");
@@ -86,7 +84,7 @@ fn tar_extraction_over_existing_files_is_undone() {
 
 #[test]
 fn python_open_replace_and_rmtree_are_undone() {
-    let s = Scratch::new("python_open_replace_and_rmtree_are_undone");
+    let s = scratch!();
     s.sh("echo orig > w; echo target > r; echo src > s; mkdir -p tree/x/y; echo 1 > tree/x/y/z; ln -s x tree/lx");
     let script = "import os, shutil\n\
                   open('w','w').write('rewritten')\n\
@@ -98,7 +96,7 @@ fn python_open_replace_and_rmtree_are_undone() {
 
 #[test]
 fn names_with_a_newline_and_invalid_utf8_round_trip() {
-    let s = Scratch::new("names_with_a_newline_and_invalid_utf8_round_trip");
+    let s = scratch!();
     s.sh("printf 'a' > \"$(printf 'new\\nline')\"; printf 'b' > \"$(printf 'caf\\351')\"; mkdir \"$(printf 'd\\377')\"; echo c > \"$(printf 'd\\377')/in\"");
     let report = roundtrip(
         &s,
@@ -114,7 +112,7 @@ fn names_with_a_newline_and_invalid_utf8_round_trip() {
 
 #[test]
 fn the_journal_records_who_did_what_before_it_happened() {
-    let s = Scratch::new("the_journal_records_who_did_what_before_it_happened");
+    let s = scratch!();
     s.sh("echo b > b");
     let session = s.session("session");
     s.run_ok(&session, &["bash", "-c", "rm b; mkdir newdir"]);
@@ -143,7 +141,7 @@ fn the_journal_records_who_did_what_before_it_happened() {
 
 #[test]
 fn a_second_undo_changes_nothing_and_says_so() {
-    let s = Scratch::new("a_second_undo_changes_nothing_and_says_so");
+    let s = scratch!();
     s.sh("echo old > f");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo new > f"]);
@@ -158,7 +156,7 @@ fn a_second_undo_changes_nothing_and_says_so() {
 
 #[test]
 fn a_create_that_failed_counts_as_undone() {
-    let s = Scratch::new("a_create_that_failed_counts_as_undone");
+    let s = scratch!();
     let session = s.session("session");
     // O_CREAT|O_DIRECTORY is rejected with EINVAL: the record says Absent, nothing was created.
     let script = "import os\ntry:\n    os.open('x', os.O_CREAT|os.O_DIRECTORY|os.O_RDONLY)\nexcept OSError as e:\n    print(e.errno)\n";
@@ -171,7 +169,7 @@ fn a_create_that_failed_counts_as_undone() {
 
 #[test]
 fn an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete() {
-    let s = Scratch::new("an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete");
+    let s = scratch!();
     s.sh("head -c 5000 /dev/zero > big; echo small > small");
     let session = s.session("session");
     let mut cmd = Command::new(&artifacts().cli);
@@ -192,7 +190,7 @@ fn an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete() 
 
 #[test]
 fn the_session_directory_and_its_blobs_are_private() {
-    let s = Scratch::new("the_session_directory_and_its_blobs_are_private");
+    let s = scratch!();
     s.sh("echo secret > f");
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo overwritten > f"]);
@@ -211,7 +209,7 @@ fn the_session_directory_and_its_blobs_are_private() {
 
 #[test]
 fn the_run_command_passes_the_exit_status_through_and_names_the_session() {
-    let s = Scratch::new("the_run_command_passes_the_exit_status_through_and_names_the_session");
+    let s = scratch!();
     let session = s.session("session");
     let out = s.run(&session, &["sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
@@ -247,7 +245,7 @@ fn one_session_undone_exactly(s: &Scratch, before: &std::collections::BTreeMap<V
 
 #[test]
 fn raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it() {
-    let s = Scratch::new("raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it");
+    let s = scratch!();
     s.sh("echo a > a; echo b > b");
     let before = manifest(&s.tree());
     bash_with_raw_preload(&s, "rm a; sh -c 'echo changed > b; python3 -c \"open(\\\"c\\\",\\\"w\\\")\"'", None);
@@ -256,7 +254,7 @@ fn raw_ld_preload_creates_a_session_that_descendants_join_and_undo_finds_it() {
 
 #[test]
 fn an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too() {
-    let s = Scratch::new("an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too");
+    let s = scratch!();
     s.sh("echo a > a; echo b > b");
     let before = manifest(&s.tree());
     // The child's environment is scrubbed: the shim puts its variables back, and the session
@@ -267,7 +265,7 @@ fn an_empty_session_variable_starts_one_session_that_scrubbed_children_join_too(
 
 #[test]
 fn a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_descendant() {
-    let s = Scratch::new("a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_descendant");
+    let s = scratch!();
     s.sh("mkdir sub; echo a > a; echo b > b");
     let before = manifest(&s.tree());
     // The first change comes after a cd, and the second from a child started there.
@@ -281,7 +279,7 @@ fn a_relative_session_directory_means_the_one_under_the_starting_cwd_for_every_d
 
 #[test]
 fn aether_journal_off_disables_the_shim() {
-    let s = Scratch::new("aether_journal_off_disables_the_shim");
+    let s = scratch!();
     let mut cmd = Command::new("sh");
     cmd.args(["-c", "echo x > f"]).current_dir(s.tree()).env("LD_PRELOAD", &artifacts().shim);
     isolate(&mut cmd, &s.root);
@@ -307,7 +305,7 @@ fn with_and_without_shim(s: &Scratch, argv: &[&str], setup: &str) -> (std::proce
 
 #[test]
 fn failing_calls_return_the_same_errno_with_and_without_the_shim() {
-    let s = Scratch::new("failing_calls_return_the_same_errno_with_and_without_the_shim");
+    let s = scratch!();
     let script = r#"
 import os, errno
 def t(name, f):
@@ -342,7 +340,7 @@ fd = os.open("f3", os.O_WRONLY); os.ftruncate(fd, 1); os.close(fd); print("ftrun
 
 #[test]
 fn the_shim_writes_nothing_to_stdout_or_stderr_even_when_fd_2_is_reused() {
-    let s = Scratch::new("the_shim_writes_nothing_to_stdout_or_stderr_even_when_fd_2_is_reused");
+    let s = scratch!();
     // Close fd 2, so that the next open gets it, then mutate files: nothing may land in it.
     let script = "import os\nos.close(2)\nfd = os.open('victim', os.O_WRONLY|os.O_CREAT, 0o644)\nassert fd == 2\n\
                   open('a','w').write('x')\nos.unlink('a')\nos.rename('b','c')\nos.close(fd)\nprint('done')\n";
@@ -413,7 +411,7 @@ fn the_hook_table_resolves_every_symbol_against_libc() {
 
 #[test]
 fn an_unreadable_journal_directory_is_an_error_with_exit_1() {
-    let s = Scratch::new("an_unreadable_journal_directory_is_an_error_with_exit_1");
+    let s = scratch!();
     let out = s.cli(&["undo".as_ref(), "--journal".as_ref(), s.root.join("nope").as_os_str()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
@@ -423,7 +421,7 @@ fn an_unreadable_journal_directory_is_an_error_with_exit_1() {
 
 #[test]
 fn many_processes_append_records_without_interleaving_or_loss() {
-    let s = Scratch::new("many_processes_append_records_without_interleaving_or_loss");
+    let s = scratch!();
     s.sh("for p in 1 2 3 4 5 6 7 8; do echo old > shared$p; done");
     let before = manifest(&s.tree());
     let session = s.session("session");
@@ -447,7 +445,7 @@ fn many_processes_append_records_without_interleaving_or_loss() {
 
 #[test]
 fn a_failed_capture_lets_the_call_proceed_and_journals_why() {
-    let s = Scratch::new("a_failed_capture_lets_the_call_proceed_and_journals_why");
+    let s = scratch!();
     // A write-only file: its owner may overwrite it but not read it, so its prior contents
     // cannot be kept. Root can read anything, so as root the whole session (CLI included)
     // runs as nobody, with a tree and a session directory nobody owns.
@@ -494,7 +492,7 @@ fn a_failed_capture_lets_the_call_proceed_and_journals_why() {
 
 #[test]
 fn writes_inside_the_session_directory_are_not_journaled() {
-    let s = Scratch::new("writes_inside_the_session_directory_are_not_journaled");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo x > \"$AETHER_JOURNAL_DIR/note\"; echo y > /dev/null; echo z > f"]);
     let log = s.log_json(&session);
@@ -518,9 +516,7 @@ fn under_libc_coverage_a_process_that_drops_to_a_user_who_cannot_write_the_store
     if rustix_euid() != 0 {
         return; // only root can switch users
     }
-    let s = Scratch::new(
-        "under_libc_coverage_a_process_that_drops_to_a_user_who_cannot_write_the_store_makes_the_undo_incomplete",
-    );
+    let s = scratch!();
     s.sh("echo before > f; chown 65534 f; chmod 777 .");
     let session = s.session("session");
     let out = s.run_ok_as(
@@ -542,9 +538,7 @@ fn under_the_supervisor_a_process_that_drops_to_a_user_who_cannot_write_the_stor
     if rustix_euid() != 0 {
         return; // only root can switch users
     }
-    let s = Scratch::new(
-        "under_the_supervisor_a_process_that_drops_to_a_user_who_cannot_write_the_store_is_still_journaled",
-    );
+    let s = scratch!();
     // The shim in the process running as 65534 cannot open the store (its own marked calls,
     // trying, come just before the program's open, which must still reach the supervisor).
     s.sh("echo before > f; chown 65534 f; chmod 777 .");
@@ -569,7 +563,7 @@ fn a_program_run_through_the_dynamic_loader_is_journaled_and_undone_exactly() {
     let loader = loader.trim();
     assert!(loader.starts_with('/'), "the loader of /bin/rm: {loader:?}");
     for watch in BOTH {
-        let s = Scratch::new(&format!("a_program_run_through_the_dynamic_loader_is_journaled_{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         s.sh("echo keep > f");
         let before = manifest(&s.tree());
         // As the command itself (run checks it), and from a shell (the shim's exec hook).
@@ -588,7 +582,7 @@ fn a_program_run_through_the_dynamic_loader_is_journaled_and_undone_exactly() {
 #[test]
 fn a_command_that_cannot_be_started_leaves_no_session_behind() {
     for watch in BOTH {
-        let s = Scratch::new(&format!("a_command_that_cannot_be_started_leaves_no_session_behind_{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         let session = s.session("session");
         let out = s.run_as(&session, &["/nonexistent/program"], watch);
         assert_eq!(out.status.code(), Some(127), "{}", String::from_utf8_lossy(&out.stderr));
@@ -603,7 +597,7 @@ fn a_command_that_cannot_be_started_leaves_no_session_behind() {
 
 #[test]
 fn a_selective_undo_that_matches_nothing_says_so_and_exits_4() {
-    let s = Scratch::new("a_selective_undo_that_matches_nothing_says_so_and_exits_4");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo 1 > one"]);
     let elsewhere = s.path("never-touched");
@@ -622,7 +616,7 @@ fn a_selective_undo_that_matches_nothing_says_so_and_exits_4() {
 
 #[test]
 fn undo_last_n_counts_steps_not_the_execs_between_them() {
-    let s = Scratch::new("undo_last_n_counts_steps_not_the_execs_between_them");
+    let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo 1 > one; echo 2 > two; /bin/true"]);
     let (code, r) = s.undo_json_with(&session, &["--last", "1"]);
@@ -632,7 +626,7 @@ fn undo_last_n_counts_steps_not_the_execs_between_them() {
 
 #[test]
 fn completions_into_a_closed_pipe_end_quietly_with_success() {
-    let s = Scratch::new("completions_into_a_closed_pipe_end_quietly_with_success");
+    let s = scratch!();
     let cli = artifacts().cli.to_str().unwrap().to_string();
     let out = Command::new("bash")
         .args(["-c", &format!("set -o pipefail; {cli} completions bash | head -c 10 > /dev/null")])
@@ -645,7 +639,7 @@ fn completions_into_a_closed_pipe_end_quietly_with_success() {
 
 #[test]
 fn sessions_says_sealed_for_a_finished_session_and_the_help_lists_every_exit_code() {
-    let s = Scratch::new("sessions_says_sealed_for_a_finished_session");
+    let s = scratch!();
     s.run_ok(&s.session("session"), &["sh", "-c", "echo 1 > one"]);
     let out = s.cli(&["sessions".as_ref()]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -660,7 +654,7 @@ fn sessions_says_sealed_for_a_finished_session_and_the_help_lists_every_exit_cod
 
 #[test]
 fn a_relative_xdg_state_home_is_named_as_ignored() {
-    let s = Scratch::new("a_relative_xdg_state_home_is_named_as_ignored");
+    let s = scratch!();
     let mut cmd = Command::new(&artifacts().cli);
     isolate(&mut cmd, &s.root);
     cmd.arg("sessions").env("XDG_STATE_HOME", "relative/state").env("HOME", s.root.join("home")).current_dir(s.tree());
@@ -670,7 +664,7 @@ fn a_relative_xdg_state_home_is_named_as_ignored() {
 
 #[test]
 fn plain_undo_takes_the_newest_session_started_in_the_current_directory_or_above_it() {
-    let s = Scratch::new("plain_undo_takes_the_newest_session_started_in_the_current_directory");
+    let s = scratch!();
     s.sh("mkdir -p a/sub b && echo a > a/f && echo b > b/f");
     // Two agents, one per directory; the one in b ran last. Sessions under the state directory.
     let run_in = |dir: &str, script: &str| {
@@ -707,7 +701,7 @@ fn plain_undo_takes_the_newest_session_started_in_the_current_directory_or_above
 
 #[test]
 fn plain_undo_refuses_to_guess_between_two_sessions_still_running_here() {
-    let s = Scratch::new("plain_undo_refuses_to_guess_between_two_sessions_still_running_here");
+    let s = scratch!();
     let mut runs: Vec<std::process::Child> = ["one", "two"]
         .iter()
         .map(|name| {
@@ -740,7 +734,7 @@ fn plain_undo_refuses_to_guess_between_two_sessions_still_running_here() {
 
 #[test]
 fn a_bare_preload_session_whose_state_directory_cannot_be_written_journals_in_a_private_fallback_that_undo_finds() {
-    let s = Scratch::new("a_bare_preload_session_whose_state_directory_cannot_be_written");
+    let s = scratch!();
     s.sh("echo one > first && echo two > second");
     // An earlier session, in the state directory.
     bash_with_raw_preload(&s, "echo changed > first", None);

@@ -6,14 +6,12 @@
 //! What these tests cannot do: run without the tools they name (`go`, `bun`, `gcc`, `chattr`,
 //! `readelf`): `.ci/run` installs them, and a missing one fails its test loudly.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 
 fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
     log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
@@ -77,7 +75,7 @@ fn example(name: &str) -> PathBuf {
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--quiet", "-p", "aether-journal", "--example", name, "--profile", &profile, "--target-dir"])
         .arg(profile_dir.parent().unwrap())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(repo_root())
         .status()
         .unwrap();
     assert!(status.success());
@@ -93,7 +91,7 @@ const FIXTURE: &str = "echo old > existing; echo start > appended; echo r > remo
 fn go_programs_linked_with_libc_and_static_ones_are_journaled_and_undone_exactly() {
     for static_ in [false, true] {
         let prog = go_program("fileops", static_);
-        let s = Scratch::new(&format!("go_programs_are_journaled_and_undone_exactly-{static_}"));
+        let s = scratch!(format!("{static_}"));
         s.sh(FIXTURE);
         let report = roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
             assert!(during.contains_key(&b"made/deep/file"[..]) && !during.contains_key(&b"tree"[..]));
@@ -111,7 +109,7 @@ fn go_programs_linked_with_libc_and_static_ones_are_journaled_and_undone_exactly
 #[test]
 fn directories_moved_and_made_again_under_the_same_names_are_never_mistaken_for_each_other() {
     let prog = go_program("dirmoves", true);
-    let s = Scratch::new("directories_moved_and_made_again_under_the_same_names");
+    let s = scratch!();
     s.sh("mkdir a b c && echo old > a/f && echo g > b/g && echo cg > c/g && echo keep > c/keep");
     roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
         assert!(during.contains_key(&b"moved2/f"[..]) && during.contains_key(&b"b-moved/g"[..]));
@@ -121,7 +119,7 @@ fn directories_moved_and_made_again_under_the_same_names_are_never_mistaken_for_
 
 #[test]
 fn a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete_and_says_why() {
-    let s = Scratch::new("a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete");
+    let s = scratch!();
     s.sh("mkdir inner && echo outer > inner/kept");
     let session = s.session("session");
     // A tmpfs over `inner` in the new namespace: `inner/new` there is not `inner/new` here.
@@ -148,7 +146,7 @@ fn a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete_and_sa
 #[test]
 fn a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor() {
     let prog = go_program("goroutines", false);
-    let s = Scratch::new("a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor");
+    let s = scratch!();
     let bare = Command::new(&prog).current_dir(s.tree()).output().unwrap();
     assert_eq!(bare.status.code(), Some(3), "{}", String::from_utf8_lossy(&bare.stderr));
     s.sh("rm -f f*");
@@ -165,7 +163,7 @@ fn a_go_program_with_many_goroutines_behaves_as_it_does_without_the_supervisor()
 
 #[test]
 fn a_c_program_making_inline_system_calls_is_journaled_and_undone_exactly() {
-    let s = Scratch::new("a_c_program_making_inline_system_calls_is_journaled_and_undone_exactly");
+    let s = scratch!();
     let prog = compile(&s, "rawsyscall");
     s.sh("echo old > overwritten; echo r > removed; echo f > from; echo m > mode; echo 12345 > truncated");
     roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
@@ -179,7 +177,7 @@ fn a_c_program_making_inline_system_calls_is_journaled_and_undone_exactly() {
 fn calls_with_the_same_registers_but_other_names_are_each_journaled() {
     // A program that reuses one buffer for every name makes calls whose registers are all
     // alike: none of them is a restart of the one before.
-    let s = Scratch::new("calls_with_the_same_registers_but_other_names_are_each_journaled");
+    let s = scratch!();
     let prog = compile(&s, "samebuffer");
     roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| assert_eq!(during.len(), 100));
 }
@@ -187,7 +185,7 @@ fn calls_with_the_same_registers_but_other_names_are_each_journaled() {
 #[test]
 fn a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly() {
     let prog = example("persist");
-    let s = Scratch::new("a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly");
+    let s = scratch!();
     s.sh("echo old target > target; echo d > doomed; echo f > from; echo m > mode");
     roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
         assert!(during.contains_key(&b"made/raw"[..]) && !during.contains_key(&b"doomed"[..]));
@@ -203,7 +201,7 @@ fn a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly
 #[test]
 fn bun_writing_with_fs_and_bun_write_is_journaled_and_undone_exactly() {
     let bun = bun();
-    let s = Scratch::new("bun_writing_with_fs_and_bun_write_is_journaled_and_undone_exactly");
+    let s = scratch!();
     s.sh("echo old > existing; echo r > removed; echo m > from; echo keep > appended");
     let script = r#"
 const fs = require("fs");
@@ -224,7 +222,7 @@ await Bun.write("existing", "Bun.write over it\n");
 #[test]
 fn a_file_bun_creates_and_then_truncates_through_libc_is_known_born_and_not_copied() {
     let bun = bun();
-    let s = Scratch::new("a_file_bun_creates_and_then_truncates_through_libc_is_known_born_and_not_copied");
+    let s = scratch!();
     let script = r#"
 const fs = require("fs");
 for (let i = 0; i < 20; i++) fs.writeFileSync(`f${i}`, "written by bun\n");
@@ -245,7 +243,7 @@ for (let i = 0; i < 20; i++) fs.writeFileSync(`f${i}`, "written by bun\n");
 
 #[test]
 fn a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor() {
-    let s = Scratch::new("a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor");
+    let s = scratch!();
     let prog = compile(&s, "libcops");
     let fixture = "echo old > overwritten; echo r > removed; echo r > removed-too; echo f > from; echo m > mode; \
                    echo 12345 > truncated; mkdir emptydir; echo o > owned; echo t > timed";
@@ -258,7 +256,7 @@ fn a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor
 
     // The libc functions whose own system calls the shim cannot make: they reach it with a
     // pass, and nothing is journaled twice.
-    let s = Scratch::new("a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor-pass");
+    let s = scratch!("pass");
     let prog = compile(&s, "libcops");
     s.sh(fixture);
     roundtrip(&s, &[prog.to_str().unwrap(), "pass"]);
@@ -277,7 +275,7 @@ fn a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor
 
 #[test]
 fn execs_along_path_behave_as_glibcs_and_cost_no_round_trip() {
-    let s = Scratch::new("execs_along_path_behave_as_glibcs_and_cost_no_round_trip");
+    let s = scratch!();
     let prog = compile(&s, "execpath");
     // `x` is in the first directory but not executable, and a script in the second; `plain`
     // is a script without `#!` (run by /bin/sh); `only-a` exists but cannot be run at all.
@@ -313,7 +311,7 @@ fn execs_along_path_behave_as_glibcs_and_cost_no_round_trip() {
 
 #[test]
 fn the_shims_own_mkstemp_family_behaves_as_glibcs_and_costs_no_round_trip() {
-    let s = Scratch::new("the_shims_own_mkstemp_family_behaves_as_glibcs_and_costs_no_round_trip");
+    let s = scratch!();
     let prog = compile(&s, "tempnames");
     let bare = Command::new(&prog).current_dir(s.tree()).output().unwrap();
     assert!(bare.status.success());
@@ -336,10 +334,10 @@ fn the_shims_own_mkstemp_family_behaves_as_glibcs_and_costs_no_round_trip() {
 #[test]
 fn read_only_work_makes_no_round_trip_to_the_supervisor() {
     // W1 and W7 of the benchmarks: grep over a tree, and opens for reading in a loop.
-    let s = Scratch::new("read_only_work_makes_no_round_trip_to_the_supervisor");
+    let s = scratch!();
     s.sh("mkdir -p d/e && for i in $(seq 1 50); do echo needle $i > d/e/f$i; done");
     let open_close = s.root.join("open_close.bin");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/progs/open_close.c");
+    let src = repo_root().join("bench/progs/open_close.c");
     let o = Command::new("gcc").args(["-O1", "-o"]).arg(&open_close).arg(&src).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // By absolute path: a name is looked up in PATH with one execve per directory tried,
@@ -358,7 +356,7 @@ fn read_only_work_makes_no_round_trip_to_the_supervisor() {
 #[test]
 fn binding_a_unix_socket_is_journaled_and_the_socket_file_removed_on_undo() {
     for watch in BOTH {
-        let s = Scratch::new(&format!("binding_a_unix_socket_is_journaled_and_undone-{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         let before = manifest(&s.tree());
         let session = s.session("session");
         let script = "import socket\nfor name in ('s1', 'sub/s2'):\n    import os; os.makedirs('sub', exist_ok=True)\n    \
@@ -376,7 +374,7 @@ fn binding_a_unix_socket_is_journaled_and_the_socket_file_removed_on_undo() {
 fn chattr_plus_a_is_journaled_and_undone() {
     require_root("to set the append-only attribute");
     for watch in BOTH {
-        let s = Scratch::new(&format!("chattr_plus_a_is_journaled_and_undone-{watch:?}"));
+        let s = scratch!(format!("{watch:?}"));
         s.sh("echo data > f");
         let session = s.session("session");
         let out = s.run_as(&session, &["chattr", "+a", "f"], watch);
@@ -396,7 +394,7 @@ fn chattr_plus_a_is_journaled_and_undone() {
 #[test]
 fn under_libc_coverage_a_go_program_makes_the_undo_incomplete() {
     let prog = go_program("fileops", false);
-    let s = Scratch::new("under_libc_coverage_a_go_program_makes_the_undo_incomplete");
+    let s = scratch!();
     s.sh(FIXTURE);
     let session = s.session("session");
     s.run_ok_as(&session, &[prog.to_str().unwrap()], Watch::ShimOnly);
@@ -415,7 +413,7 @@ fn under_libc_coverage_a_go_program_makes_the_undo_incomplete() {
 
 #[test]
 fn where_the_kernel_refuses_the_filter_the_session_has_libc_coverage_and_says_why() {
-    let s = Scratch::new("where_the_kernel_refuses_the_filter_the_session_has_libc_coverage_and_says_why");
+    let s = scratch!();
     let noseccomp = compile(&s, "noseccomp");
     let prog = go_program("fileops", true);
     s.sh(FIXTURE);
@@ -443,9 +441,7 @@ fn libc_enosys() -> i64 {
 
 #[test]
 fn a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_and_the_undo_honest() {
-    let s = Scratch::new(
-        "a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_and_the_undo_honest",
-    );
+    let s = scratch!();
     let raw = compile(&s, "rawsyscall");
     s.sh("echo old > overwritten; echo r > removed; echo f > from; echo m > mode; echo 12345 > truncated");
     let before = manifest(&s.tree());
@@ -479,7 +475,7 @@ fn a_supervisor_killed_mid_session_leaves_unwatched_changes_failing_with_enosys_
 
 #[test]
 fn io_uring_is_unobserved_under_the_record_policy_and_refused_under_the_strict_one() {
-    let s = Scratch::new("io_uring_is_unobserved_under_the_record_policy_and_refused_under_the_strict_one");
+    let s = scratch!();
     let prog = compile(&s, "iouring");
     // Through libc's syscall() the shim sees it first (and leaves it to the supervisor);
     // inline, only the supervisor does.
@@ -512,7 +508,7 @@ fn under_the_supervisor_a_set_uid_program_runs_without_its_privileges() {
     // As any user but root, the filter needs no_new_privs, under which the kernel ignores
     // set-id bits: a set-uid-root touch run by nobody is nobody, and cannot write where only
     // root may. The same program under the shim alone runs as root.
-    let s = Scratch::new("under_the_supervisor_a_set_uid_program_runs_without_its_privileges");
+    let s = scratch!();
     s.sh("cp /bin/touch ../suid-root-touch && chmod 4755 ../suid-root-touch && mkdir rootonly && chmod 755 rootonly");
     s.sh("mkdir -p ../sessions && chown 65534 ../sessions");
     let touch = s.root.join("suid-root-touch");
@@ -539,7 +535,7 @@ fn under_the_supervisor_a_set_uid_program_runs_without_its_privileges() {
 
 #[test]
 fn a_link_from_the_store_to_outside_it_is_refused_whatever_the_program() {
-    let s = Scratch::new("a_link_from_the_store_to_outside_it_is_refused_whatever_the_program");
+    let s = scratch!();
     let go = go_program("linkstore", true);
     for (i, watch) in BOTH.into_iter().enumerate() {
         let session = s.session(&format!("s{i}"));

@@ -252,7 +252,7 @@ impl<'a> Executor<'a> {
                 let (outcome, why, cause) = if exchange {
                     self.undo_exchange(from, to, moved.as_ref())
                 } else {
-                    self.undo_move(from, to, *flags, moved.as_ref())
+                    self.undo_move(from, to, *flags, moved.as_ref(), to_before)
                 };
                 let moved_back = outcome == Outcome::Restored;
                 if moved_back {

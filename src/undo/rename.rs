@@ -4,7 +4,14 @@ use super::fs::*;
 use super::*;
 
 impl Executor<'_> {
-    pub(super) fn undo_move(&self, from: &BPath, to: &BPath, flags: u32, moved: Option<&crate::record::Ident>) -> Done {
+    pub(super) fn undo_move(
+        &self,
+        from: &BPath,
+        to: &BPath,
+        flags: u32,
+        moved: Option<&crate::record::Ident>,
+        to_before: &Before,
+    ) -> Done {
         // What moves may be a directory.
         self.forget_parent();
         let (fdir, fname) = match self.parent_of(from) {
@@ -37,7 +44,45 @@ impl Executor<'_> {
             // Moved back by identity: another inode at the destination than the one the
             // session moved there (a rename by another process in between, or anything made
             // there since) is not moved onto the source's name, unless this undo put it there.
+            // A newer record of this undo put back at the destination what it held before this
+            // rename (the two renames onto it raced: this one's record is older, but the
+            // newer one captured the destination before this one ran): this rename's effect
+            // there is already reversed, and the file it moved was replaced by the other.
+            Ok(Some(st))
+                if moved.is_some_and(|m| *m != ident_of(&st))
+                    && super::tree::made_here(to.as_bytes())
+                    && holds_snapshot(&st, to_before) =>
+            {
+                if self.made_by_this_undo_s_records(from) {
+                    return done_because(
+                        Outcome::Unchanged,
+                        Cause::AlreadyAsBefore,
+                        format!(
+                            "{} holds again what it held before this rename (a newer record that raced it put that back), and the file this rename moved there was made by the session",
+                            to.display_lossy()
+                        ),
+                    );
+                }
+                return done_because(
+                    Outcome::Conflict,
+                    Cause::Replaced,
+                    format!(
+                        "the file this rename moved to {} was replaced there by another rename that raced it, and nothing kept it: it was not moved back",
+                        to.display_lossy()
+                    ),
+                );
+            }
             Ok(Some(st)) if moved.is_some_and(|m| *m != ident_of(&st)) && !super::tree::made_here(to.as_bytes()) => {
+                if let Some(older) = self.older_rename_that_ran_after(from, to, &ident_of(&st)) {
+                    return done_because(
+                        Outcome::Unchanged,
+                        Cause::CoveredBy { seq: older },
+                        format!(
+                            "{} holds the file record {older} moved there, which the kernel did after this rename although its record is older (two processes renamed onto one name at once); record {older}, which this undo also undoes, puts back what the name held before both, and the file this rename moved was made by the session",
+                            to.display_lossy()
+                        ),
+                    );
+                }
                 return done_because(
                     Outcome::Conflict,
                     Cause::Replaced,
@@ -67,6 +112,38 @@ impl Executor<'_> {
                 failed_errno(e, format!("cannot move it back from {}: {}", to.display_lossy(), describe_errno(e)))
             }
         }
+    }
+
+    /// Two renames onto `to` racing: the older record `R'` (returned) moved the file `now` holds
+    /// there, so the kernel ran it after this one (each record takes its seq after its capture
+    /// and before its call, so `R'` also captured what `to` held before this rename ran, and
+    /// undoing it puts that back). Only when nothing else of this undo touches `to` between
+    /// the two, and the file this rename moved away from `from` was made by the session (the
+    /// newest older record of `from` is its creation), whose undo leaves `from` absent anyway.
+    fn older_rename_that_ran_after(&self, from: &BPath, to: &BPath, now: &crate::record::Ident) -> Option<u64> {
+        let current = self.current.get()?;
+        let this_run = |r: &Record| self.undoes(r.seq) && !self.already.contains(&r.seq);
+        let older = &self.journal.records[..self.journal.records.partition_point(|r| r.seq < current)];
+        let racer =
+            older.iter().rev().filter(|r| this_run(r)).find(|r| crate::select::record_paths(r).contains(&to))?;
+        let Op::Rename { to: t, moved: Some(m), flags, .. } = &racer.op else { return None };
+        if t != to || m != now || RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE) {
+            return None;
+        }
+        self.made_by_this_undo_s_records(from).then_some(racer.seq)
+    }
+
+    /// Whether the newest record older than the current one that names `from`, among those this
+    /// undo reverses, is its creation: undoing it leaves `from` absent, whatever was there.
+    fn made_by_this_undo_s_records(&self, from: &BPath) -> bool {
+        let Some(current) = self.current.get() else { return false };
+        let older = &self.journal.records[..self.journal.records.partition_point(|r| r.seq < current)];
+        let made = older
+            .iter()
+            .rev()
+            .filter(|r| self.undoes(r.seq) && !self.already.contains(&r.seq))
+            .find(|r| crate::select::record_paths(r).contains(&from));
+        matches!(made.map(|r| &r.op), Some(Op::Change { path, before: Before::Absent | Before::Exclusive }) if path == from)
     }
 
     pub(super) fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {
@@ -116,4 +193,17 @@ impl Executor<'_> {
             }
         }
     }
+}
+
+/// Whether `st` is the state `snap` describes: the same inode (a capture by hard link, put back
+/// as itself), or a regular file of its size, mode and modification time (a copy put back).
+fn holds_snapshot(st: &Stat, before: &Before) -> bool {
+    let Before::Contents(snap) = before else { return false };
+    if ident_of(st) == snap.ident {
+        return true;
+    }
+    matches!(snap.node, Node::File { size, .. } if size == st.st_size as u64)
+        && file_type(st) == FileType::RegularFile
+        && st.st_mode & 0o7777 == snap.mode & 0o7777
+        && [st.st_mtime, st.st_mtime_nsec as i64] == snap.mtime
 }

@@ -93,6 +93,23 @@ impl Fixture {
         let j = JournalContents { records: self.records.clone(), ..Default::default() };
         undo_records(&j, &self.blobs, &UndoOptions::default()).unwrap()
     }
+    /// Seals the session as `run` does when its command ends, then undoes all of it (or
+    /// with `dry_run`, plans it).
+    fn undo_sealed(&self, dry_run: bool) -> Report {
+        let j = JournalContents { records: self.records.clone(), ..Default::default() };
+        let seal = crate::seal::take_seal(&j, &self.blobs, || {});
+        let (opts, none) = (UndoOptions { dry_run, ..Default::default() }, HashSet::new());
+        let plan = Plan {
+            journal: &j,
+            blobs_dir: &self.blobs,
+            opts: &opts,
+            seal: Some(&seal),
+            already: &none,
+            undo_times: &Default::default(),
+            only: None,
+        };
+        run_plan(&plan, &mut |_, _| {}).unwrap()
+    }
     /// Every blob file in the store (inside its shard directory).
     fn blob_files(&self) -> Vec<PathBuf> {
         let mut out = vec![];
@@ -805,4 +822,83 @@ fn a_directory_s_times_come_back_even_when_an_older_unselected_record_only_touch
     assert!(r.complete, "{:?}", r.outcomes);
     let now = rustix::fs::lstat(f.p("d")).unwrap();
     assert_eq!([now.st_mtime, now.st_mtime_nsec as i64], mtime, "{:?}", r.outcomes);
+}
+
+/// Two processes rename a file of their own onto one name at once: A captures `dst` and takes
+/// its id, B takes a later id and renames first, then A's rename replaces B's file. Records
+/// in id order, A < B, though the kernel ran B before A.
+fn racing_renames_onto_one_name(f: &mut Fixture, b_made_by_session: bool) {
+    fs::write(f.p("dst"), b"original").unwrap();
+    let a_before = f.capture(b"dst", Intent::Destroy);
+    if b_made_by_session {
+        f.change("tmpB", Intent::Overwrite);
+    }
+    fs::write(f.p("tmpB"), b"from B").unwrap();
+    f.change("tmpA", Intent::Overwrite);
+    fs::write(f.p("tmpA"), b"from A").unwrap();
+    let ident = |f: &Fixture, n: &str| Some(ident_of(&rustix::fs::stat(f.p(n)).unwrap()));
+    let (moved_a, moved_b) = (ident(f, "tmpA"), ident(f, "tmpB"));
+    let (from, to) = (f.bp("tmpA"), f.bp("dst"));
+    f.push(Op::Rename { from, to, flags: 0, moved: moved_a, to_before: a_before });
+    let b_before = f.capture(b"dst", Intent::Destroy);
+    let (from, to) = (f.bp("tmpB"), f.bp("dst"));
+    f.push(Op::Rename { from, to, flags: 0, moved: moved_b, to_before: b_before });
+    fs::rename(f.p("tmpB"), f.p("dst")).unwrap();
+    fs::rename(f.p("tmpA"), f.p("dst")).unwrap();
+}
+
+#[test]
+fn renames_onto_one_name_that_the_kernel_ran_out_of_record_order_are_undone_exactly() {
+    let mut f = Fixture::new();
+    racing_renames_onto_one_name(&mut f, true);
+    let plan = f.undo_sealed(true);
+    let r = f.undo_sealed(false);
+    let codes = |r: &Report| (0..r.outcomes.len()).map(|i| code(r, i)).collect::<Vec<_>>();
+    assert_eq!(codes(&plan), codes(&r), "the dry run predicts the undo");
+    assert!(r.complete, "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("dst")).unwrap(), b"original");
+    assert!(!f.p("tmpA").exists() && !f.p("tmpB").exists());
+    assert_eq!(code(&r, 0), "covered_by", "{:?}", r.outcomes);
+}
+
+#[test]
+fn a_rename_whose_file_another_rename_destroyed_is_a_conflict_when_the_session_did_not_make_it() {
+    // B's file existed before the session: the kernel's later rename by A destroyed it, and
+    // nothing kept it, so it cannot come back.
+    let mut f = Fixture::new();
+    racing_renames_onto_one_name(&mut f, false);
+    let r = f.undo_sealed(false);
+    assert!(!r.complete, "{:?}", r.outcomes);
+    assert_eq!(code(&r, 0), "replaced", "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("dst")).unwrap(), b"original", "A's record still puts back what dst held");
+}
+
+#[test]
+fn renames_onto_one_name_that_both_captured_it_before_either_ran_are_undone_exactly() {
+    // A and B each capture dst (the original) and take their ids, A first; then B's rename
+    // and A's run in id order. Undoing A puts the original back; B then finds at dst what it
+    // held before B's rename, which must not be moved onto B's temporary name.
+    let mut f = Fixture::new();
+    fs::write(f.p("dst"), b"original").unwrap();
+    // Each made with O_CREAT|O_EXCL (storm.c's temporary names), journaled without looking.
+    for tmp in ["tmpA", "tmpB"] {
+        let path = f.bp(tmp);
+        f.push(Op::Change { path, before: Before::Exclusive });
+        fs::write(f.p(tmp), tmp.as_bytes()).unwrap();
+    }
+    let ident = |f: &Fixture, n: &str| Some(ident_of(&rustix::fs::stat(f.p(n)).unwrap()));
+    let (a_before, b_before) = (f.capture(b"dst", Intent::Destroy), f.capture(b"dst", Intent::Destroy));
+    let (moved_a, moved_b) = (ident(&f, "tmpA"), ident(&f, "tmpB"));
+    let (from, to) = (f.bp("tmpB"), f.bp("dst"));
+    f.push(Op::Rename { from, to, flags: 0, moved: moved_b, to_before: b_before });
+    let (from, to) = (f.bp("tmpA"), f.bp("dst"));
+    f.push(Op::Rename { from, to, flags: 0, moved: moved_a, to_before: a_before });
+    fs::rename(f.p("tmpB"), f.p("dst")).unwrap();
+    fs::rename(f.p("tmpA"), f.p("dst")).unwrap();
+    let r = f.undo_sealed(false);
+    assert!(r.complete, "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("dst")).unwrap(), b"original");
+    assert!(!f.p("tmpA").exists() && !f.p("tmpB").exists(), "{:?}", r.outcomes);
+    let b = r.outcomes.iter().position(|o| o.seq == Some(3)).unwrap();
+    assert_eq!(code(&r, b), "already_as_before", "B's rename is not moved back: {:?}", r.outcomes);
 }

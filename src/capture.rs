@@ -316,10 +316,11 @@ impl Capturer<'_> {
     }
 
     fn capture_file(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
-        let size = st.st_size.max(0) as u64;
         if intent == Intent::Append {
-            return Before::contents(snapshot_meta(st, Node::Prefix { len: size }));
+            return Before::contents(snapshot_meta(st, Node::Prefix { len: st.st_size.max(0) as u64 }));
         }
+        // What a copy writes: a sparse file's data, not its holes.
+        let size = data_bytes(st);
         if size > self.budget.max_file {
             return Before::Irreversible { reason: Reason::OverFileBudget { size, limit: self.budget.max_file } };
         }
@@ -364,7 +365,7 @@ impl Capturer<'_> {
         }
         match self.copy_into_store(parent, name, &blob) {
             Ok((how, hash, copied, fresh, xattrs)) => {
-                self.counters.add_bytes_kept(copied);
+                self.counters.add_bytes_kept(copied.min(data_bytes(&fresh)));
                 if let Some(index) = self.index {
                     if copied == fresh.st_size.max(0) as u64 {
                         index.remember(&CaptureKey::of(&fresh), id);
@@ -406,19 +407,21 @@ impl Capturer<'_> {
                 return None;
             }
         };
-        let size = linked.st_size.max(0) as u64;
-        if size > self.budget.max_file {
+        // Charged by its data (a sparse file's holes cost the store nothing).
+        let (size, charged) = (linked.st_size.max(0) as u64, data_bytes(&linked));
+        if charged > self.budget.max_file {
             drop_blob();
-            return Some(Before::Irreversible { reason: Reason::OverFileBudget { size, limit: self.budget.max_file } });
+            let limit = self.budget.max_file;
+            return Some(Before::Irreversible { reason: Reason::OverFileBudget { size: charged, limit } });
         }
         let used = self.counters.bytes_kept();
-        if used.saturating_add(size) > self.budget.max_total {
+        if used.saturating_add(charged) > self.budget.max_total {
             drop_blob();
             return Some(Before::Irreversible {
-                reason: Reason::OverTotalBudget { size, used, limit: self.budget.max_total },
+                reason: Reason::OverTotalBudget { size: charged, used, limit: self.budget.max_total },
             });
         }
-        self.counters.add_bytes_kept(size);
+        self.counters.add_bytes_kept(charged);
         if self.sync {
             sync_shard(self.blobs, &blob);
         }
@@ -570,8 +573,10 @@ impl Capturer<'_> {
         let result = if try_clone(&dst, &src, st.st_dev) {
             (CaptureHow::Reflink, None, st.st_size.max(0) as u64)
         } else {
-            let (hash, n) =
-                copy_hashing(&src, &dst, st.st_size.max(0) as u64).map_err(|e| ("copy into the store", e))?;
+            let size = st.st_size.max(0) as u64;
+            let copy =
+                if data_bytes(&st) < size { copy_sparse_hashing(&src, &dst) } else { copy_hashing(&src, &dst, size) };
+            let (hash, n) = copy.map_err(|e| ("copy into the store", e))?;
             (CaptureHow::Copy, Some(hash), n)
         };
         if self.sync {
@@ -784,6 +789,105 @@ pub fn copy_hashing(src: impl AsFd, dst: impl AsFd, expected: u64) -> io::Result
     read_hashing(src, len, |chunk| write_all(&dst, chunk))
 }
 
+/// Files this long or longer whose allocated bytes are fewer than their length are copied
+/// sparsely (smaller ones are copied whole: their holes cost little).
+pub const SPARSE_MIN: u64 = 1 << 20;
+
+/// The bytes a copy of a file with status `st` writes: its allocated bytes when it is sparse
+/// (at least [`SPARSE_MIN`] long and fewer allocated bytes than its length), its length
+/// otherwise. Captures are judged against the budgets by this.
+pub fn data_bytes(st: &Stat) -> u64 {
+    let size = st.st_size.max(0) as u64;
+    let allocated = (st.st_blocks.max(0) as u64).saturating_mul(512);
+    if size >= SPARSE_MIN && allocated < size { allocated } else { size }
+}
+
+/// Copies `src` into `dst` (empty), both from offset 0, writing only the data extents
+/// (`SEEK_DATA`/`SEEK_HOLE`), so that a hole stays a hole; returns the BLAKE3 hex of the whole
+/// contents (holes read as zeros) and their length. A file system that cannot tell where the
+/// data is gets a dense copy.
+pub fn copy_sparse_hashing(src: impl AsFd, dst: impl AsFd) -> io::Result<(String, u64)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut pos = 0u64;
+    for_each_extent(&src, |start, end| {
+        hash_zeros(&mut hasher, start - pos);
+        let mut at = start;
+        while at < end {
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buf.len());
+            let n = match rustix::io::pread(&src, &mut buf[..want], at) {
+                Ok(0) => break, // it shrank meanwhile
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            hasher.update(&buf[..n]);
+            pwrite_all(&dst, &buf[..n], at)?;
+            at += n as u64;
+        }
+        pos = at;
+        Ok(at == end)
+    })?;
+    let len = rustix::fs::fstat(&src)?.st_size.max(0) as u64;
+    if len > pos {
+        // A hole at the end: the copy gets its length from a last zero byte written, not from
+        // `ftruncate`, which a supervisor watches (the store's own writes are never its work).
+        hash_zeros(&mut hasher, len - pos);
+        pwrite_all(&dst, &[0], len - 1)?;
+        pos = len;
+    }
+    Ok((hasher.finalize().to_hex().to_string(), pos))
+}
+
+/// Runs `each` on every data extent of `fd` (`[start, end)`, in order), until it returns
+/// `false`. A file system that does not say where the data is (`EINVAL`) has one extent, the
+/// whole file.
+pub fn for_each_extent(fd: impl AsFd, mut each: impl FnMut(u64, u64) -> io::Result<bool>) -> io::Result<()> {
+    use rustix::fs::{SeekFrom, seek};
+    let mut pos = 0u64;
+    loop {
+        let start = match seek(&fd, SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            Err(Errno::NXIO) => return Ok(()),
+            Err(Errno::INVAL) if pos == 0 => {
+                let len = rustix::fs::fstat(&fd)?.st_size.max(0) as u64;
+                return each(0, len).map(|_| ());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let end = seek(&fd, SeekFrom::Hole(start))?;
+        if end <= start || !each(start, end)? {
+            return Ok(());
+        }
+        pos = end;
+    }
+}
+
+fn hash_zeros(hasher: &mut blake3::Hasher, mut n: u64) {
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        hasher.update(&ZEROS[..k]);
+        n -= k as u64;
+    }
+}
+
+/// Writes all of `bytes` at offset `at`.
+pub fn pwrite_all(fd: impl AsFd, mut bytes: &[u8], mut at: u64) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match rustix::io::pwrite(&fd, bytes, at) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                at += n as u64;
+            }
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Reads `src` to its end through a `buf_len` buffer, hashing every chunk and handing it to
 /// `sink`: the BLAKE3 hex of the bytes and their count.
 fn read_hashing(
@@ -921,6 +1025,39 @@ pub(crate) mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(fs::metadata(t.path().join("blobs").join(&blob)).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(c.bytes_kept(), 5);
+    }
+
+    #[test]
+    fn a_sparse_file_is_copied_sparsely_charged_by_its_data_and_hashed_whole() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let (t, blobs, work) = setup();
+        // Over 1 GiB, 8 KiB of it data: the per-file budget (1 GiB) is judged on the data.
+        const LEN: u64 = (1 << 30) + (64 << 20);
+        let f = fs::File::create(t.path().join("work/sparse")).unwrap();
+        f.set_len(LEN).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(b"tail", LEN - 4).unwrap();
+        drop(f);
+        let c = TestCounters::default();
+        let cap = Capturer {
+            blobs: blobs.as_fd(),
+            budget: Budget::default(),
+            counters: &c,
+            sync: false,
+            index: None,
+            calls: &Direct,
+        };
+        let Before::Contents(snap) = cap.capture(work.as_fd(), b"sparse", Intent::Overwrite) else { panic!() };
+        let Node::File { blob, size, hash, how, .. } = snap.node else { panic!() };
+        assert_eq!(size, LEN);
+        let kept = fs::metadata(t.path().join("blobs").join(&blob)).unwrap();
+        assert_eq!(kept.len(), LEN);
+        assert!(kept.blocks() * 512 < 1 << 20, "the blob is sparse: {} blocks", kept.blocks());
+        assert!(c.bytes_kept() < 1 << 20, "charged by its data: {}", c.bytes_kept());
+        if how == CaptureHow::Copy {
+            let whole = hash_fd(fs::File::open(t.path().join("work/sparse")).unwrap()).unwrap();
+            assert_eq!(hash.unwrap(), whole.0, "the hash is of the contents, holes read as zeros");
+        }
     }
 
     #[test]

@@ -46,6 +46,42 @@ fn a_big_file_overwritten_by_dd_is_moved_aside_and_undo_puts_its_very_inode_back
     assert_eq!(ino(&s.path("big")), original, "undo moved the very inode back");
 }
 
+/// Allocated bytes of every file under `dir`.
+fn allocated_under(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() { allocated_under(&e.path()) } else { m.blocks() * 512 };
+    }
+    total
+}
+
+#[test]
+fn a_sparse_file_over_the_copy_budget_is_kept_by_its_data_and_comes_back_sparse() {
+    // 1.1 GiB long (over the 1 GiB per-file budget), 8 KiB of it data; GNU truncate opens it
+    // for writing (a copy) and cuts it to 1 MiB.
+    for watch in BOTH {
+        let s = scratch!(format!("{watch:?}"));
+        s.sh("truncate -s 1100M sparse && printf head | dd of=sparse conv=notrunc status=none && \
+              printf tail | dd of=sparse bs=1 seek=1153433596 conv=notrunc status=none");
+        let before = manifest(&s.tree());
+        let session = s.session("session");
+        let out = bounded(
+            run_cmd_as(&s, &session, &["truncate".as_ref(), "-s".as_ref(), "1M".as_ref(), "sparse".as_ref()], watch),
+            120,
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::metadata(s.path("sparse")).unwrap().len(), 1 << 20);
+        let nodes = captured_nodes(&s.log_json(&session));
+        assert!(!nodes.is_empty(), "its prior contents were kept, not judged over budget");
+        assert!(allocated_under(&session.join("blobs")) < 1 << 20, "the store holds its data, not its holes");
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+        assert_same_tree(&before, &manifest(&s.tree()));
+        assert!(std::fs::metadata(s.path("sparse")).unwrap().blocks() * 512 < 1 << 20, "it came back sparse");
+    }
+}
+
 #[test]
 fn a_truncating_open_that_fails_after_the_move_puts_the_original_back() {
     let s = scratch!();

@@ -637,6 +637,18 @@ impl Executor<'_> {
         if meta_already(&st, m, &dir, name) {
             return done(Outcome::Unchanged, format!("its {what} {} already as before", is_are(m.what)));
         }
+        if !self.may_write_through(path, &st, &m.ident) {
+            return done_because(
+                Outcome::Conflict,
+                Cause::Replaced,
+                format!(
+                    "another file than the session left is at its name now (inode {}, with {} names): its {what} {} left alone",
+                    st.st_ino,
+                    st.st_nlink,
+                    if m.what == MetaKind::Times { "were" } else { "was" }
+                ),
+            );
+        }
         if file_type(&st) == FileType::Directory {
             self.defer(path, DeferredMeta::Meta(m.clone()));
             return done(Outcome::Restored, format!("its {what} {} set back at the end", is_are(m.what)));

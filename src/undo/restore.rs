@@ -344,10 +344,16 @@ impl Executor<'_> {
                 };
             }
         }
-        // Write in place when a regular file is there (keeps its inode and hard links),
-        // otherwise create it afresh.
+        // Write in place when a regular file is there (keeps its inode and hard links) that is
+        // the session's own, otherwise create it afresh: a name that now leads to another
+        // inode (a hard link planted since, restored with --force) is replaced, never written
+        // through.
+        let in_place = cur.is_some_and(|st| {
+            file_type(st) == FileType::RegularFile
+                && self.may_write_through(&BPath::new(dir.child(name)), st, &snap.ident)
+        });
         let (dst, outcome) = match cur {
-            Some(st) if file_type(st) == FileType::RegularFile => match dir.open_write(name, st) {
+            Some(st) if in_place => match dir.open_write(name, st) {
                 Ok(fd) => (fd, Outcome::Restored),
                 Err(e) => return failed_errno(e, format!("cannot open it for writing: {}", describe_errno(e))),
             },
@@ -371,7 +377,6 @@ impl Executor<'_> {
         // Only a file on another file system than the store had to be kept as a copy when it
         // was removed; on the store's own, the inode itself was kept, and a copy recreated here
         // is an intermediate state an older step replaces.
-        let in_place = cur.is_some_and(|st| file_type(st) == FileType::RegularFile);
         if !in_place && snap.links > 1 && snap.ident.dev != self.store_dev {
             // A new inode: the file's other names still lead to the old one.
             return failed_because(
@@ -384,6 +389,25 @@ impl Executor<'_> {
         }
         let what = if outcome == Outcome::Recreated { "recreated it" } else { "wrote back its prior contents" };
         done(outcome, format!("{what} ({size} bytes, verified) with its mode, owner and times"))
+    }
+
+    /// Whether the node `st` at `path` is one a restore may write through (its bytes, length
+    /// or metadata): the `captured` inode itself, one this undo put there, the one sealed at
+    /// the path, a directory, or, with no seal of the path, one with no other name. Anything
+    /// else (a hard link to a file outside the session planted since the seal, met with
+    /// `--force`) would change a file the session never touched.
+    pub(super) fn may_write_through(&self, path: &BPath, st: &Stat, captured: &crate::record::Ident) -> bool {
+        if ident_of(st) == *captured || super::tree::made_here(path.as_bytes()) || file_type(st) == FileType::Directory
+        {
+            return true;
+        }
+        match self.seal.and_then(|seal| seal.state_of(path)) {
+            Some(crate::seal::AfterState::File { ident, .. } | crate::seal::AfterState::Other { ident, .. }) => {
+                *ident == ident_of(st)
+            }
+            Some(_) => false,
+            None => st.st_nlink <= 1,
+        }
     }
 
     /// The newest record older than the one being undone that this undo also reverses and
@@ -412,6 +436,16 @@ impl Executor<'_> {
                 ),
             );
         };
+        if !self.may_write_through(&BPath::new(dir.child(name)), st, &snap.ident) {
+            return done_because(
+                Outcome::Conflict,
+                Cause::Replaced,
+                format!(
+                    "another file than the session left is at its name now (inode {}, with {} names): it was not truncated",
+                    st.st_ino, st.st_nlink
+                ),
+            );
+        }
         let now = st.st_size as u64;
         if now < len {
             // Appenders racing one another: a later capture can take an earlier id (each takes

@@ -1351,3 +1351,62 @@ fn an_undo_killed_midway_is_finished_by_the_next_one_exactly() {
     assert_complete(code, &r);
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("interrupted")), "{r}");
 }
+
+#[test]
+fn a_forced_undo_never_writes_through_a_hard_link_planted_since_the_seal() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // After the session, f is replaced by a hard link to a file outside the tree (mode 0600,
+    // its own contents). --force restores f, and must do it by replacing the name: the
+    // outside file keeps its bytes and mode.
+    let s = scratch!();
+    s.sh("echo original > f && chmod 644 f");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo rewritten > f"]);
+    let outside = s.root.join("outside");
+    std::fs::write(&outside, "secret\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(s.path("f")).unwrap();
+    std::fs::hard_link(&outside, s.path("f")).unwrap();
+    let (code, _) = s.undo_json(&session);
+    assert_eq!(code, 3, "without --force, f changed since the session is a conflict");
+    let (code, r) = s.undo_json_with(&session, &["--force"]);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n", "the outside file was not written through");
+    assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o7777, 0o600);
+    assert_ne!(std::fs::metadata(&outside).unwrap().ino(), std::fs::metadata(s.path("f")).unwrap().ino());
+}
+
+#[test]
+fn a_forced_undo_of_a_chmod_or_an_append_leaves_a_hard_link_planted_since_the_seal_alone() {
+    // Their prior state is the metadata or the length of the very inode: with another inode at
+    // the name, nothing can be put back without writing through it, so each is a conflict.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = scratch!();
+    s.sh("echo g > g && chmod 644 g && echo h > h");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "chmod 600 g && echo more >> h"]);
+    for name in ["g", "h"] {
+        let outside = s.root.join(format!("outside-{name}"));
+        std::fs::write(&outside, "secret, and longer than h was\n").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::remove_file(s.path(name)).unwrap();
+        std::fs::hard_link(&outside, s.path(name)).unwrap();
+    }
+    let (code, r) = s.undo_json_with(&session, &["--force"]);
+    assert_eq!(code, 3, "{r}");
+    let conflicts: Vec<_> = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["outcome"] == "conflict" && o["cause"]["code"] == "replaced")
+        .map(|o| o["path"].as_str().unwrap().rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(conflicts, ["h", "g"], "{r}");
+    for name in ["g", "h"] {
+        let outside = s.root.join(format!("outside-{name}"));
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret, and longer than h was\n");
+        assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o7777, 0o640, "{name}");
+    }
+}

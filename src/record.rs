@@ -830,7 +830,8 @@ pub enum Reason {
     },
 }
 
-fn human_size(n: u64) -> String {
+/// `n` bytes for a person: `2.0 GiB`, `512 bytes`.
+pub(crate) fn human_size(n: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, scale) in UNITS {
         if n >= scale {

@@ -225,6 +225,7 @@ fn undo_inner(
     let log = match opts.dry_run || opts.no_redo {
         true => None,
         false => {
+            room_for_redo(session, &plan)?;
             let (settings, _) = crate::config::Settings::from_env();
             let log = super::redo::UndoLog::create(session.dir(), settings.budget)
                 .map_err(|source| SessionError::Io { path: session.dir().join(super::redo::UNDOS_DIR), source })?;
@@ -315,16 +316,87 @@ fn undo_inner(
     // The undo's own journal is read back to seal it: the session's is let go first (the two
     // at once were the peak of a large undo).
     drop(journal);
-    if let Some((dir, written, lost, absent)) = undo_log {
-        super::redo::close(&dir, written, &report.undone, &absent);
-        if lost > 0 {
+    if let Some(done) = undo_log {
+        super::redo::close(&done.dir, done.written, &report.undone, &done.absent);
+        if done.lost > 0 {
             report.notes.push(format!(
-                "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
-                dir.display()
+                "{} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
+                done.lost,
+                done.dir.display()
+            ));
+        }
+        if let (n @ 1.., why) = done.not_kept {
+            report.notes.push(format!(
+                "what {n} path(s) held before this undo changed them could not be kept ({}): `redo` cannot take those changes back exactly",
+                why.unwrap_or_default()
             ));
         }
     }
     Ok(report)
+}
+
+/// Makes sure the session's store has room for what this undo will keep of the paths it
+/// changes (so that `redo` can take it back), before anything in the tree changes: the
+/// current contents of every file it rewrites, and of every file it removes from another file
+/// system than the store's (one on the store's own is moved into it, which costs nothing).
+/// An estimate from the records, one `lstat` per such path and one per directory of the
+/// removed ones; a store that can clone (btrfs, XFS) may need less.
+fn room_for_redo(session: &Session, plan: &Plan<'_>) -> Result<(), SessionError> {
+    use rustix::fs::{AtFlags, CWD, FileType};
+    let err = |source: io::Error| SessionError::Io { path: session.dir().to_path_buf(), source };
+    let store = rustix::fs::statvfs(session.dir()).map_err(|e| err(e.into()))?;
+    let avail = store.f_bavail.saturating_mul(store.f_frsize);
+    let store_dev = rustix::fs::stat(session.dir()).map_err(|e| err(e.into()))?.st_dev;
+    let mut seen = HashSet::new();
+    let mut dirs: HashMap<Vec<u8>, Option<u64>> = HashMap::new();
+    let mut selected = 0u64;
+    let mut needed = 0u64;
+    let undone = |seq: u64| !plan.already.contains(&seq) && plan.only.is_none_or(|o| o.contains(&seq));
+    for r in plan.journal.records.iter().filter(|r| undone(r.seq)) {
+        selected += 1;
+        let (path, rewrite) = match &r.op {
+            Op::Change { path, before: crate::record::Before::Contents(snap) } => {
+                (path, matches!(snap.node, crate::record::Node::File { .. } | crate::record::Node::Prefix { .. }))
+            }
+            Op::Change {
+                path,
+                before:
+                    crate::record::Before::Absent | crate::record::Before::Exclusive | crate::record::Before::Born { .. },
+            } => (path, false),
+            _ => continue,
+        };
+        if !seen.insert(path) {
+            continue;
+        }
+        // A removal on the store's file system costs nothing: its directory says where it is
+        // (one look per directory, not per file).
+        if !rewrite {
+            let dir = path.split_parent().map(|(d, _)| d.to_vec()).unwrap_or_default();
+            let dev = *dirs.entry(dir).or_insert_with_key(|d| {
+                rustix::fs::statat(CWD, d.as_slice(), AtFlags::empty()).map(|st| st.st_dev).ok()
+            });
+            if dev == Some(store_dev) {
+                continue;
+            }
+        }
+        let Ok(st) = rustix::fs::statat(CWD, path.as_bytes(), AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && (rewrite || st.st_dev != store_dev) {
+            needed = needed.saturating_add(crate::capture::data_bytes(&st));
+        }
+    }
+    // Its own records, about half a kilobyte each.
+    needed = needed.saturating_add(selected.saturating_mul(512));
+    if needed > avail {
+        return Err(err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "the session store has {} free, but this undo would keep about {} of what it changes, so that `redo` can take it back; nothing was changed (free space there, or undo with --no-redo, which keeps nothing)",
+                crate::record::human_size(avail),
+                crate::record::human_size(needed)
+            ),
+        )));
+    }
+    Ok(())
 }
 
 /// What to undo and how.

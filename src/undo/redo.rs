@@ -61,8 +61,26 @@ pub(super) struct UndoLog {
     removed: RefCell<HashSet<Vec<u8>>>,
     /// Records that could not be written.
     lost: Cell<u64>,
+    /// Records whose prior state could not be kept (over a budget, a full store), and the
+    /// reason of the first.
+    not_kept: Cell<u64>,
+    not_kept_why: RefCell<Option<String>>,
     written: Cell<u64>,
     prog: std::sync::Arc<BPath>,
+}
+
+/// What an undo's journal holds when the undo ends ([`UndoLog::finish`]).
+pub(super) struct Finished {
+    /// Its directory.
+    pub(super) dir: PathBuf,
+    /// Records written.
+    pub(super) written: u64,
+    /// Records that could not be written.
+    pub(super) lost: u64,
+    /// Records whose prior state could not be kept, and why the first could not.
+    pub(super) not_kept: (u64, Option<String>),
+    /// The paths the undo left absent.
+    pub(super) absent: HashSet<Vec<u8>>,
 }
 
 impl Counters for UndoLog {
@@ -124,6 +142,8 @@ impl UndoLog {
             dirs: Default::default(),
             removed: Default::default(),
             lost: Cell::new(0),
+            not_kept: Cell::new(0),
+            not_kept_why: RefCell::new(None),
             written: Cell::new(0),
             prog,
         })
@@ -136,12 +156,17 @@ impl UndoLog {
         log
     }
 
-    /// Stops journaling; returns the journal's directory, how many records it holds, how many
-    /// could not be written, and the paths it left absent.
-    pub(super) fn finish(&self) -> (PathBuf, u64, u64, HashSet<Vec<u8>>) {
+    /// Stops journaling; returns what it journaled.
+    pub(super) fn finish(&self) -> Finished {
         LOG.with(|l| *l.borrow_mut() = None);
         self.flush();
-        (self.dir.clone(), self.written.get(), self.lost.get(), self.removed.take())
+        Finished {
+            dir: self.dir.clone(),
+            written: self.written.get(),
+            lost: self.lost.get(),
+            not_kept: (self.not_kept.get(), self.not_kept_why.take()),
+            absent: self.removed.take(),
+        }
     }
 
     fn flush(&self) {
@@ -158,6 +183,12 @@ impl UndoLog {
     }
 
     fn record(&self, op: Op) -> u64 {
+        if let Op::Change { before: Before::Irreversible { reason }, .. }
+        | Op::Rename { to_before: Before::Irreversible { reason }, .. } = &op
+        {
+            self.not_kept.set(self.not_kept.get() + 1);
+            self.not_kept_why.borrow_mut().get_or_insert_with(|| reason.to_string());
+        }
         let seq = self.next_id();
         let rec = Record {
             v: RECORD_VERSION,

@@ -1410,3 +1410,55 @@ fn a_forced_undo_of_a_chmod_or_an_append_leaves_a_hard_link_planted_since_the_se
         assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o7777, 0o640, "{name}");
     }
 }
+
+#[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
+fn an_undo_the_store_has_no_room_to_journal_changes_nothing_and_says_so() {
+    // The store on a small file system of its own, the tree elsewhere: an undo keeps a copy of
+    // every file it rewrites (for redo), 20 x 200 KB here, and the store has 700 KiB left.
+    require_root("to loop-mount an ext4");
+    let s = scratch!();
+    let (img, mnt) = (s.root.join("store.img"), s.root.join("store"));
+    std::fs::create_dir(&mnt).unwrap();
+    let _u = loop_ext4(&img, "16M", &[], "", &mnt);
+    s.sh("for i in $(seq 1 20); do echo small > f$i; done");
+    let before = manifest(&s.tree());
+    let session = mnt.join("session");
+    s.run_ok(&session, &["sh", "-c", "for i in $(seq 1 20); do head -c 200000 /dev/urandom > f$i; done"]);
+    let after_session = manifest(&s.tree());
+    let avail = |p: &std::path::Path| rustix::fs::statvfs(p).map(|v| v.f_bavail * v.f_frsize).unwrap();
+    let filler = std::fs::File::create(mnt.join("filler")).unwrap();
+    rustix::fs::fallocate(&filler, rustix::fs::FallocateFlags::empty(), 0, avail(&mnt) - 700 * 1024).unwrap();
+    let out = s.cli(&["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("nothing was changed") && message.contains("--no-redo"), "{e}");
+    assert_same_tree(&after_session, &manifest(&s.tree()));
+    let (code, r) = s.undo_json_with(&session, &["--no-redo"]);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn an_undo_that_could_not_keep_what_it_changed_says_redo_cannot_take_it_back() {
+    // The undo's own captures follow the session's budgets: with a 1 KiB per-file budget at
+    // undo time, the 5,000 bytes it overwrites are not kept.
+    let s = scratch!();
+    s.sh("echo small > f");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "head -c 5000 /dev/urandom > f"]);
+    let mut cmd = Command::new(&artifacts().cli);
+    cmd.args(["undo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    let out = cmd.env("AETHER_JOURNAL_MAX_FILE", "1K").output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_complete(out.status.code().unwrap(), &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    let notes = r["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().contains("`redo` cannot take those changes back exactly")),
+        "the undo says what redo will not restore: {r}"
+    );
+}

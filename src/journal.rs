@@ -231,6 +231,16 @@ pub enum Problem {
         /// The version it declares.
         version: u64,
     },
+    /// A valid record whose `seq` no writer of the session handed out: above the session's
+    /// counter (which every writer takes its ids from before writing), or taken by another
+    /// record too. Forged or damaged; it is never acted on.
+    Unaccounted {
+        /// Its `seq`.
+        seq: u64,
+        /// The counter's value when the journal was read, for a `seq` above it; `None` for a
+        /// `seq` two records have.
+        last_id: Option<u64>,
+    },
 }
 
 impl Problem {
@@ -238,6 +248,7 @@ impl Problem {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Problem::Corrupt { seq, .. } | Problem::UnknownVersion { seq, .. } => *seq,
+            Problem::Unaccounted { seq, .. } => Some(*seq),
         }
     }
 
@@ -259,6 +270,12 @@ impl Problem {
                 "{} uses record format version {version}, which this build (version {RECORD_VERSION}) cannot read; the step it describes cannot be undone",
                 name(segment, offset, line, seq)
             ),
+            Problem::Unaccounted { seq, last_id: Some(last) } => format!(
+                "the record of seq {seq} is above the session's counter ({last}), so no writer of the session made it (forged or damaged); it was not acted on"
+            ),
+            Problem::Unaccounted { seq, last_id: None } => format!(
+                "two records have seq {seq}, which the session's counter hands out once (one is forged or damaged); neither was acted on"
+            ),
         }
     }
 
@@ -269,6 +286,7 @@ impl Problem {
                 *offset = at_offset as u64;
                 *line = at_line;
             }
+            Problem::Unaccounted { .. } => {}
         }
     }
 }
@@ -289,6 +307,28 @@ pub struct JournalContents {
 }
 
 impl JournalContents {
+    /// Sets aside, as [`Problem::Unaccounted`], every record whose `seq` no writer handed out:
+    /// above `last_id` (the session's counter, read after the records: each writer takes its
+    /// id before it writes) or held by two records. `records` must be sorted by `seq`.
+    pub fn set_aside_unaccounted(&mut self, last_id: Option<u64>) {
+        let records = std::mem::take(&mut self.records);
+        let mut kept = Vec::with_capacity(records.len());
+        let mut it = records.into_iter().peekable();
+        while let Some(r) = it.next() {
+            if last_id.is_some_and(|last| r.seq > last) {
+                self.problems.push(Problem::Unaccounted { seq: r.seq, last_id });
+                continue;
+            }
+            if it.peek().is_some_and(|next| next.seq == r.seq) {
+                while it.next_if(|next| next.seq == r.seq).is_some() {}
+                self.problems.push(Problem::Unaccounted { seq: r.seq, last_id: None });
+                continue;
+            }
+            kept.push(r);
+        }
+        self.records = kept;
+    }
+
     /// The records whose call is known to have failed (every `call_failed`'s `of_seq`).
     pub fn failed_calls(&self) -> std::collections::HashSet<u64> {
         self.records

@@ -610,10 +610,17 @@ impl Session {
         self.dir.join(BLOBS_DIR)
     }
 
-    /// Reads the journal: the main file and every segment.
+    /// Reads the journal: the main file and every segment. A record whose `seq` no writer of
+    /// the session handed out (above the counter, or held twice) is set aside as a problem
+    /// ([`crate::journal::Problem::Unaccounted`]).
     pub fn read_journal(&self) -> Result<JournalContents, SessionError> {
         let p = self.journal_path();
-        read_with_segments(&p, &self.dir.join(SEGMENTS_DIR)).map_err(io_at(&p))
+        let mut journal = read_with_segments(&p, &self.dir.join(SEGMENTS_DIR)).map_err(io_at(&p))?;
+        // The counter is read after the records, so that every id a record holds was handed
+        // out by then; a session without a counters file (a copied one) is not checked.
+        let last_id = self.dir.join(COUNTERS_FILE).exists().then(|| self.counters().last_id).filter(|&l| l > 0);
+        journal.set_aside_unaccounted(last_id);
+        Ok(journal)
     }
 
     /// Reads the shared counters (zeros when the file is missing or short).

@@ -1462,3 +1462,59 @@ fn an_undo_that_could_not_keep_what_it_changed_says_redo_cannot_take_it_back() {
         "the undo says what redo will not restore: {r}"
     );
 }
+
+/// A journal line with a valid check: a record saying the session created `path` (which
+/// undo would remove), with sequence number `seq`.
+fn forged_creation(path: &std::path::Path, seq: u64) -> Vec<u8> {
+    use aether_journal::record::{Before, Op, RECORD_VERSION, Record};
+    let rec = Record {
+        v: RECORD_VERSION,
+        seq,
+        time: Default::default(),
+        pid: 1,
+        ppid: 0,
+        prog: aether_journal::BPath::from("/bin/sh").into(),
+        call: "open".into(),
+        op: Op::Change { path: aether_journal::BPath::from(path), before: Before::Absent },
+    };
+    aether_journal::journal::encode_line(&rec)
+}
+
+#[test]
+fn a_record_whose_seq_no_writer_handed_out_is_named_and_never_acted_on() {
+    // Appended to the journal with a valid check, each naming a file outside the tree as one
+    // the session created: one above the session's counter, one reusing a seq it handed out.
+    let s = scratch!();
+    s.sh("echo kept > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > f && echo made > g"]);
+    let victims = [s.root.join("victim-above"), s.root.join("victim-twice")];
+    for v in &victims {
+        std::fs::write(v, "the user's own\n").unwrap();
+    }
+    let log = s.log_json(&session);
+    let last_seq = log["records"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).max().unwrap();
+    let mut journal = std::fs::OpenOptions::new().append(true).open(session.join("journal")).unwrap();
+    use std::io::Write;
+    journal.write_all(&forged_creation(&victims[0], last_seq + 1000)).unwrap();
+    journal.write_all(&forged_creation(&victims[1], last_seq)).unwrap();
+    drop(journal);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    for v in &victims {
+        assert_eq!(std::fs::read_to_string(v).unwrap(), "the user's own\n", "{} was not touched", v.display());
+    }
+    let damaged: Vec<_> = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["cause"]["code"] == "damaged_journal")
+        .map(|o| o["why"].as_str().unwrap().to_string())
+        .collect();
+    assert!(damaged.iter().any(|w| w.contains("above the session's counter")), "{r}");
+    assert!(damaged.iter().any(|w| w.contains(&format!("two records have seq {last_seq}"))), "{r}");
+    // The real record of that seq (g's creation) is set aside with the forged one, and the
+    // seal still names g: not put back, and said.
+    assert_eq!(damaged.len(), 3, "{r}");
+    assert!(s.path("g").exists());
+}

@@ -98,12 +98,114 @@ pub enum Unresolved {
 /// Canonical path of an open descriptor, read from `/proc/self/fd/N`.
 pub fn fd_path(fd: RawFd) -> io::Result<Vec<u8>> {
     let link = format!("/proc/self/fd/{fd}");
-    Ok(rustix::fs::readlinkat(CWD, link.as_str(), Vec::new())?.into_bytes())
+    match rustix::fs::readlinkat(CWD, link.as_str(), Vec::new()) {
+        Ok(p) => Ok(p.into_bytes()),
+        // Deeper than the kernel names (a directory whose path is over PATH_MAX).
+        // The link still leads to the directory when opened.
+        Err(Errno::NAMETOOLONG) => {
+            let dir =
+                rustix::fs::open(link.as_str(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            dir_path_by_walking_up(dir.as_fd())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// The current working directory.
+/// The current working directory, however deep.
 pub fn getcwd() -> io::Result<Vec<u8>> {
-    Ok(rustix::process::getcwd(Vec::new())?.into_bytes())
+    match rustix::process::getcwd(Vec::new()) {
+        Ok(p) => Ok(p.into_bytes()),
+        Err(Errno::NAMETOOLONG | Errno::RANGE) => dir_path_by_walking_up(CWD),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The absolute path of directory `dir` (or the cwd, for `CWD`), found by walking up through
+/// `..` and finding each directory by identity among its parent's entries: for a directory
+/// deeper than the kernel will name (`getcwd` and the `/proc` links fail with `ENAMETOOLONG`
+/// past `PATH_MAX`). Each step is relative to a descriptor, so no path it builds is ever
+/// looked up whole.
+///
+/// What this cannot do: name a directory a concurrent rename moves while it walks (it names
+/// where it found each one), or one whose parent it may not read.
+pub fn dir_path_by_walking_up(dir: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut cur = rustix::fs::openat(dir, ".", flags, Mode::empty())?;
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    // A path cannot be deeper than this many components of at least one byte and a slash.
+    for _ in 0..(1 << 20) {
+        let st = rustix::fs::fstat(&cur)?;
+        let parent = rustix::fs::openat(&cur, "..", flags, Mode::empty())?;
+        let pst = rustix::fs::fstat(&parent)?;
+        if (pst.st_dev, pst.st_ino) == (st.st_dev, st.st_ino) {
+            let mut path = Vec::new();
+            for n in names.iter().rev() {
+                path.push(b'/');
+                path.extend_from_slice(n);
+            }
+            return Ok(if path.is_empty() { b"/".to_vec() } else { path });
+        }
+        names.push(name_in(&parent, &st)?);
+        cur = parent;
+    }
+    Err(Errno::LOOP.into())
+}
+
+/// Opens directory `dir` (absolute and symlink-free, as the journal names paths) one component
+/// at a time, `O_PATH`, never following a symlink nor going up (`..` is `ELOOP`): a directory
+/// deeper than `PATH_MAX`, which no call can be given whole, is reached this way.
+pub fn open_dir_by_components(dir: &[u8]) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur = rustix::fs::open("/", flags, Mode::empty())?;
+    for part in dir.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".") {
+        if part == b".." {
+            return Err(Errno::LOOP);
+        }
+        cur = rustix::fs::openat(&cur, part, flags, Mode::empty())?;
+    }
+    Ok(cur)
+}
+
+/// Runs `f` on `path` as a directory descriptor and a name in it: `CWD` and the whole path
+/// for an ordinary one, the parent opened by [`open_dir_by_components`] and the last
+/// component for one of [`LONG_PATH`] bytes or more.
+pub fn at_path<T>(path: &[u8], f: impl FnOnce(BorrowedFd<'_>, &[u8]) -> Result<T, Errno>) -> Result<T, Errno> {
+    if path.len() < LONG_PATH || path.first() != Some(&b'/') {
+        return f(CWD, path);
+    }
+    let (dir, name) = split_last(path);
+    let parent = open_dir_by_components(dir)?;
+    f(parent.as_fd(), name)
+}
+
+/// Paths at least this long are looked at through [`open_dir_by_components`] (the kernel
+/// refuses a whole path of `PATH_MAX` bytes or more with `ENAMETOOLONG`).
+pub const LONG_PATH: usize = 4096;
+
+/// The name under which directory `parent` holds the node `st` describes: by the inode number
+/// its entries give, confirmed by a look at it, or, for a mount point (whose entry names the
+/// covered directory's inode), by looking at each subdirectory.
+fn name_in(parent: &OwnedFd, st: &rustix::fs::Stat) -> io::Result<Vec<u8>> {
+    let is_it = |name: &[u8]| {
+        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino))
+    };
+    let mut others = Vec::new();
+    let mut entries = rustix::fs::Dir::read_from(parent)?;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if entry.ino() == st.st_ino && is_it(name) {
+            return Ok(name.to_vec());
+        }
+        if matches!(entry.file_type(), FileType::Directory | FileType::Unknown) {
+            others.push(name.to_vec());
+        }
+    }
+    others.into_iter().find(|n| is_it(n)).ok_or_else(|| Errno::NOENT.into())
 }
 
 /// Splits a path into its directory part (empty for a bare name, `/` for a name in the root)

@@ -88,6 +88,14 @@ pub enum AfterState {
 impl AfterState {
     /// The state of `path` now, without following a final symlink.
     pub fn of(path: &[u8]) -> io::Result<AfterState> {
+        if path.len() >= crate::resolve::LONG_PATH && path.first() == Some(&b'/') {
+            let (dir, name) = crate::resolve::split_last(path);
+            return match crate::resolve::open_dir_by_components(dir) {
+                Ok(parent) => Self::at(parent.as_fd(), name),
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Ok(AfterState::Absent),
+                Err(e) => Err(e.into()),
+            };
+        }
         Self::at(CWD, path)
     }
 
@@ -99,6 +107,9 @@ impl AfterState {
         let (dir, name) = crate::resolve::split_last(path);
         if path.first() != Some(&b'/') || name.is_empty() || name == b".." || name == b"." {
             return Self::at(CWD, path);
+        }
+        if path.len() >= crate::resolve::LONG_PATH {
+            return Self::of(path);
         }
         PARENT.with(|cell| {
             let mut cached = cell.borrow_mut();

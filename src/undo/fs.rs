@@ -52,18 +52,10 @@ pub fn open_dir_nofollow(path: &[u8]) -> Result<OwnedFd, Errno> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
     {
-        Err(Errno::NOSYS) => {}
-        other => return other,
+        // Kernels before 5.6, and directories deeper than PATH_MAX: one component at a time.
+        Err(Errno::NOSYS | Errno::NAMETOOLONG) => crate::resolve::open_dir_by_components(path),
+        other => other,
     }
-    // Kernels before 5.6: walk the components one at a time.
-    let mut dir = rustix::fs::open("/", flags, Mode::empty())?;
-    for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty() && *c != b".") {
-        if comp == b".." {
-            return Err(Errno::LOOP);
-        }
-        dir = rustix::fs::openat(&dir, comp, flags | OFlags::NOFOLLOW, Mode::empty())?;
-    }
-    Ok(dir)
 }
 
 pub(super) fn lstat(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Option<Stat>, Errno> {

@@ -320,8 +320,8 @@ pub(super) fn reopen_for_flags(fd: &OwnedFd) -> Result<OwnedFd, Errno> {
 
 /// The inode flags of the file at `path`, not following a final symlink.
 pub(super) fn inode_flags_at(path: &BPath) -> Result<u32, Errno> {
-    let node =
-        rustix::fs::openat(CWD, path.as_bytes(), OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let node = crate::resolve::at_path(path.as_bytes(), |d, n| rustix::fs::openat(d, n, flags, Mode::empty()))?;
     Ok(rustix::fs::ioctl_getflags(reopen_for_flags(&node)?)?.bits())
 }
 

@@ -342,7 +342,7 @@ fn undo_inner(
 /// An estimate from the records, one `lstat` per such path and one per directory of the
 /// removed ones; a store that can clone (btrfs, XFS) may need less.
 fn room_for_redo(session: &Session, plan: &Plan<'_>) -> Result<(), SessionError> {
-    use rustix::fs::{AtFlags, CWD, FileType};
+    use rustix::fs::{AtFlags, FileType};
     let err = |source: io::Error| SessionError::Io { path: session.dir().to_path_buf(), source };
     let store = rustix::fs::statvfs(session.dir()).map_err(|e| err(e.into()))?;
     let avail = store.f_bavail.saturating_mul(store.f_frsize);
@@ -373,13 +373,15 @@ fn room_for_redo(session: &Session, plan: &Plan<'_>) -> Result<(), SessionError>
         if !rewrite {
             let dir = path.split_parent().map(|(d, _)| d.to_vec()).unwrap_or_default();
             let dev = *dirs.entry(dir).or_insert_with_key(|d| {
-                rustix::fs::statat(CWD, d.as_slice(), AtFlags::empty()).map(|st| st.st_dev).ok()
+                crate::resolve::at_path(d, |at, n| rustix::fs::statat(at, n, AtFlags::empty())).map(|st| st.st_dev).ok()
             });
             if dev == Some(store_dev) {
                 continue;
             }
         }
-        let Ok(st) = rustix::fs::statat(CWD, path.as_bytes(), AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        let lstat =
+            crate::resolve::at_path(path.as_bytes(), |at, n| rustix::fs::statat(at, n, AtFlags::SYMLINK_NOFOLLOW));
+        let Ok(st) = lstat else { continue };
         if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && (rewrite || st.st_dev != store_dev) {
             needed = needed.saturating_add(crate::capture::data_bytes(&st));
         }

@@ -17,10 +17,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
 use rustix::io::Errno;
 
 use crate::capture::hash_fd;
@@ -306,7 +305,9 @@ impl Dir {
         };
         let sx = match &real {
             None => rustix::fs::statx(self.fd().ok()?, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME),
-            Some(r) => rustix::fs::statx(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME),
+            Some(r) => {
+                crate::resolve::at_path(r, |d, n| rustix::fs::statx(d, n, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME))
+            }
         }
         .ok()?;
         (sx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some((sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec))
@@ -366,7 +367,9 @@ impl Handle {
                 // A real file's first `len` bytes are read and hashed; bytes the dry run only
                 // imagined cannot be, and get a name no real hash can equal.
                 let prefix = sim.node(p)?.filter(|n| n.content.is_none()).and_then(|n| n.real).and_then(|r| {
-                    let f = std::fs::File::open(std::ffi::OsStr::from_bytes(&r)).ok()?;
+                    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+                    let fd = crate::resolve::at_path(&r, |d, n| rustix::fs::openat(d, n, flags, Mode::empty())).ok()?;
+                    let f = std::fs::File::from(fd);
                     let mut h = blake3::Hasher::new();
                     let copied = io::copy(&mut io::Read::take(f, len), &mut h).ok()?;
                     (copied == len).then(|| h.finalize().to_hex().to_string())
@@ -477,11 +480,13 @@ impl Sim {
 
     pub(super) fn lstat(&self, path: &[u8]) -> Result<Option<Stat>, Errno> {
         match self.resolve(path)? {
-            Where::Real(r) => match rustix::fs::statat(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Ok(Some(st)),
-                Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
-                Err(e) => Err(e),
-            },
+            Where::Real(r) => {
+                match crate::resolve::at_path(&r, |d, n| rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
+                    Ok(st) => Ok(Some(st)),
+                    Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
             Where::Missing => Ok(None),
             Where::Node(n) => Ok(Some(n.st)),
         }
@@ -490,18 +495,20 @@ impl Sim {
     /// The node at `path` as the overlay's own (a real one is taken in as it is now).
     fn node(&self, path: &[u8]) -> Result<Option<Box<SimNode>>, Errno> {
         Ok(match self.resolve(path)? {
-            Where::Real(r) => match rustix::fs::statat(CWD, r.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Some(Box::new(SimNode {
-                    real: Some(r),
-                    st,
-                    content: None,
-                    target: None,
-                    xattrs: None,
-                    flags: None,
-                })),
-                Err(Errno::NOENT) | Err(Errno::NOTDIR) => None,
-                Err(e) => return Err(e),
-            },
+            Where::Real(r) => {
+                match crate::resolve::at_path(&r, |d, n| rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
+                    Ok(st) => Some(Box::new(SimNode {
+                        real: Some(r),
+                        st,
+                        content: None,
+                        target: None,
+                        xattrs: None,
+                        flags: None,
+                    })),
+                    Err(Errno::NOENT) | Err(Errno::NOTDIR) => None,
+                    Err(e) => return Err(e),
+                }
+            }
             Where::Missing => None,
             Where::Node(n) => Some(n),
         })
@@ -570,11 +577,15 @@ impl Sim {
 
     fn readlink(&self, path: &[u8]) -> Result<Vec<u8>, Errno> {
         match self.resolve(path)? {
-            Where::Real(r) => rustix::fs::readlink(r.as_slice(), Vec::new()).map(|t| t.into_bytes()),
+            Where::Real(r) => {
+                crate::resolve::at_path(&r, |d, n| rustix::fs::readlinkat(d, n, Vec::new())).map(|t| t.into_bytes())
+            }
             Where::Missing => Err(Errno::NOENT),
             Where::Node(n) => match (n.target, n.real) {
                 (Some(t), _) => Ok(t),
-                (None, Some(r)) => rustix::fs::readlink(r.as_slice(), Vec::new()).map(|t| t.into_bytes()),
+                (None, Some(r)) => {
+                    crate::resolve::at_path(&r, |d, n| rustix::fs::readlinkat(d, n, Vec::new())).map(|t| t.into_bytes())
+                }
                 (None, None) => Err(Errno::INVAL),
             },
         }
@@ -586,11 +597,8 @@ impl Sim {
             return Ok(c);
         }
         let r = n.real.ok_or_else(|| io::Error::other("no contents"))?;
-        let fd = rustix::fs::open(
-            r.as_slice(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        )?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = crate::resolve::at_path(&r, |d, n| rustix::fs::openat(d, n, flags, Mode::empty()))?;
         hash_fd(&fd)
     }
 

@@ -9,7 +9,7 @@
 //! again (README, "What this cannot do").
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use aether_journal::BPath;
 use aether_journal::record::Endpoint;
@@ -233,7 +233,12 @@ impl Thread {
 
     /// The target of one of the thread's `/proc` links (`cwd`, `root`, `exe`, `fd/N`).
     pub fn link(&self, rest: &str) -> io::Result<Vec<u8>> {
-        Ok(rustix::fs::readlinkat(CWD, self.proc_path(rest).as_str(), Vec::new())?.into_bytes())
+        match rustix::fs::readlinkat(CWD, self.proc_path(rest).as_str(), Vec::new()) {
+            Ok(p) => Ok(p.into_bytes()),
+            // A directory deeper than the kernel names (past PATH_MAX): found by walking up.
+            Err(Errno::NAMETOOLONG) => aether_journal::resolve::dir_path_by_walking_up(self.open_dir(rest)?.as_fd()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Opens the directory one of the thread's `/proc` links leads to (`O_PATH`).

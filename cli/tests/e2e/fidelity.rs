@@ -471,3 +471,34 @@ fn a_hard_linked_file_removed_from_a_tree_on_another_file_system_than_the_store_
     assert_eq!(std::fs::read(t.join("a")).unwrap(), b"shared\n", "its bytes are back all the same");
     assert_eq!(r["files_exact"], false);
 }
+
+#[test]
+fn a_working_directory_deeper_than_path_max_is_journaled_by_absolute_names_and_undone_exactly() {
+    // 21 directories of 250 bytes (over 5,000 bytes deep), made and entered one by one: the
+    // kernel will not name the cwd (getcwd fails with ENAMETOOLONG), yet every record must
+    // name its path absolutely, both ends of a rename included.
+    let script = "import os\nlong = 'D' * 250\nfor i in range(21):\n    os.mkdir(long)\n    os.chdir(long)\n\
+                  open('leaf.txt', 'w').write('leaf')\nos.rename('leaf.txt', 'moved.txt')\n\
+                  open('other.txt', 'w').write('o')\nos.unlink('other.txt')\nprint(len(os.getcwd()))\n";
+    for watch in BOTH {
+        let s = scratch!(format!("{watch:?}"));
+        let before = manifest(&s.tree());
+        let session = s.session("session");
+        let out = bounded(run_cmd_as(&s, &session, &[python().as_ref(), "-c".as_ref(), script.as_ref()], watch), 60);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).trim().parse::<usize>().unwrap() > 5000);
+        let log = s.log_json(&session);
+        let records = log["records"].as_array().unwrap();
+        let names: Vec<&str> =
+            records.iter().flat_map(|r| ["path", "from", "to"].map(|k| r["op"][k].as_str())).flatten().collect();
+        assert!(names.len() >= 25, "{log}");
+        let relative: Vec<_> = names.iter().filter(|p| !p.starts_with('/')).map(|p| &p[..p.len().min(40)]).collect();
+        assert!(relative.is_empty(), "every name is absolute: {relative:?}");
+        let rename = records.iter().find(|r| r["kind"] == "rename").expect("the rename is journaled");
+        let to = rename["op"]["to"].as_str().unwrap();
+        assert!(to.len() > 5000 && to.ends_with("/moved.txt"), "{to}");
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+        assert_same_tree(&before, &manifest(&s.tree()));
+    }
+}

@@ -713,6 +713,46 @@ impl Session {
     }
 }
 
+/// Every session some process still holds open (its journal, a segment, the shared tables),
+/// wherever it is, with those processes: one pass over `/proc`. This process is left out.
+pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut found: std::collections::BTreeMap<PathBuf, Vec<u32>> = std::collections::BTreeMap::new();
+    let me = std::process::id();
+    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
+    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|&p| p != me) {
+        let mut held: Vec<PathBuf> = fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| fs::read_link(fd.path()).ok())
+            .collect();
+        let maps = fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
+        held.extend(maps.split(|&c| c == b'\n').filter_map(|l| {
+            l.iter().position(|&c| c == b'/').map(|i| PathBuf::from(std::ffi::OsString::from_vec(l[i..].to_vec())))
+        }));
+        let mut dirs: Vec<PathBuf> = held
+            .iter()
+            .filter_map(|h| {
+                let name = h.file_name()?.to_str()?;
+                let parent = h.parent()?;
+                match name {
+                    JOURNAL_FILE | COUNTERS_FILE | CAPTURES_FILE | BORN_FILE | BLOBS_DIR => Some(parent.to_path_buf()),
+                    _ if parent.file_name().is_some_and(|n| n == SEGMENTS_DIR) => Some(parent.parent()?.to_path_buf()),
+                    _ => None,
+                }
+            })
+            .filter(|d| d.join(HEADER_FILE).is_file())
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        for d in dirs {
+            found.entry(d).or_default().push(pid);
+        }
+    }
+    found.into_iter().collect()
+}
+
 /// [`Session::live_processes`] of each of `sessions`, from one pass over `/proc` (a choice
 /// among many sessions reads every process's descriptors once, not once per session).
 pub fn live_processes_of(sessions: &[&Session]) -> Vec<Vec<u32>> {

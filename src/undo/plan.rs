@@ -199,6 +199,7 @@ fn undo_inner(
             "the session was still running (process(es) {pids}): what they journal after this undo is undone by the next one"
         ));
     }
+    let others_note = other_sessions_on_these_paths(session, &journal, opts, &already);
     let blobs = session.blobs_dir();
     let mut seal =
         Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
@@ -245,6 +246,7 @@ fn undo_inner(
     report.coverage = session.coverage();
     report.selected = only.as_ref().map(|o| o.len());
     report.notes.extend(notes_live);
+    report.notes.extend(others_note);
     report.notes.extend(report_notes_resumed);
     if let Some(crate::record::Record { seq, op: Op::Mark { name, held, .. }, .. }) = to_mark {
         for path in held {
@@ -333,6 +335,46 @@ fn undo_inner(
         }
     }
     Ok(report)
+}
+
+/// Another session that is still running (some process holds it open) and has journaled
+/// changes to paths this undo puts back: what it does after this undo is not undone by it,
+/// and it may change them again. Said in a note, with the session and one of the paths; a
+/// session whose journal this user cannot read is not seen.
+fn other_sessions_on_these_paths(
+    session: &Session,
+    journal: &crate::journal::JournalContents,
+    opts: &UndoOptions,
+    already: &HashSet<u64>,
+) -> Option<String> {
+    let own = std::fs::canonicalize(session.dir()).unwrap_or_else(|_| session.dir().to_path_buf());
+    let others: Vec<_> = crate::session::live_sessions().into_iter().filter(|(d, _)| *d != own).collect();
+    if others.is_empty() {
+        return None;
+    }
+    let only = opts.select.as_ref().map(|sel| select(journal, sel));
+    let mine: HashSet<&crate::bpath::BPath> = journal
+        .records
+        .iter()
+        .filter(|r| !already.contains(&r.seq) && only.as_ref().is_none_or(|o| o.contains(&r.seq)))
+        .flat_map(crate::select::record_paths)
+        .collect();
+    let mut said = Vec::new();
+    for (dir, pids) in others {
+        let Ok(j) = Session::open_untrusted(&dir).and_then(|o| o.read_journal()) else { continue };
+        let shared: HashSet<&crate::bpath::BPath> =
+            j.records.iter().flat_map(crate::select::record_paths).filter(|p| mine.contains(p)).collect();
+        if let Some(example) = shared.iter().min() {
+            let pids = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            said.push(format!(
+                "another session, {} (process(es) {pids}), is still running and has journaled changes to {} of the paths this undo puts back (such as {}): what it does after this undo is not undone by it",
+                dir.display(),
+                shared.len(),
+                example.display_lossy()
+            ));
+        }
+    }
+    (!said.is_empty()).then(|| said.join("; "))
 }
 
 /// Makes sure the session's store has room for what this undo will keep of the paths it

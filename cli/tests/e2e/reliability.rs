@@ -1518,3 +1518,31 @@ fn a_record_whose_seq_no_writer_handed_out_is_named_and_never_acted_on() {
     assert_eq!(damaged.len(), 3, "{r}");
     assert!(s.path("g").exists());
 }
+
+#[test]
+fn an_undo_says_when_another_running_session_has_journaled_the_same_paths() {
+    // Session A leaves a process running that appends to f once a second (it holds A's store
+    // open); session B rewrites f and is undone while A still runs.
+    let s = scratch!();
+    s.sh("echo original > f");
+    let (a, b) = (s.session("a"), s.session("b"));
+    let writer = "exec 0</dev/null 1>/dev/null 2>&1; while [ ! -e stop ]; do echo a >> f; sleep 1; done &";
+    s.run_ok(&a, &["sh", "-c", writer]);
+    s.run_ok(&b, &["sh", "-c", "echo b > f"]);
+    let (_, r) = s.undo_json(&b);
+    std::fs::write(s.path("stop"), "").unwrap();
+    let notes: Vec<String> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    let a_dir = std::fs::canonicalize(&a).unwrap();
+    assert!(
+        notes.iter().any(|n| n.contains("another session")
+            && n.contains(&a_dir.display().to_string())
+            && n.ends_with("not undone by it")),
+        "the undo names the other session still writing f: {r}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let other = aether_journal::session::Session::open(&a).unwrap();
+    while !other.live_processes().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the writer never stopped");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -199,6 +199,18 @@ fn a_rust_program_on_rustix_and_tempfile_persist_is_journaled_and_undone_exactly
 }
 
 #[test]
+fn a_lock_file_tempfile_persists_into_an_existing_directory_is_removed_by_the_undo() {
+    // uv's cache lock: persist makes a new name in a directory that existed before, and the
+    // file is then opened again and written (the born table knows it by its first name).
+    let prog = example("persist");
+    let s = scratch!();
+    s.sh("mkdir cache && echo x > cache/existing");
+    roundtrip_changing(&s, &[prog.to_str().unwrap(), "lock"], |during| {
+        assert!(during.contains_key(&b"cache/.lock"[..]));
+    });
+}
+
+#[test]
 fn bun_writing_with_fs_and_bun_write_is_journaled_and_undone_exactly() {
     let bun = bun();
     let s = scratch!();

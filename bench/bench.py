@@ -157,6 +157,11 @@ def workloads(inp, root, progs):
 
         return prep
 
+    def w12_prep():
+        d = os.path.join(root, "w12")
+        rmtree(d)
+        sh("cp -a %s %s && sync" % (inp.repo, d))
+
     def w10_prep():
         d = os.path.join(root, "w10")
         rmtree(d)
@@ -197,6 +202,9 @@ def workloads(inp, root, progs):
                      'const fs = require("fs"); fs.mkdirSync("out"); '
                      'for (let i = 0; i < 2000; i++) fs.writeFileSync(`out/f${i}.txt`, "written by bun\\n");'),
                  os.path.join(root, "w11"), fresh(os.path.join(root, "w11")), target=2.0, supervised_only=True),
+        Workload("W12", "agent loop: 60 turns of 6 bash -c commands in a 2,000-file git repository",
+                 "%s 60" % os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_loop.sh"),
+                 os.path.join(root, "w12"), w12_prep, target=1.05),
     ]
 
 
@@ -318,7 +326,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W11,EXEC,CMD,RSS,RT,SUPMEM,UNDO)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,EXEC,CMD,RSS,RT,SUPMEM,UNDO)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--mode", choices=("preload", "run"), default="preload",
                     help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")

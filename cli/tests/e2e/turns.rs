@@ -930,3 +930,60 @@ fn errors_of_json_commands_are_json_with_a_stable_code() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["error"]["code"], "bad_mark_name", "{v}");
 }
+
+/// A small git repository for the agent loop (`bench/agent_loop.sh`), committed.
+fn agent_repo(s: &Scratch) {
+    s.sh("git init -q . && for i in $(seq -w 0 40); do echo \"omega $i\" > g00$i.txt; done && \
+          git add -A && git -c user.email=t@x -c user.name=t commit -qm start");
+}
+
+fn agent_loop() -> String {
+    repo_root().join("bench/agent_loop.sh").display().to_string()
+}
+
+#[test]
+fn the_agent_loop_under_a_bare_ld_preload_rewinds_to_each_turn_and_to_its_start() {
+    // Each turn a command of its own joining one session (as a harness's shell commands do),
+    // a mark after each, the tree's manifest taken there.
+    let s = scratch!();
+    agent_repo(&s);
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let mut at_mark = Vec::new();
+    for turn in 1..=3 {
+        let mut cmd = Command::new("bash");
+        cmd.args([agent_loop(), "1".into(), turn.to_string()]).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session);
+        let out = bounded(cmd, 120);
+        assert!(out.status.success(), "turn {turn}: {}", String::from_utf8_lossy(&out.stderr));
+        mark(&s, &session, &[]);
+        at_mark.push(manifest(&s.tree()));
+    }
+    for (turn, expected) in [(2, &at_mark[1]), (1, &at_mark[0])] {
+        let (code, r) = s.undo_json_with(&session, &["--to", &format!("turn-{turn}")]);
+        assert_complete(code, &r);
+        assert_same_tree(expected, &manifest(&s.tree()));
+    }
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
+fn the_agent_loop_under_run_with_marks_from_inside_is_undone_exactly() {
+    let s = scratch!();
+    agent_repo(&s);
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    let cli = artifacts().cli.display().to_string();
+    let script = format!("for t in 1 2 3; do bash {} 1 $t && {cli} mark >/dev/null || exit 1; done", agent_loop());
+    let out = bounded(run_cmd(&s, &session, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]), 120);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(s.mark_names(&session), ["turn-1", "turn-2", "turn-3"]);
+    let (code, r) = s.undo_json_with(&session, &["--to", "turn-2"]);
+    assert_complete(code, &r);
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}

@@ -60,7 +60,8 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     let _ = catch_unwind(|| {
         // Never print a panic: fd 2 belongs to the program (docs/INTERPOSITION.md, "The program's
         // descriptors"). Set here, while the process has one thread: set later, a fork by
-        // another thread in the middle would leave the child's panic machinery locked. A zero-sized closure: no allocation.
+        // another thread in the middle would leave the child's panic machinery locked. A
+        // zero-sized closure: no allocation.
         std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
         state::adopt_mark();

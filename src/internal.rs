@@ -85,7 +85,8 @@ pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
 }
 
 /// Encodes a record given as its fields as one journal line: exactly the bytes
-/// [`crate::journal::encode_line`] makes of the same [`crate::record::Record`] (tested), for about half the instructions.
+/// [`crate::journal::encode_line`] makes of the same [`crate::record::Record`] (tested), for
+/// about half the instructions.
 ///
 /// # Rationale
 /// This is the shim's hot path (one record per file `tar x` creates). serde_json spends most

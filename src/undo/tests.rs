@@ -902,3 +902,29 @@ fn renames_onto_one_name_that_both_captured_it_before_either_ran_are_undone_exac
     let b = r.outcomes.iter().position(|o| o.seq == Some(3)).unwrap();
     assert_eq!(code(&r, b), "already_as_before", "B's rename is not moved back: {:?}", r.outcomes);
 }
+
+#[test]
+fn a_dry_run_knows_the_bytes_a_copy_then_a_truncation_leave() {
+    // Newest first, the undo copies a capture back into f (13 bytes) and then truncates it to
+    // an append's prior length (11): the oldest capture is then already what f holds, which
+    // the dry run must see as the undo does.
+    let mut f = Fixture::new();
+    fs::write(f.p("f"), b"0123456789\n").unwrap();
+    f.change("f", Intent::Overwrite);
+    fs::write(f.p("f"), b"0123456789\n").unwrap();
+    f.change("f", Intent::Append);
+    fs::write(f.p("f"), b"0123456789\nXY").unwrap();
+    f.change("f", Intent::Overwrite);
+    fs::write(f.p("f"), b"new").unwrap();
+    let plan = f.undo_sealed(true);
+    let r = f.undo_sealed(false);
+    // The same outcomes, causes and reasons: the oldest step finds f already as it was.
+    let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
+    assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo");
+    assert!(r.outcomes[2].why.starts_with("its contents were already as before"), "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("f")).unwrap(), b"0123456789\n");
+}
+
+fn code_of(o: &StepReport) -> String {
+    serde_json::to_value(&o.cause).unwrap()["code"].as_str().unwrap().to_string()
+}

@@ -349,8 +349,16 @@ impl Handle {
             (Handle::Fd(dst), Handle::Fd(src)) => super::fs::copy_from_start(src, dst),
             (Handle::Sim(sim, p), src) => {
                 let (hash, len) = src.hash()?;
+                let from = match src {
+                    Handle::Sim(from_sim, q) => from_sim.node(q)?.and_then(|n| match n.content {
+                        None => n.real,
+                        Some(_) => n.bytes_from,
+                    }),
+                    Handle::Fd(_) => None,
+                };
                 sim.update(p, |n| {
                     n.content = Some((hash, len));
+                    n.bytes_from = from;
                     n.st.st_size = len as _;
                 })?;
                 Ok(())
@@ -364,9 +372,15 @@ impl Handle {
             Handle::Fd(fd) => rustix::fs::ftruncate(fd, len),
             Handle::Sim(sim, p) => {
                 let was = sim.content(p).ok();
-                // A real file's first `len` bytes are read and hashed; bytes the dry run only
-                // imagined cannot be, and get a name no real hash can equal.
-                let prefix = sim.node(p)?.filter(|n| n.content.is_none()).and_then(|n| n.real).and_then(|r| {
+                // A real file's first `len` bytes are read and hashed (the node's own, or those
+                // of the capture the dry run copied into it); bytes the dry run only imagined
+                // cannot be, and get a name no real hash can equal.
+                let source = sim.node(p)?.and_then(|n| match &n.content {
+                    None => n.real,
+                    Some((_, had)) if len <= *had => n.bytes_from,
+                    Some(_) => None,
+                });
+                let prefix = source.and_then(|r| {
                     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
                     let fd = crate::resolve::at_path(&r, |d, n| rustix::fs::openat(d, n, flags, Mode::empty())).ok()?;
                     let f = std::fs::File::from(fd);
@@ -407,6 +421,9 @@ pub(super) struct SimNode {
     pub(super) st: Stat,
     /// Contents (hash, length), when the dry run wrote them.
     content: Option<(String, u64)>,
+    /// The real file whose bytes those contents are (a capture the dry run copied in), so that
+    /// a truncation of them after is still known byte for byte.
+    bytes_from: Option<Vec<u8>>,
     /// Symlink target, for a symlink the dry run made.
     target: Option<Vec<u8>>,
     /// Extended attributes, once the dry run changed them.
@@ -501,6 +518,7 @@ impl Sim {
                         real: Some(r),
                         st,
                         content: None,
+                        bytes_from: None,
                         target: None,
                         xattrs: None,
                         flags: None,
@@ -571,7 +589,8 @@ impl Sim {
         st.st_size = target.as_ref().map_or(0, |t| t.len() as _);
         self.move_slots(path, path);
         let content = (ft == FileType::RegularFile).then(|| (blake3::hash(b"").to_hex().to_string(), 0));
-        self.set(path, Slot::Node(Box::new(SimNode { real: None, st, content, target, xattrs: None, flags: None })));
+        let node = SimNode { real: None, st, content, bytes_from: None, target, xattrs: None, flags: None };
+        self.set(path, Slot::Node(Box::new(node)));
         Ok(())
     }
 

@@ -338,10 +338,10 @@ pub fn touched_paths(journal: &JournalContents) -> Vec<BPath> {
     out
 }
 
-/// [`take_seal`] without hashing the store's linked blobs: only the state of every path, and
-/// without looking at those the caller knows it left `absent` (an undo's own removals).
-pub fn take_seal_of_paths(journal: &JournalContents, absent: &std::collections::HashSet<Vec<u8>>) -> Seal {
-    let touched = touched_paths(journal);
+/// [`take_seal`] without hashing the store's linked blobs: only the state of each of `touched`
+/// (its records' paths; `through` the seq of the last), without looking at those the caller
+/// knows it left `absent` (an undo's own removals).
+pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: &std::collections::HashSet<Vec<u8>>) -> Seal {
     let states = in_parallel(&touched, |p| {
         if absent.contains(p.as_bytes()) {
             return Some(AfterState::Absent);
@@ -352,7 +352,7 @@ pub fn take_seal_of_paths(journal: &JournalContents, absent: &std::collections::
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),
-        through: journal.records.last().map_or(0, |r| r.seq),
+        through,
         paths: touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
         blob_hashes: BTreeMap::new(),
         blob_intact: Default::default(),

@@ -319,15 +319,15 @@ fn undo_inner(
     // at once were the peak of a large undo).
     drop(journal);
     if let Some(done) = undo_log {
-        super::redo::close(&done.dir, done.written, &report.undone, &done.absent);
-        if done.lost > 0 {
+        let (dir, lost, not_kept) = (done.dir.clone(), done.lost, done.not_kept.clone());
+        super::redo::close(done, &report.undone);
+        if lost > 0 {
             report.notes.push(format!(
-                "{} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
-                done.lost,
-                done.dir.display()
+                "{lost} change(s) of this undo could not be journaled in {}: `redo` cannot take them back",
+                dir.display()
             ));
         }
-        if let (n @ 1.., why) = done.not_kept {
+        if let (n @ 1.., why) = not_kept {
             report.notes.push(format!(
                 "what {n} path(s) held before this undo changed them could not be kept ({}): `redo` cannot take those changes back exactly",
                 why.unwrap_or_default()

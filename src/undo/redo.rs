@@ -61,6 +61,9 @@ pub(super) struct UndoLog {
     removed: RefCell<HashSet<Vec<u8>>>,
     /// Records that could not be written.
     lost: Cell<u64>,
+    /// Every path a record names, in the order written (the seal of the undo is taken of
+    /// them when it ends, without reading its journal back).
+    touched: RefCell<Vec<BPath>>,
     /// Records whose prior state could not be kept (over a budget, a full store), and the
     /// reason of the first.
     not_kept: Cell<u64>,
@@ -75,6 +78,10 @@ pub(super) struct Finished {
     pub(super) dir: PathBuf,
     /// Records written.
     pub(super) written: u64,
+    /// The seq of its last record.
+    pub(super) last_seq: u64,
+    /// Every path its records name (repeats included).
+    pub(super) touched: Vec<BPath>,
     /// Records that could not be written.
     pub(super) lost: u64,
     /// Records whose prior state could not be kept, and why the first could not.
@@ -142,6 +149,7 @@ impl UndoLog {
             dirs: Default::default(),
             removed: Default::default(),
             lost: Cell::new(0),
+            touched: RefCell::new(Vec::new()),
             not_kept: Cell::new(0),
             not_kept_why: RefCell::new(None),
             written: Cell::new(0),
@@ -163,6 +171,8 @@ impl UndoLog {
         Finished {
             dir: self.dir.clone(),
             written: self.written.get(),
+            last_seq: self.next.get(),
+            touched: self.touched.take(),
             lost: self.lost.get(),
             not_kept: (self.not_kept.get(), self.not_kept_why.take()),
             absent: self.removed.take(),
@@ -188,6 +198,14 @@ impl UndoLog {
         {
             self.not_kept.set(self.not_kept.get() + 1);
             self.not_kept_why.borrow_mut().get_or_insert_with(|| reason.to_string());
+        }
+        {
+            let mut touched = self.touched.borrow_mut();
+            match &op {
+                Op::Change { path, .. } | Op::Meta { path, .. } => touched.push(path.clone()),
+                Op::Rename { from, to, .. } => touched.extend([from.clone(), to.clone()]),
+                _ => {}
+            }
         }
         let seq = self.next_id();
         let rec = Record {
@@ -409,20 +427,21 @@ pub(super) fn before_meta(path: &[u8], node: BorrowedFd<'_>, what: MetaKind, xat
 
 /// Ends an undo's journal at `dir`: the session records it reversed, and the state it left
 /// (its seal, what a redo compares against). A journal that holds nothing is removed.
-pub(super) fn close(dir: &Path, written: u64, reversed: &[u64], absent: &HashSet<Vec<u8>>) {
-    if written == 0 {
-        let _ = std::fs::remove_dir_all(dir);
+pub(super) fn close(done: Finished, reversed: &[u64]) {
+    if done.written == 0 {
+        let _ = std::fs::remove_dir_all(&done.dir);
         return;
     }
     let text: String = reversed.iter().map(|s| format!("{s}\n")).collect();
-    let _ = crate::session::write_atomically(&dir.join(REVERSED_FILE), text.trim_end().as_bytes());
-    if let Ok(journal) = crate::journal::read_with_segments(&dir.join(crate::session::JOURNAL_FILE), &dir.join("none"))
-    {
-        // The state of every path the undo changed; its kept inodes are not hashed (they were
-        // this undo's own moves and links, a moment ago).
-        let seal = crate::seal::take_seal_of_paths(&journal, absent);
-        let _ = seal.write(dir);
-    }
+    let _ = crate::session::write_atomically(&done.dir.join(REVERSED_FILE), text.trim_end().as_bytes());
+    // The state of every path the undo changed, from the paths it journaled (its journal is
+    // not read back: its records hold every capture); its kept inodes are not hashed (they
+    // were this undo's own moves and links, a moment ago).
+    let mut touched = done.touched;
+    touched.sort_unstable();
+    touched.dedup();
+    let seal = crate::seal::take_seal_of_paths(touched, done.last_seq, &done.absent);
+    let _ = seal.write(&done.dir);
 }
 
 thread_local! {

@@ -808,25 +808,11 @@ pub fn data_bytes(st: &Stat) -> u64 {
 /// data is gets a dense copy.
 pub fn copy_sparse_hashing(src: impl AsFd, dst: impl AsFd) -> io::Result<(String, u64)> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 256 * 1024];
     let mut pos = 0u64;
-    for_each_extent(&src, |start, end| {
-        hash_zeros(&mut hasher, start - pos);
-        let mut at = start;
-        while at < end {
-            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buf.len());
-            let n = match rustix::io::pread(&src, &mut buf[..want], at) {
-                Ok(0) => break, // it shrank meanwhile
-                Ok(n) => n,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            hasher.update(&buf[..n]);
-            pwrite_all(&dst, &buf[..n], at)?;
-            at += n as u64;
-        }
-        pos = at;
-        Ok(at == end)
+    copy_extents(&src, &dst, |at, chunk| {
+        hash_zeros(&mut hasher, at - pos);
+        hasher.update(chunk);
+        pos = at + chunk.len() as u64;
     })?;
     let len = rustix::fs::fstat(&src)?.st_size.max(0) as u64;
     if len > pos {
@@ -837,6 +823,32 @@ pub fn copy_sparse_hashing(src: impl AsFd, dst: impl AsFd) -> io::Result<(String
         pos = len;
     }
     Ok((hasher.finalize().to_hex().to_string(), pos))
+}
+
+/// Copies every data extent of `src` into `dst` at the same offsets (holes left unwritten),
+/// handing each chunk to `seen` with its offset; returns the end of the last byte copied. A file
+/// that shrinks meanwhile ends the copy where it now ends.
+pub fn copy_extents(src: impl AsFd, dst: impl AsFd, mut seen: impl FnMut(u64, &[u8])) -> io::Result<u64> {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut copied = 0u64;
+    for_each_extent(&src, |start, end| {
+        let mut at = start;
+        while at < end {
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buf.len());
+            let n = match rustix::io::pread(&src, &mut buf[..want], at) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            seen(at, &buf[..n]);
+            pwrite_all(&dst, &buf[..n], at)?;
+            at += n as u64;
+        }
+        copied = at;
+        Ok(at == end)
+    })?;
+    Ok(copied)
 }
 
 /// Runs `each` on every data extent of `fd` (`[start, end)`, in order), until it returns

@@ -713,14 +713,12 @@ impl Session {
     }
 }
 
-/// Every session some process still holds open (its journal, a segment, the shared tables),
-/// wherever it is, with those processes: one pass over `/proc`. This process is left out.
-pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
+/// Every process but this one, with the files it holds open or mapped (one pass over `/proc`).
+fn processes_and_what_they_hold() -> impl Iterator<Item = (u32, Vec<PathBuf>)> {
     use std::os::unix::ffi::OsStringExt;
-    let mut found: std::collections::BTreeMap<PathBuf, Vec<u32>> = std::collections::BTreeMap::new();
     let me = std::process::id();
-    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
-    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|&p| p != me) {
+    let procs = fs::read_dir("/proc").into_iter().flatten();
+    procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(move |&p| p != me).map(|pid| {
         let mut held: Vec<PathBuf> = fs::read_dir(format!("/proc/{pid}/fd"))
             .into_iter()
             .flatten()
@@ -731,6 +729,15 @@ pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
         held.extend(maps.split(|&c| c == b'\n').filter_map(|l| {
             l.iter().position(|&c| c == b'/').map(|i| PathBuf::from(std::ffi::OsString::from_vec(l[i..].to_vec())))
         }));
+        (pid, held)
+    })
+}
+
+/// Every session some process still holds open (its journal, a segment, the shared tables),
+/// wherever it is, with those processes: one pass over `/proc`. This process is left out.
+pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
+    let mut found: std::collections::BTreeMap<PathBuf, Vec<u32>> = std::collections::BTreeMap::new();
+    for (pid, held) in processes_and_what_they_hold() {
         let mut dirs: Vec<PathBuf> = held
             .iter()
             .filter_map(|h| {
@@ -756,34 +763,12 @@ pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
 /// [`Session::live_processes`] of each of `sessions`, from one pass over `/proc` (a choice
 /// among many sessions reads every process's descriptors once, not once per session).
 pub fn live_processes_of(sessions: &[&Session]) -> Vec<Vec<u32>> {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    let prefixes: Vec<Option<Vec<u8>>> = sessions
-        .iter()
-        .map(|s| {
-            fs::canonicalize(&s.dir).ok().map(|d| {
-                let mut p = d.as_os_str().as_bytes().to_vec();
-                p.push(b'/');
-                p
-            })
-        })
-        .collect();
+    // Path::starts_with compares whole components: a file under the session directory.
+    let dirs: Vec<Option<PathBuf>> = sessions.iter().map(|s| fs::canonicalize(&s.dir).ok()).collect();
     let mut live = vec![Vec::new(); sessions.len()];
-    let me = std::process::id();
-    let Ok(procs) = fs::read_dir("/proc") else { return live };
-    for pid in procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(|&p| p != me) {
-        let mut held: Vec<Vec<u8>> = fs::read_dir(format!("/proc/{pid}/fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|fd| fs::read_link(fd.path()).ok())
-            .map(|t| t.into_os_string().into_vec())
-            .collect();
-        let maps = fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
-        held.extend(
-            maps.split(|&c| c == b'\n').filter_map(|l| l.iter().position(|&c| c == b'/').map(|i| l[i..].to_vec())),
-        );
-        for (i, prefix) in prefixes.iter().enumerate() {
-            if prefix.as_ref().is_some_and(|p| held.iter().any(|h| h.starts_with(p))) {
+    for (pid, held) in processes_and_what_they_hold() {
+        for (i, dir) in dirs.iter().enumerate() {
+            if dir.as_ref().is_some_and(|d| held.iter().any(|h| h.starts_with(d) && h != d)) {
                 live[i].push(pid);
             }
         }

@@ -8,7 +8,6 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Stat, Times
 use rustix::io::Errno;
 
 use super::{Cause, Done, Outcome};
-use crate::capture::pwrite_all;
 
 /// A step that failed because a system call of the restore did (`failed_because` for a
 /// cause of its own).
@@ -107,24 +106,7 @@ pub(super) fn open_write_in_place(dir: BorrowedFd<'_>, name: &[u8], st: &Stat) -
 /// comes back sparse (holes are left unwritten, then the length set).
 pub(super) fn copy_from_start(src: &OwnedFd, dst: &OwnedFd) -> io::Result<()> {
     rustix::fs::ftruncate(dst, 0)?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut copied = 0u64;
-    crate::capture::for_each_extent(src, |start, end| {
-        let mut at = start;
-        while at < end {
-            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buf.len());
-            let n = match rustix::io::pread(src, &mut buf[..want], at) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            pwrite_all(dst, &buf[..n], at)?;
-            at += n as u64;
-        }
-        copied = at;
-        Ok(at == end)
-    })?;
+    let copied = crate::capture::copy_extents(src, dst, |_, _| {})?;
     let len = rustix::fs::fstat(src)?.st_size.max(0) as u64;
     rustix::fs::ftruncate(dst, len.max(copied))?;
     Ok(())

@@ -1004,6 +1004,11 @@ pub(crate) mod tests {
         }
     }
 
+    /// A capturer into `blobs` with `budget`, counting in `c`, making its calls directly.
+    fn capturer<'a>(blobs: &'a fs::File, c: &'a TestCounters, budget: Budget) -> Capturer<'a> {
+        Capturer { blobs: blobs.as_fd(), budget, counters: c, sync: false, index: None, calls: &Direct }
+    }
+
     fn setup() -> (tempfile::TempDir, fs::File, fs::File) {
         let t = tempfile::tempdir().unwrap();
         fs::create_dir(t.path().join("blobs")).unwrap();
@@ -1018,14 +1023,7 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/f"), b"hello").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"f", Intent::Overwrite) else { panic!() };
         let Node::File { blob, size, hash, how, .. } = snap.node else { panic!() };
         assert_eq!(size, 5);
@@ -1051,14 +1049,7 @@ pub(crate) mod tests {
         f.write_all_at(b"tail", LEN - 4).unwrap();
         drop(f);
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"sparse", Intent::Overwrite) else { panic!() };
         let Node::File { blob, size, hash, how, .. } = snap.node else { panic!() };
         assert_eq!(size, LEN);
@@ -1119,14 +1110,7 @@ pub(crate) mod tests {
         rustix::fs::setxattr(f.as_path(), "user.tag", b"v", rustix::fs::XattrFlags::empty()).unwrap();
         let ino = fs::metadata(&f).unwrap().ino();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"big", Intent::Truncate) else { panic!() };
         let Node::File { blob, how, twin, size, .. } = &snap.node else { panic!() };
         assert_eq!((*how, *size), (CaptureHow::Link, data.len() as u64));
@@ -1148,14 +1132,7 @@ pub(crate) mod tests {
         use std::os::unix::fs::MetadataExt;
         let (t, blobs, work) = setup();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         fs::write(t.path().join("work/small"), b"tiny").unwrap();
         fs::write(t.path().join("work/linked"), vec![1u8; MOVE_ASIDE_MIN as usize]).unwrap();
         fs::hard_link(t.path().join("work/linked"), t.path().join("work/other-name")).unwrap();
@@ -1177,7 +1154,7 @@ pub(crate) mod tests {
         fs::create_dir(t.path().join("work/d")).unwrap();
         let c = TestCounters::default();
         let budget = Budget { max_file: 50, max_total: 1000 };
-        let cap = Capturer { blobs: blobs.as_fd(), budget, counters: &c, sync: false, index: None, calls: &Direct };
+        let cap = capturer(&blobs, &c, budget);
         let Some(Before::Contents(snap)) = cap.capture_doomed_file(work.as_fd(), b"f") else { panic!() };
         assert!(matches!(snap.node, Node::File { how: CaptureHow::Link, size: 5, .. }));
         assert_eq!(
@@ -1199,14 +1176,7 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/f"), b"precious").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"f", Intent::Destroy) else { panic!() };
         let Node::File { blob, how, .. } = &snap.node else { panic!() };
         assert_eq!(*how, CaptureHow::Link);
@@ -1219,26 +1189,12 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/f"), vec![1u8; 100]).unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget { max_file: 10, max_total: 1000 },
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget { max_file: 10, max_total: 1000 });
         assert_eq!(
             cap.capture(work.as_fd(), b"f", Intent::Overwrite),
             Before::Irreversible { reason: Reason::OverFileBudget { size: 100, limit: 10 } }
         );
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget { max_file: 1000, max_total: 150 },
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget { max_file: 1000, max_total: 150 });
         c.add_bytes_kept(60);
         assert_eq!(
             cap.capture(work.as_fd(), b"f", Intent::Destroy),
@@ -1252,14 +1208,7 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         fs::write(t.path().join("work/log"), b"0123456789").unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"log", Intent::Append) else { panic!() };
         assert_eq!(snap.node, Node::Prefix { len: 10 });
         assert_eq!(cap.capture(work.as_fd(), b"nope", Intent::Overwrite), Before::Absent);
@@ -1271,14 +1220,7 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         std::os::unix::fs::symlink("/etc/passwd", t.path().join("work/l")).unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"l", Intent::Destroy) else { panic!() };
         assert_eq!(snap.node, Node::Symlink { target: BPath::from("/etc/passwd") });
     }
@@ -1288,14 +1230,7 @@ pub(crate) mod tests {
         let (t, blobs, work) = setup();
         rustix::fs::mknodat(work.as_fd(), "p", FileType::Fifo, Mode::from_raw_mode(0o640), 0).unwrap();
         let c = TestCounters::default();
-        let cap = Capturer {
-            blobs: blobs.as_fd(),
-            budget: Budget::default(),
-            counters: &c,
-            sync: false,
-            index: None,
-            calls: &Direct,
-        };
+        let cap = capturer(&blobs, &c, Budget::default());
         assert_eq!(
             cap.capture(work.as_fd(), b"p", Intent::Overwrite),
             Before::Irreversible { reason: Reason::SpecialFile { kind: SpecialKind::Fifo } }

@@ -45,11 +45,28 @@ thread_local! {
     /// another inode than the one a record names, by this undo's own doing (a copy recreated,
     /// a directory made again). Cleared when an undo starts.
     static MADE_HERE: RefCell<HashSet<Vec<u8>>> = RefCell::new(HashSet::new());
+    /// The directories in which the running undo (or dry run) made, removed or renamed an
+    /// entry: the kernel moved their times, whatever they read now. Cleared when an undo starts.
+    static ENTRIES_CHANGED: RefCell<HashSet<Vec<u8>>> = RefCell::new(HashSet::new());
 }
 
 /// Forgets the paths an earlier undo made (see [`made_here`]).
 pub(super) fn start_undo() {
     MADE_HERE.with(|m| m.borrow_mut().clear());
+    ENTRIES_CHANGED.with(|m| m.borrow_mut().clear());
+}
+
+/// Whether the running undo made, removed or renamed an entry of directory `dir`.
+pub(super) fn entries_changed_in(dir: &[u8]) -> bool {
+    ENTRIES_CHANGED.with(|m| m.borrow().contains(dir))
+}
+
+fn note_entries_changed(dir: &[u8]) {
+    ENTRIES_CHANGED.with(|m| {
+        if !m.borrow().contains(dir) {
+            m.borrow_mut().insert(dir.to_vec());
+        }
+    });
 }
 
 /// Whether the running undo has put a node at `path` itself.
@@ -58,6 +75,10 @@ pub(super) fn made_here(path: &[u8]) -> bool {
 }
 
 fn note_made(path: Vec<u8>) {
+    let (dir, name) = crate::resolve::split_last(&path);
+    if !name.is_empty() {
+        note_entries_changed(dir);
+    }
     MADE_HERE.with(|m| m.borrow_mut().insert(path));
 }
 
@@ -130,6 +151,7 @@ impl Dir {
 
     /// Removes whatever non-directory or empty directory is at `name` (`st` says which).
     pub(super) fn remove(&self, name: &[u8], st: &Stat) -> Result<(), Errno> {
+        note_entries_changed(&self.path);
         let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         match &self.sim {
             None => {
@@ -173,6 +195,7 @@ impl Dir {
 
     /// Renames `name` here to `to_name` in `to` (`NOREPLACE`, `EXCHANGE` or none).
     pub(super) fn rename(&self, name: &[u8], to: &Dir, to_name: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        note_entries_changed(&self.path);
         note_made(to.child(to_name));
         if flags.contains(RenameFlags::EXCHANGE) {
             note_made(self.child(name));

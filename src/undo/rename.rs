@@ -121,11 +121,7 @@ impl Executor<'_> {
     /// the two, and the file this rename moved away from `from` was made by the session (the
     /// newest older record of `from` is its creation), whose undo leaves `from` absent anyway.
     fn older_rename_that_ran_after(&self, from: &BPath, to: &BPath, now: &crate::record::Ident) -> Option<u64> {
-        let current = self.current.get()?;
-        let this_run = |r: &Record| self.undoes(r.seq) && !self.already.contains(&r.seq);
-        let older = &self.journal.records[..self.journal.records.partition_point(|r| r.seq < current)];
-        let racer =
-            older.iter().rev().filter(|r| this_run(r)).find(|r| crate::select::record_paths(r).contains(&to))?;
+        let racer = self.newest_older_record_of(to)?;
         let Op::Rename { to: t, moved: Some(m), flags, .. } = &racer.op else { return None };
         if t != to || m != now || RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE) {
             return None;
@@ -136,14 +132,19 @@ impl Executor<'_> {
     /// Whether the newest record older than the current one that names `from`, among those this
     /// undo reverses, is its creation: undoing it leaves `from` absent, whatever was there.
     fn made_by_this_undo_s_records(&self, from: &BPath) -> bool {
-        let Some(current) = self.current.get() else { return false };
+        matches!(self.newest_older_record_of(from).map(|r| &r.op), Some(Op::Change { path, before: Before::Absent | Before::Exclusive }) if path == from)
+    }
+
+    /// The newest record older than the one being undone that names `path` and that this undo
+    /// (not an earlier one) reverses.
+    fn newest_older_record_of(&self, path: &BPath) -> Option<&Record> {
+        let current = self.current.get()?;
         let older = &self.journal.records[..self.journal.records.partition_point(|r| r.seq < current)];
-        let made = older
+        older
             .iter()
             .rev()
             .filter(|r| self.undoes(r.seq) && !self.already.contains(&r.seq))
-            .find(|r| crate::select::record_paths(r).contains(&from));
-        matches!(made.map(|r| &r.op), Some(Op::Change { path, before: Before::Absent | Before::Exclusive }) if path == from)
+            .find(|r| crate::select::record_paths(r).contains(&path))
     }
 
     pub(super) fn undo_exchange(&self, a: &BPath, b: &BPath, moved: Option<&crate::record::Ident>) -> Done {

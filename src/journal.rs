@@ -311,6 +311,11 @@ impl JournalContents {
     /// above `last_id` (the session's counter, read after the records: each writer takes its
     /// id before it writes) or held by two records. `records` must be sorted by `seq`.
     pub fn set_aside_unaccounted(&mut self, last_id: Option<u64>) {
+        // Nearly always nothing is set aside: then the records stay where they are.
+        let accounted = |r: &crate::record::Record| last_id.is_none_or(|last| r.seq <= last);
+        if self.records.iter().all(accounted) && self.records.windows(2).all(|w| w[0].seq != w[1].seq) {
+            return;
+        }
         let records = std::mem::take(&mut self.records);
         let mut kept = Vec::with_capacity(records.len());
         let mut it = records.into_iter().peekable();
@@ -594,6 +599,33 @@ mod tests {
             call: "open".into(),
             op: Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
         }
+    }
+
+    #[test]
+    fn records_above_the_counter_or_held_twice_are_set_aside_and_the_rest_kept_in_order() {
+        let contents =
+            |seqs: &[u64]| JournalContents { records: seqs.iter().map(|&s| rec(s)).collect(), ..Default::default() };
+        let seqs = |j: &JournalContents| j.records.iter().map(|r| r.seq).collect::<Vec<_>>();
+        let mut clean = contents(&[1, 2, 3]);
+        clean.set_aside_unaccounted(Some(3));
+        assert_eq!(seqs(&clean), [1, 2, 3]);
+        assert!(clean.problems.is_empty());
+        let mut forged = contents(&[1, 2, 2, 3, 5]);
+        forged.set_aside_unaccounted(Some(4));
+        assert_eq!(seqs(&forged), [1, 3]);
+        let set_aside: Vec<_> = forged
+            .problems
+            .iter()
+            .map(|p| match p {
+                Problem::Unaccounted { seq, last_id } => (*seq, *last_id),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(set_aside, [(2, None), (5, Some(4))]);
+        // Without a counter only duplicates are set aside.
+        let mut uncounted = contents(&[7, 7, 9]);
+        uncounted.set_aside_unaccounted(None);
+        assert_eq!(seqs(&uncounted), [9]);
     }
 
     #[test]

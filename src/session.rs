@@ -440,8 +440,9 @@ pub fn may_hold_session(dir: &Path) -> io::Result<()> {
 
 /// Creates the directories, journal and counters of a session at `dir` if they are missing
 /// (several processes may do this at once), and writes `header` unless one exists. A
-/// directory that holds files of its own ([`may_hold_session`]) is refused.
-pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
+/// directory that holds files of its own ([`may_hold_session`]) is refused. The header is
+/// written as durably as `durability` says.
+pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io::Result<()> {
     may_hold_session(dir)?;
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && !parent.is_dir() {
@@ -464,7 +465,8 @@ pub fn ensure_layout(dir: &Path, header: &Header) -> io::Result<()> {
     ensure_captures(&dir.join(CAPTURES_FILE))?;
     let header_path = dir.join(HEADER_FILE);
     if !header_path.exists() {
-        write_atomically(&header_path, &serde_json::to_vec_pretty(header).map_err(io::Error::other)?)?;
+        let body = serde_json::to_vec_pretty(header).map_err(io::Error::other)?;
+        write_atomically_as(&header_path, durability, |w| w.write_all(&body))?;
     }
     Ok(())
 }
@@ -501,21 +503,60 @@ pub fn ensure_table(path: &Path, len: usize) -> io::Result<fs::File> {
     Ok(f)
 }
 
+/// How far a session file written with [`write_atomically_as`] has got when the write returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// In the kernel: it survives the death of any process, not a power loss. What records and
+    /// captures get by default, and so what the files describing them get too (a session's
+    /// header, `run`'s seal): an `fsync` of theirs would promise more than the records beside
+    /// them keep, and costs tens of milliseconds on every `run`.
+    InKernel,
+    /// On disk (`fsync` of the file and its directory): it survives a power loss. With
+    /// `AETHER_JOURNAL_SYNC=1`, and always for the seal an undo rewrites and its redo markers.
+    OnDisk,
+}
+
+impl Durability {
+    /// The durability a session's settings ask for.
+    pub fn of(settings: &crate::config::Settings) -> Durability {
+        if settings.sync { Durability::OnDisk } else { Durability::InKernel }
+    }
+}
+
 /// Writes `bytes` (and a newline) to `path`, mode 0600, atomically and durably: a temporary
 /// file of its own in the same directory, written and `fsync`ed, renamed over `path`, and the
 /// directory `fsync`ed, so that after a crash `path` holds either the old bytes or the new.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_as(path, Durability::OnDisk, |w| w.write_all(bytes))
+}
+
+/// Writes what `write` writes (and a newline) to `path`, mode 0600, atomically (a temporary file
+/// of its own in the same directory, renamed over `path`: no reader ever sees a part of it), as
+/// durably as `durability` says. `write` is given a buffered writer, so that a large file (a
+/// seal of a million paths) is never held in memory whole.
+pub fn write_atomically_as(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp =
+    let tmp =
         tempfile::Builder::new().prefix(".tmp-").permissions(fs::Permissions::from_mode(0o600)).tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.write_all(b"\n")?;
-    tmp.as_file().sync_all()?;
+    let mut out = io::BufWriter::with_capacity(1 << 16, tmp);
+    write(&mut out)?;
+    out.write_all(b"\n")?;
+    let tmp = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    if durability == Durability::OnDisk {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
-    fs::File::open(dir)?.sync_all()
+    if durability == Durability::OnDisk {
+        fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// The counters of a session, read without mapping the file.
@@ -530,15 +571,16 @@ pub struct Counters {
 }
 
 impl Session {
-    /// Creates a new session directory (which must not already hold a session).
-    pub fn create(dir: &Path, header: &Header) -> Result<Session, SessionError> {
+    /// Creates a new session directory (which must not already hold a session), its header
+    /// written as durably as `durability` says.
+    pub fn create(dir: &Path, header: &Header, durability: Durability) -> Result<Session, SessionError> {
         if dir.join(HEADER_FILE).exists() {
             return Err(SessionError::Io {
                 path: dir.to_path_buf(),
                 source: io::Error::new(io::ErrorKind::AlreadyExists, "a session already exists there"),
             });
         }
-        ensure_layout(dir, header).map_err(io_at(dir))?;
+        ensure_layout(dir, header, durability).map_err(io_at(dir))?;
         // An existing directory keeps its mode: one open to others is made private (undo
         // refuses a session others could write).
         let m = fs::metadata(dir).map_err(io_at(dir))?;
@@ -657,11 +699,12 @@ impl Session {
 
     /// Seals the session once its command has ended: the after-state of every path it
     /// touched, so that a later undo tells a change made since from its own work
-    /// ([`crate::seal`]). Returns the journal it sealed; `progress` is called once per record.
-    pub fn seal(&self, progress: impl Fn() + Sync) -> Result<JournalContents, SessionError> {
+    /// ([`crate::seal`]), written as durably as `durability` says. Returns the journal it
+    /// sealed; `progress` is called once per record.
+    pub fn seal(&self, durability: Durability, progress: impl Fn() + Sync) -> Result<JournalContents, SessionError> {
         let journal = self.read_journal()?;
         let seal = crate::seal::take_seal(&journal, &self.blobs_dir(), progress);
-        seal.write(&self.dir).map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
+        seal.write_as(&self.dir, durability).map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
         Ok(journal)
     }
 
@@ -1116,7 +1159,7 @@ mod tests {
     fn the_library_refuses_a_session_directory_others_can_write_unless_asked_not_to_check() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("s");
-        Session::create(&dir, &header("s")).unwrap();
+        Session::create(&dir, &header("s"), Durability::InKernel).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(Session::open(&dir), Err(SessionError::NotTrusted { .. })));
         assert!(Session::open_untrusted(&dir).is_ok());
@@ -1141,7 +1184,7 @@ mod tests {
     fn a_new_session_directory_is_private() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("s");
-        let s = Session::create(&dir, &header("s")).unwrap();
+        let s = Session::create(&dir, &header("s"), Durability::InKernel).unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(s.dir()), 0o700);
         assert_eq!(mode(&s.blobs_dir()), 0o700);
@@ -1155,7 +1198,7 @@ mod tests {
     #[test]
     fn an_unknown_session_version_is_refused_by_name() {
         let t = tempfile::tempdir().unwrap();
-        let s = Session::create(&t.path().join("s"), &header("s")).unwrap();
+        let s = Session::create(&t.path().join("s"), &header("s"), Durability::InKernel).unwrap();
         let mut h = serde_json::to_value(s.header()).unwrap();
         h["version"] = 7.into();
         fs::write(s.dir().join(HEADER_FILE), serde_json::to_vec(&h).unwrap()).unwrap();
@@ -1166,7 +1209,7 @@ mod tests {
     #[test]
     fn state_changes_are_persisted() {
         let t = tempfile::tempdir().unwrap();
-        let s = Session::create(&t.path().join("s"), &header("s")).unwrap();
+        let s = Session::create(&t.path().join("s"), &header("s"), Durability::InKernel).unwrap();
         s.set_state(State::Undone).unwrap();
         assert_eq!(Session::open(s.dir()).unwrap().state(), State::Undone);
     }
@@ -1178,8 +1221,8 @@ mod tests {
         a.created = "2026-01-01T00:00:00Z".into();
         let mut b = header("b");
         b.created = "2026-02-01T00:00:00Z".into();
-        Session::create(&t.path().join("a"), &a).unwrap();
-        Session::create(&t.path().join("b"), &b).unwrap();
+        Session::create(&t.path().join("a"), &a, Durability::InKernel).unwrap();
+        Session::create(&t.path().join("b"), &b, Durability::InKernel).unwrap();
         fs::create_dir(t.path().join("not-a-session")).unwrap();
         assert_eq!(latest_session(t.path()).unwrap().header().id, "b");
     }

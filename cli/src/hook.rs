@@ -14,8 +14,8 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use aether_journal::config::{ENV_DIR, ENV_SESSION_ID};
-use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Header, Session};
+use aether_journal::config::{ENV_DIR, ENV_SESSION_ID, Settings};
+use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Durability, Header, Session};
 use aether_journal_recorder::marks::{MarkError, MarkRequest, Marked, mark};
 use clap::ValueEnum;
 use serde_json::Value;
@@ -145,7 +145,7 @@ fn open_or_create(harness: Harness, dir: &Path, cwd: &str) -> Result<Session, St
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut header = Header::new(id, vec![harness.name().into()], cwd.into(), "hook");
     header.coverage = Some(Coverage::libc(CoverageReason::PreloadOnly));
-    match Session::create(dir, &header) {
+    match Session::create(dir, &header, Durability::of(&Settings::from_env().0)) {
         Ok(s) => Ok(s),
         // Two hooks at once: the other one made it.
         Err(_) if dir.join(session::HEADER_FILE).exists() => Session::open(dir).map_err(|e| e.to_string()),

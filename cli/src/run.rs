@@ -20,7 +20,7 @@ use aether_journal::bpath;
 use aether_journal::config::{ENV_DIR, ENV_MARK, ENV_POLICY, ENV_SHIM, ENV_SWITCH, Settings};
 use aether_journal::exec_check::{self, Creds};
 use aether_journal::record::Op;
-use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Header, Session};
+use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Durability, Header, Session};
 use aether_journal_supervisor::install::{Installer, Unavailable, probe};
 use aether_journal_supervisor::launch::{Ended, launch};
 
@@ -187,7 +187,8 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
         "cli",
     );
     header.coverage = Some(coverage.clone());
-    let s = Session::create(&dir, &header).map_err(|e| e.to_string())?;
+    let durability = Durability::of(&Settings::from_env().0);
+    let s = Session::create(&dir, &header, durability).map_err(|e| e.to_string())?;
     if let Some(root) = &root {
         // So that `log`/`undo` without --journal find sessions kept elsewhere.
         let _ = session::register(root, &s);
@@ -243,7 +244,7 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
             return Ok(code);
         }
     };
-    seal(&s)?;
+    seal(&s, durability)?;
     Ok(status)
 }
 
@@ -404,8 +405,8 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 }
 
 /// Seals the session: the after-state of every touched path, so that undo can tell later
-/// edits apart.
-fn seal(s: &Session) -> Result<(), String> {
+/// edits apart. Written as durably as the session's records (`durability`).
+fn seal(s: &Session, durability: Durability) -> Result<(), String> {
     // A store that vanished while the command ran (a program nothing could see into removed
     // or moved it) is said plainly: what was journaled in it is gone.
     match Session::open(s.dir()) {
@@ -427,7 +428,7 @@ fn seal(s: &Session) -> Result<(), String> {
         }
     }
     let pb = crate::progress_bar(s.counters().last_id, "sealing");
-    let records = match s.seal(|| pb.inc(1)) {
+    let records = match s.seal(durability, || pb.inc(1)) {
         Ok(journal) => journal.records.len(),
         Err(e) => {
             let _ = writeln!(

@@ -467,6 +467,34 @@ fn with_sync_every_record_is_on_disk_before_its_call_proceeds() {
 }
 
 #[test]
+fn run_writes_its_header_and_seal_as_durably_as_the_records_and_no_more() {
+    // By default a record is in the kernel, not on disk, when its call proceeds: the header
+    // and the seal beside it are written the same way (an fsync of theirs cost every `run`
+    // tens of milliseconds for a promise the records do not keep). With sync, both are on disk.
+    let s = scratch!();
+    let fsyncs_of_run = |sync: bool| {
+        let session = s.session(&format!("sync-{sync}"));
+        let trace = s.root.join(format!("trace-{sync}"));
+        let mut cmd = Command::new("strace");
+        cmd.args(["-o".as_ref(), trace.as_os_str(), "-e".as_ref(), "trace=fsync,fdatasync".as_ref()]);
+        cmd.arg(&artifacts().cli).args(["run", "--no-supervise", "--journal"]).arg(&session);
+        cmd.args(["--", "sh", "-c", "echo x > made"]).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        if sync {
+            cmd.env("AETHER_JOURNAL_SYNC", "1");
+        }
+        let out = cmd.output().expect("strace (.ci/run installs it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(session.join("seal.json").is_file(), "sealed");
+        let t = std::fs::read_to_string(&trace).unwrap();
+        t.lines().filter(|l| l.starts_with("fsync(") || l.starts_with("fdatasync(")).count()
+    };
+    assert_eq!(fsyncs_of_run(false), 0, "no fsync by `run` itself without sync");
+    // The header and the seal, each file and its directory.
+    assert!(fsyncs_of_run(true) >= 4, "header and seal on disk with sync");
+}
+
+#[test]
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_session_store_that_fills_up_leaves_the_program_unchanged_and_the_undo_honest() {
     require_root("to mount a small tmpfs");

@@ -31,7 +31,7 @@ fn harness_session(s: &Scratch) -> std::path::PathBuf {
     let dir = s.root.join("state/aether-journal").join(&id);
     let mut header = Header::new(id, vec!["harness".into()], s.tree().as_path().into(), "harness");
     header.coverage = Some(Coverage::libc(CoverageReason::PreloadOnly));
-    Session::create(&dir, &header).expect("create the session");
+    Session::create(&dir, &header, aether_journal::session::Durability::InKernel).expect("create the session");
     dir
 }
 

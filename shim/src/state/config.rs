@@ -161,7 +161,7 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
                 .into_iter()
                 .chain(fallbacks)
                 .map(|root| root.join(&id))
-                .find(|dir| session::ensure_layout(dir, &header).is_ok());
+                .find(|dir| session::ensure_layout(dir, &header, session::Durability::of(&settings)).is_ok());
             let Some(dir) = made else { return disabled };
             made_id = Some(id);
             dir

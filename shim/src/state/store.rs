@@ -201,7 +201,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
                     String::from_utf8_lossy(&cmdline().first().map(|a| a.as_bytes().to_vec()).unwrap_or_default())
                 ));
             }
-            session::ensure_layout(dir, &header).ok()?;
+            session::ensure_layout(dir, &header, session::Durability::of(&cfg.settings)).ok()?;
         }
     }
     let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;

@@ -20,11 +20,13 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::bpath::BPath;
-use crate::capture::{hash_fd, hash_regular, ident_of};
+use crate::capture::{hash_regular, ident_of};
 
 std::thread_local! {
-    /// The directory the last [`AfterState::of`] on this thread looked in, open.
-    static PARENT: std::cell::RefCell<Option<(Vec<u8>, std::os::fd::OwnedFd)>> = const { std::cell::RefCell::new(None) };
+    /// The directory the last [`AfterState::of_sealing`] on this thread looked in, open, or
+    /// `None` when it does not exist (every name in it is then absent: an `rm -rf` leaves a
+    /// seal of many such names).
+    static PARENT: std::cell::RefCell<Option<(Vec<u8>, Option<std::os::fd::OwnedFd>)>> = const { std::cell::RefCell::new(None) };
 }
 use crate::journal::JournalContents;
 use crate::record::{Before, CaptureHow, Ident, Node, Op};
@@ -114,13 +116,20 @@ impl AfterState {
         PARENT.with(|cell| {
             let mut cached = cell.borrow_mut();
             if cached.as_ref().is_none_or(|(d, _)| d.as_slice() != dir) {
-                *cached =
-                    rustix::fs::openat(CWD, dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                        .ok()
-                        .map(|fd| (dir.to_vec(), fd));
+                *cached = match rustix::fs::openat(
+                    CWD,
+                    dir,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => Some((dir.to_vec(), Some(fd))),
+                    Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => Some((dir.to_vec(), None)),
+                    Err(_) => None,
+                };
             }
             match cached.as_ref() {
-                Some((_, fd)) => Self::at(fd.as_fd(), name),
+                Some((_, Some(fd))) => Self::at(fd.as_fd(), name),
+                Some((_, None)) => Ok(AfterState::Absent),
                 None => Self::at(CWD, path),
             }
         })
@@ -242,6 +251,27 @@ impl AfterState {
     }
 }
 
+/// What a blob was when the session was sealed: its inode, size and modification time. Not
+/// its change time, which a redo moves (it renames a blob an undo put back into the tree back
+/// into the store); a write to the blob moves its modification time, unless the writer sets
+/// it back on purpose, which needs write access to the store (see the README's limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobStat {
+    /// Its identity.
+    pub ident: Ident,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time (seconds, nanoseconds).
+    pub mtime: [i64; 2],
+}
+
+impl BlobStat {
+    /// Of the file `st` describes.
+    pub fn of(st: &rustix::fs::Stat) -> BlobStat {
+        BlobStat { ident: ident_of(st), size: st.st_size as u64, mtime: [st.st_mtime, st.st_mtime_nsec as i64] }
+    }
+}
+
 /// A session's seal.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Seal {
@@ -256,11 +286,17 @@ pub struct Seal {
     pub through: u64,
     /// After-state of every touched path (a list, since paths are bytes).
     pub paths: Vec<(BPath, AfterState)>,
-    /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures).
+    /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures), in
+    /// seals of older builds; a seal of this one holds [`Seal::blob_stats`] instead (empty).
     pub blob_hashes: BTreeMap<String, String>,
+    /// What every blob captured without a hash (linked and cloned captures) was at sealing
+    /// ([`BlobStat`]): undo refuses one that is no longer so, and the seal need not read a
+    /// byte of them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub blob_stats: BTreeMap<String, BlobStat>,
     /// The linked blobs whose size and modification time were, at sealing, still those of
-    /// their capture: their sealed hash is then the hash of the captured bytes (a descriptor
-    /// kept open could otherwise have changed the inode after it was captured).
+    /// their capture: their bytes are then the captured bytes (a descriptor kept open could
+    /// otherwise have changed the inode after it was captured).
     #[serde(default)]
     pub blob_intact: std::collections::BTreeSet<String>,
     /// Where each path is in `paths`, built on first use (a scan per path made an undo of
@@ -366,6 +402,7 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: &std::colle
         through,
         paths: touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
         blob_hashes: BTreeMap::new(),
+        blob_stats: BTreeMap::new(),
         blob_intact: Default::default(),
         index: Default::default(),
     }
@@ -405,24 +442,31 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
             }
         }
     }
-    let hashed = in_parallel(&unhashed, |(blob, size, how, mtime)| {
-        let out = std::fs::File::open(blobs_dir.join(blob)).ok().and_then(|f| {
-            let st = rustix::fs::fstat(&f).ok();
-            let (h, n) = hash_fd(&f).ok()?;
-            let unchanged = st.is_some_and(|st| [st.st_mtime, st.st_mtime_nsec as i64] == *mtime);
-            Some((h, *how != CaptureHow::Link || (n == *size && unchanged)))
+    // Their state, not their bytes: an `lstat` each (hashing them was most of what `run` did
+    // after an `rm -rf`), which undo compares with the blob before it trusts it.
+    let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
+    let stats = in_parallel(&unhashed, |(blob, size, how, mtime)| {
+        let out = match &blobs {
+            Some(dir) => rustix::fs::statat(dir, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW),
+            None => rustix::fs::lstat(blobs_dir.join(blob)),
+        }
+        .ok()
+        .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+        .map(|st| {
+            let stat = BlobStat::of(&st);
+            (stat, *how != CaptureHow::Link || (stat.size == *size && stat.mtime == *mtime))
         });
         progress();
         out
     });
-    let mut blob_hashes = BTreeMap::new();
+    let mut blob_stats = BTreeMap::new();
     let mut blob_intact = std::collections::BTreeSet::new();
-    for ((blob, ..), got) in unhashed.into_iter().zip(hashed) {
-        if let Some((h, intact)) = got {
+    for ((blob, ..), got) in unhashed.into_iter().zip(stats) {
+        if let Some((stat, intact)) = got {
             if intact {
                 blob_intact.insert(blob.clone());
             }
-            blob_hashes.insert(blob, h);
+            blob_stats.insert(blob, stat);
         }
     }
     Seal {
@@ -430,7 +474,8 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
         sealed: crate::session::now_rfc3339_seconds(),
         through: journal.records.last().map_or(0, |r| r.seq),
         paths,
-        blob_hashes,
+        blob_hashes: BTreeMap::new(),
+        blob_stats,
         blob_intact,
         index: Default::default(),
     }
@@ -576,6 +621,27 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_in_a_directory_that_is_gone_are_sealed_absent_and_the_next_directory_is_looked_at() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().to_str().unwrap();
+        std::fs::create_dir(t.path().join("kept")).unwrap();
+        std::fs::write(t.path().join("kept/f"), b"here").unwrap();
+        std::fs::write(t.path().join("file"), b"not a dir").unwrap();
+        let paths: Vec<BPath> = ["gone/a", "gone/b", "file/x", "kept/f", "gone/c", "kept/missing"]
+            .iter()
+            .map(|p| BPath::new(format!("{root}/{p}").into_bytes()))
+            .collect();
+        let seal = take_seal_of_paths(paths.clone(), 6, &Default::default());
+        let kind = |p: &BPath| match seal.state_of(p) {
+            Some(AfterState::Absent) => "absent",
+            Some(AfterState::File { size: 4, .. }) => "file",
+            other => panic!("{other:?}"),
+        };
+        let kinds: Vec<_> = paths.iter().map(kind).collect();
+        assert_eq!(kinds, ["absent", "absent", "absent", "file", "absent", "absent"]);
+    }
 
     #[test]
     fn the_newest_record_of_a_path_decides_its_expectation_and_creations_alone_hold_none() {

@@ -381,6 +381,11 @@ fn missing_and_tampered_blobs_are_named_and_never_written_back() {
             .unwrap()
             .to_string()
     };
+    // The linked blob is sealed by its state, not read: its inode, size and modification time.
+    let seal: serde_json::Value = serde_json::from_slice(&std::fs::read(session.join("seal.json")).unwrap()).unwrap();
+    let sealed = &seal["blob_stats"][blob_of("/c")];
+    assert_eq!(sealed["size"], 7, "{seal}");
+    assert!(sealed["ident"]["ino"].is_u64() && sealed["mtime"].is_array(), "{seal}");
     std::fs::remove_file(session.join("blobs").join(blob_of("/a"))).unwrap();
     std::fs::write(session.join("blobs").join(blob_of("/b")), b"EVIL!!!\n").unwrap();
     let cblob = session.join("blobs").join(blob_of("/c"));

@@ -146,6 +146,7 @@ pub struct Record {
     #[serde(deserialize_with = "interned_call")]
     pub call: Arc<str>,
     /// What the call is about to do, with the prior state needed to reverse it.
+    #[serde(deserialize_with = "tag_first::op")]
     pub op: Op,
 }
 
@@ -402,6 +403,7 @@ impl Before {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// The node itself.
+    #[serde(deserialize_with = "tag_first::node")]
     pub node: Node,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
@@ -937,6 +939,95 @@ mod tests {
     }
 
     #[test]
+    fn a_record_reads_the_same_whether_its_tags_come_first_or_last() {
+        // Writers put every tag first (read without buffering); any other order goes the
+        // derived way. Both must give the same record, for every kind of operation and state.
+        let snap = Snapshot {
+            node: Node::File { blob: "01/1".into(), size: 3, hash: None, how: CaptureHow::Link, twin: None },
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            mtime: [1, 2],
+            atime: [3, 4],
+            ident: Ident { dev: 1, ino: 2 },
+            xattrs: None,
+            links: 0,
+        };
+        let meta = MetaBefore {
+            what: MetaKind::Mode,
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            atime: [0, 0],
+            mtime: [5, 6],
+            ident: Ident { dev: 1, ino: 3 },
+            symlink: false,
+            xattr: None,
+            flags: Some(16),
+        };
+        let ops = [
+            Op::Change { path: BPath::new(b"/a\xff".to_vec()), before: Before::contents(snap.clone()) },
+            Op::Change { path: BPath::from("/b"), before: Before::Exclusive },
+            Op::Change { path: BPath::from("/c"), before: Before::Born { created: 3 } },
+            Op::Change { path: BPath::from("/d"), before: Before::Kept { by: 4 } },
+            Op::Change {
+                path: BPath::from("/e"),
+                before: Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
+            },
+            Op::Rename {
+                from: BPath::from("/f"),
+                to: BPath::from("/g"),
+                flags: 1,
+                moved: Some(Ident { dev: 1, ino: 9 }),
+                to_before: Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
+            },
+            Op::Rename {
+                from: BPath::from("/h"),
+                to: BPath::from("/i"),
+                flags: 0,
+                moved: None,
+                to_before: Before::Absent,
+            },
+            Op::Meta { path: BPath::from("/j"), before: Box::new(meta) },
+            Op::Exec {
+                program: BPath::from("/bin/sh"),
+                argv: vec![BPath::from("sh")],
+                cwd: BPath::from("/"),
+                child: Some(5),
+            },
+            Op::CallFailed { of_seq: 6, errno: 2 },
+            Op::Mark { name: "turn-1".into(), label: None, key: Some("k".into()), held: vec![] },
+        ];
+        fn tags_last(v: &mut serde_json::Value) {
+            if let serde_json::Value::Object(map) = v {
+                for tag in ["kind", "state", "type"] {
+                    if let Some(t) = map.remove(tag) {
+                        map.insert(tag.to_string(), t);
+                    }
+                }
+                map.values_mut().for_each(tags_last);
+            }
+        }
+        for op in ops {
+            let r = sample(op);
+            let first = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Record>(&first).unwrap(), r, "{first}");
+            let mut v = serde_json::to_value(&r).unwrap();
+            tags_last(&mut v);
+            let last = serde_json::to_string(&v).unwrap();
+            assert_ne!(first, last);
+            assert_eq!(serde_json::from_str::<Record>(&last).unwrap(), r, "{last}");
+        }
+        // What the derived reading refuses, the tag-first one refuses too.
+        let bad = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","path":"/x","before":{"state":"contents","node":{"type":"file","blob":"../x","size":1,"hash":null,"how":"link"},"mode":0,"uid":0,"gid":0,"mtime":[0,0],"atime":[0,0],"ident":{"dev":1,"ino":1}}}}"#;
+        let err = serde_json::from_str::<Record>(bad).unwrap_err().to_string();
+        assert!(err.contains("not a blob name"), "{err}");
+        let missing = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","before":{"state":"absent"}}}"#;
+        let err = serde_json::from_str::<Record>(missing).unwrap_err().to_string();
+        assert!(err.contains("missing field `path`"), "{err}");
+    }
+
+    #[test]
     fn the_json_names_the_prior_state_in_the_words_of_the_format() {
         let r = sample(Op::Change { path: BPath::from("/x"), before: Before::Absent });
         let text = serde_json::to_string(&r).unwrap();
@@ -960,5 +1051,210 @@ mod tests {
         assert!(!matches_template(&t, &BPath::from("/e/sedA1b2C3")), "another directory");
         assert!(matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.c")));
         assert!(!matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.h")), "another suffix");
+    }
+}
+
+/// Reading the three internally tagged enums of a record ([`Op`], [`Before`], [`Node`]) without
+/// serde's buffering of each map: every writer of the format puts the tag first, so the tag is
+/// read, then the rest of the map goes straight into the variant's fields. A map whose tag is
+/// not first, or a variant rarely written, is handed to the derived implementation whole (its
+/// first entry replayed), so what is accepted and the errors for what is not are the derived
+/// ones. Reading a journal spent a third of its time in that buffering.
+mod tag_first {
+    use serde::de::value::{MapAccessDeserializer, StringDeserializer};
+    use serde::de::{DeserializeSeed, Error, IgnoredAny, MapAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    use super::{BPath, Before, CaptureHow, Ident, MetaBefore, Node, Op, Snapshot};
+
+    /// A map access that yields `first` (a key and its value, already read) before the rest.
+    struct Replay<A> {
+        first: Option<(String, Value)>,
+        value: Option<Value>,
+        rest: A,
+    }
+
+    impl<'de, A: MapAccess<'de>> MapAccess<'de> for Replay<A> {
+        type Error = A::Error;
+
+        fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+            match self.first.take() {
+                Some((key, value)) => {
+                    self.value = Some(value);
+                    seed.deserialize(StringDeserializer::<A::Error>::new(key)).map(Some)
+                }
+                None => self.rest.next_key_seed(seed),
+            }
+        }
+
+        fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+            match self.value.take() {
+                Some(value) => seed.deserialize(value).map_err(A::Error::custom),
+                None => self.rest.next_value_seed(seed),
+            }
+        }
+    }
+
+    /// The tag of a map (when it is its first key) and the access to the rest; otherwise the
+    /// map to hand to the derived implementation.
+    enum Start<A> {
+        Tagged(String, A),
+        Whole(Replay<A>),
+    }
+
+    fn start<'de, A: MapAccess<'de>>(mut map: A, tag: &str) -> Result<Start<A>, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return Ok(Start::Whole(Replay { first: None, value: None, rest: map }));
+        };
+        let value: Value = map.next_value()?;
+        match value {
+            Value::String(name) if key == tag => Ok(Start::Tagged(name, map)),
+            value => Ok(Start::Whole(Replay { first: Some((key, value)), value: None, rest: map })),
+        }
+    }
+
+    /// The derived implementation of `T`, given the whole map.
+    fn derived<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: Replay<A>) -> Result<T, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(map))
+    }
+
+    fn tagged_back<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
+        tag: &str,
+        name: String,
+        rest: A,
+    ) -> Result<T, A::Error> {
+        derived(Replay { first: Some((tag.to_string(), Value::String(name))), value: None, rest })
+    }
+
+    fn fields<'de, T: Deserialize<'de>, A: MapAccess<'de>>(rest: A) -> Result<T, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(rest))
+    }
+
+    struct OpVisitor;
+
+    impl<'de> Visitor<'de> for OpVisitor {
+        type Value = Op;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a journaled operation")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Op, A::Error> {
+            #[derive(Deserialize)]
+            struct Change {
+                path: BPath,
+                #[serde(deserialize_with = "before")]
+                before: Before,
+            }
+            #[derive(Deserialize)]
+            struct Rename {
+                from: BPath,
+                to: BPath,
+                flags: u32,
+                moved: Option<Ident>,
+                #[serde(deserialize_with = "before")]
+                to_before: Before,
+            }
+            #[derive(Deserialize)]
+            struct Meta {
+                path: BPath,
+                before: Box<MetaBefore>,
+            }
+            let (kind, rest) = match start(map, "kind")? {
+                Start::Tagged(kind, rest) => (kind, rest),
+                Start::Whole(map) => return derived(map),
+            };
+            match kind.as_str() {
+                "change" => fields::<Change, _>(rest).map(|c| Op::Change { path: c.path, before: c.before }),
+                "rename" => fields::<Rename, _>(rest).map(|r| Op::Rename {
+                    from: r.from,
+                    to: r.to,
+                    flags: r.flags,
+                    moved: r.moved,
+                    to_before: r.to_before,
+                }),
+                "meta" => fields::<Meta, _>(rest).map(|m| Op::Meta { path: m.path, before: m.before }),
+                _ => tagged_back("kind", kind, rest),
+            }
+        }
+    }
+
+    /// [`Op`], tag first.
+    pub(super) fn op<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+        d.deserialize_map(OpVisitor)
+    }
+
+    struct BeforeVisitor;
+
+    impl<'de> Visitor<'de> for BeforeVisitor {
+        type Value = Before;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a prior state")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Before, A::Error> {
+            let (state, mut rest) = match start(map, "state")? {
+                Start::Tagged(state, rest) => (state, rest),
+                Start::Whole(map) => return derived(map),
+            };
+            match state.as_str() {
+                "contents" => fields::<Snapshot, _>(rest).map(Before::contents),
+                "absent" | "exclusive" => {
+                    // A unit variant: whatever else the map holds is ignored, as derived.
+                    while rest.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(if state == "absent" { Before::Absent } else { Before::Exclusive })
+                }
+                _ => tagged_back("state", state, rest),
+            }
+        }
+    }
+
+    /// [`Before`], tag first.
+    pub(super) fn before<'de, D: Deserializer<'de>>(d: D) -> Result<Before, D::Error> {
+        d.deserialize_map(BeforeVisitor)
+    }
+
+    struct NodeVisitor;
+
+    impl<'de> Visitor<'de> for NodeVisitor {
+        type Value = Node;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a captured node")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Node, A::Error> {
+            #[derive(Deserialize)]
+            struct File {
+                #[serde(deserialize_with = "super::blob_name")]
+                blob: String,
+                size: u64,
+                hash: Option<String>,
+                how: CaptureHow,
+                #[serde(default)]
+                twin: Option<Ident>,
+            }
+            let (kind, rest) = match start(map, "type")? {
+                Start::Tagged(kind, rest) => (kind, rest),
+                Start::Whole(map) => return derived(map),
+            };
+            match kind.as_str() {
+                "file" => fields::<File, _>(rest).map(|f| Node::File {
+                    blob: f.blob,
+                    size: f.size,
+                    hash: f.hash,
+                    how: f.how,
+                    twin: f.twin,
+                }),
+                _ => tagged_back("type", kind, rest),
+            }
+        }
+    }
+
+    /// [`Node`], tag first.
+    pub(super) fn node<'de, D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        d.deserialize_map(NodeVisitor)
     }
 }

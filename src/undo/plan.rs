@@ -214,7 +214,9 @@ fn undo_inner(
         only: only.as_ref(),
     };
     // An undo killed midway is finished, not fought: what it changed is its work.
-    let (resumed, interrupted) = super::redo::interrupted_paths(session);
+    let super::redo::Interrupted { paths: resumed, dirs: interrupted, beside } =
+        super::redo::interrupted_paths(session);
+    let (beside_note, beside_left) = remove_left_beside(&beside, opts.dry_run);
     if !interrupted.is_empty() {
         report_notes_resumed = Some(format!(
             "an earlier undo of this session was interrupted ({}): the paths it had changed were taken as its work, and finished",
@@ -248,6 +250,11 @@ fn undo_inner(
     report.notes.extend(notes_live);
     report.notes.extend(others_note);
     report.notes.extend(report_notes_resumed);
+    report.notes.extend(beside_note);
+    if !beside_left.is_empty() {
+        report.outcomes.extend(beside_left);
+        report.complete = false;
+    }
     if let Some(crate::record::Record { seq, op: Op::Mark { name, held, .. }, .. }) = to_mark {
         for path in held {
             report.outcomes.push(StepReport {
@@ -341,6 +348,48 @@ fn undo_inner(
 /// changes to paths this undo puts back: what it does after this undo is not undone by it,
 /// and it may change them again. Said in a note, with the session and one of the paths; a
 /// session whose journal this user cannot read is not seen.
+/// Removes the files an interrupted undo was writing beside the files it restored (`beside`,
+/// from its journal), where they are still regular files: a note of how many, and a failed
+/// step for each that could not be removed (it is a file the tree did not hold before). A dry
+/// run says what it would remove.
+fn remove_left_beside(beside: &[crate::bpath::BPath], dry_run: bool) -> (Option<String>, Vec<StepReport>) {
+    use rustix::fs::{AtFlags, FileType};
+    let (mut removed, mut left) = (0usize, Vec::new());
+    for path in beside {
+        let regular =
+            crate::resolve::at_path(path.as_bytes(), |d, n| rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW))
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        if !regular {
+            continue;
+        }
+        let gone = if dry_run {
+            Ok(())
+        } else {
+            crate::resolve::at_path(path.as_bytes(), |d, n| rustix::fs::unlinkat(d, n, AtFlags::empty()))
+        };
+        match gone {
+            Ok(()) => removed += 1,
+            Err(e) => left.push(StepReport {
+                seq: None,
+                outcome: Outcome::Failed,
+                path: Some(path.clone()),
+                why: format!(
+                    "an interrupted undo left this partly written file beside one it was restoring, and it could not be removed: {}",
+                    std::io::Error::from(e)
+                ),
+                cause: Cause::Errno { errno: Some(e.raw_os_error()) },
+            }),
+        }
+    }
+    let would = if dry_run { "would remove" } else { "removed" };
+    let note = (removed > 0).then(|| {
+        format!(
+            "{would} {removed} partly written file(s) an interrupted undo had left beside the files it was restoring"
+        )
+    });
+    (note, left)
+}
+
 fn other_sessions_on_these_paths(
     session: &Session,
     journal: &crate::journal::JournalContents,

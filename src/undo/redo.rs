@@ -450,13 +450,35 @@ thread_local! {
     static RESUMED: RefCell<HashSet<Vec<u8>>> = RefCell::new(HashSet::new());
 }
 
-/// The paths named by the journals of the session's undos that never ended (killed: no
-/// `reversed` file), and those journals: the state such an undo left is its own work, which the
-/// next undo finishes.
-pub(super) fn interrupted_paths(session: &crate::session::Session) -> (HashSet<Vec<u8>>, Vec<PathBuf>) {
+/// How the name of a file an undo writes beside the one it restores begins (see
+/// [`beside_name`]).
+pub const BESIDE_PREFIX: &str = ".aether-undo-";
+
+/// A name, in the directory of a file being restored, for the new file written there before
+/// it is moved into place: this process's id and a count, after [`BESIDE_PREFIX`].
+pub(super) fn beside_name() -> Vec<u8> {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{BESIDE_PREFIX}{}-{n}", std::process::id()).into_bytes()
+}
+
+/// What the session's undos that never ended (killed: no `reversed` file) left: the paths
+/// their journals name, those journals, and the files they were writing beside the files they
+/// restored (each journaled as made from nothing before it was made). The state such an undo
+/// left is its own work, which the next undo finishes; what it wrote beside, the next undo
+/// removes.
+pub(super) struct Interrupted {
+    pub paths: HashSet<Vec<u8>>,
+    pub dirs: Vec<PathBuf>,
+    pub beside: Vec<BPath>,
+}
+
+/// See [`Interrupted`].
+pub(super) fn interrupted_paths(session: &crate::session::Session) -> Interrupted {
     let root = session.dir().join(UNDOS_DIR);
     let mut paths = HashSet::new();
     let mut dirs = Vec::new();
+    let mut beside = Vec::new();
     for d in std::fs::read_dir(&root).into_iter().flatten().flatten().map(|e| e.path()) {
         if d.join(REVERSED_FILE).exists() || d.join(REDONE_FILE).exists() {
             continue;
@@ -466,13 +488,21 @@ pub(super) fn interrupted_paths(session: &crate::session::Session) -> (HashSet<V
         };
         for r in &j.records {
             paths.extend(crate::select::record_paths(r).into_iter().map(|p| p.as_bytes().to_vec()));
-            if let Op::DirTimes { path, .. } = &r.op {
-                paths.insert(path.as_bytes().to_vec());
+            match &r.op {
+                Op::DirTimes { path, .. } => {
+                    paths.insert(path.as_bytes().to_vec());
+                }
+                Op::Change { path, before: Before::Absent }
+                    if path.split_parent().is_some_and(|(_, n)| n.starts_with(BESIDE_PREFIX.as_bytes())) =>
+                {
+                    beside.push(path.clone());
+                }
+                _ => {}
             }
         }
         dirs.push(d);
     }
-    (paths, dirs)
+    Interrupted { paths, dirs, beside }
 }
 
 /// Makes `paths` the interrupted undos' work for the undo that runs next on this thread.

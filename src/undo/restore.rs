@@ -205,6 +205,47 @@ impl Executor<'_> {
     }
 
     /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
+    /// Writes `src` (with `snap`'s metadata) to a new file beside `name` in `dir`, then puts it
+    /// at `name` in place of `cur` (cleared first): [`Outcome::Restored`] when something was
+    /// replaced, [`Outcome::Recreated`] otherwise. The file beside is removed again on failure.
+    fn write_beside(
+        &self,
+        dir: &Dir,
+        name: &[u8],
+        cur: Option<&Stat>,
+        src: &Handle,
+        snap: &Snapshot,
+        size: u64,
+    ) -> Result<Outcome, Done> {
+        let (beside, dst) = loop {
+            let beside = super::redo::beside_name();
+            match dir.create(&beside, 0o600) {
+                Ok(fd) => break (beside, fd),
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(failed_errno(e, format!("cannot create it: {}", describe_errno(e)))),
+            }
+        };
+        let discard = |done: Done| {
+            if let Ok(Some(st)) = dir.lstat(&beside) {
+                let _ = dir.remove(&beside, &st);
+            }
+            done
+        };
+        if let Err(e) = dst.copy_from(src) {
+            return Err(discard(failed(format!("writing the captured contents back failed: {e}"))));
+        }
+        if let Some(problem) = set_meta_fd(&dst, snap) {
+            return Err(discard(failed(format!("contents restored ({size} bytes), but {problem}"))));
+        }
+        drop(dst);
+        let replaced = self.clear(dir, name, cur).map_err(&discard)?;
+        if let Err(e) = dir.rename(&beside, dir, name, RenameFlags::NOREPLACE) {
+            let why = format!("written beside, but it could not be moved into place: {}", describe_errno(e));
+            return Err(discard(failed_errno(e, why)));
+        }
+        Ok(if replaced { Outcome::Restored } else { Outcome::Recreated })
+    }
+
     pub(super) fn clear(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
         let Some(st) = cur else { return Ok(false) };
         if file_type(st) == FileType::Directory {
@@ -352,28 +393,31 @@ impl Executor<'_> {
             file_type(st) == FileType::RegularFile
                 && self.may_write_through(&BPath::new(dir.child(name)), st, &snap.ident)
         });
-        let (dst, outcome) = match cur {
-            Some(st) if in_place => match dir.open_write(name, st) {
-                Ok(fd) => (fd, Outcome::Restored),
-                Err(e) => return failed_errno(e, format!("cannot open it for writing: {}", describe_errno(e))),
-            },
-            other => {
-                let replaced = match self.clear(dir, name, other) {
-                    Ok(r) => r,
-                    Err(done) => return done,
-                };
-                match dir.create(name, 0o600) {
-                    Ok(fd) => (fd, if replaced { Outcome::Restored } else { Outcome::Recreated }),
-                    Err(e) => return failed_errno(e, format!("cannot create it: {}", describe_errno(e))),
-                }
+        let outcome = if in_place {
+            // The inode is kept (its other names, descriptors open on it): written where it is.
+            // An undo killed midway leaves it part written; its journal says so, and the next
+            // undo takes the path as its work and finishes it.
+            let dst = match cur.map(|st| dir.open_write(name, st)) {
+                Some(Ok(fd)) => fd,
+                Some(Err(e)) => return failed_errno(e, format!("cannot open it for writing: {}", describe_errno(e))),
+                None => return failed("it vanished while it was being restored"),
+            };
+            if let Err(e) = dst.copy_from(&src) {
+                return failed(format!("writing the captured contents back failed: {e}"));
+            }
+            if let Some(problem) = set_meta_fd(&dst, snap) {
+                return failed(format!("contents restored ({size} bytes), but {problem}"));
+            }
+            Outcome::Restored
+        } else {
+            // A new inode: written beside (a name of its own in the same directory), then moved
+            // into place, so that the name never holds part of the file, whenever the undo is
+            // killed. What a killed one left beside is removed by the next.
+            match self.write_beside(dir, name, cur, &src, snap, size) {
+                Ok(outcome) => outcome,
+                Err(done) => return done,
             }
         };
-        if let Err(e) = dst.copy_from(&src) {
-            return failed(format!("writing the captured contents back failed: {e}"));
-        }
-        if let Some(problem) = set_meta_fd(&dst, snap) {
-            return failed(format!("contents restored ({size} bytes), but {problem}"));
-        }
         // Only a file on another file system than the store had to be kept as a copy when it
         // was removed; on the store's own, the inode itself was kept, and a copy recreated here
         // is an intermediate state an older step replaces.

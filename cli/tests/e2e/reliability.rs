@@ -1386,6 +1386,61 @@ fn an_undo_killed_midway_is_finished_by_the_next_one_exactly() {
 }
 
 #[test]
+fn a_file_put_back_from_a_copy_is_written_beside_so_a_killed_undo_never_leaves_part_of_it() {
+    // The tree on a tmpfs, the store on the disk: a removed file is kept as a copy and put back
+    // as a new inode. An undo killed while it writes that copy back must not leave part of the
+    // file at its name (before, a 37 MB prefix of a 1 GB file was left there); the next undo
+    // puts it back and removes what the killed one was writing beside it.
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "/dev/shm (a tmpfs) is needed for this test");
+    let s = scratch!();
+    let tree = tempfile::Builder::new().prefix("aj-beside").tempdir_in(shm).unwrap();
+    let t = tree.path();
+    let big = t.join("big");
+    let reference = s.root.join("reference");
+    let make = format!("head -c 268435456 /dev/urandom > {0} && cp {0} {1}", big.display(), reference.display());
+    s.sh(&make);
+    let full = std::fs::metadata(&big).unwrap().len();
+    let session = s.session("session");
+    s.run_ok(&session, &["rm", big.to_str().unwrap()]);
+    let beside = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(t)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".aether-undo-"))
+            .collect()
+    };
+    let mut undo = Command::new(&artifacts().cli);
+    undo.args(["undo", "--journal"]).arg(&session).current_dir(s.tree()).stdout(std::process::Stdio::null());
+    isolate(&mut undo, &s.root);
+    let mut child = undo.spawn().unwrap();
+    // Killed while the file's bytes are being written, wherever they are written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let part_written = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0 && m.len() < full);
+    loop {
+        if part_written(&big) || beside().iter().any(|p| part_written(p)) {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the undo ended before it was seen writing the file back");
+        assert!(std::time::Instant::now() < deadline, "the undo never started writing the file back");
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    assert!(status.code().is_none(), "killed midway: {status:?}");
+    let same_as_before = |p: &std::path::Path| std::fs::read(p).unwrap() == std::fs::read(&reference).unwrap();
+    assert!(!big.exists() || same_as_before(&big), "the name holds part of the file after the kill");
+    assert_eq!(beside().len(), 1, "the killed undo was writing beside it");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert!(same_as_before(&big), "put back whole");
+    assert!(beside().is_empty(), "what the killed undo left beside is gone: {r}");
+    let notes = r["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("removed 1 partly written file")), "{r}");
+}
+
+#[test]
 fn a_forced_undo_never_writes_through_a_hard_link_planted_since_the_seal() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // After the session, f is replaced by a hard link to a file outside the tree (mode 0600,

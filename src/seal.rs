@@ -302,32 +302,105 @@ pub struct Seal {
     /// Where each path is in `paths`, built on first use (a scan per path made an undo of
     /// 100,000 records quadratic).
     #[serde(skip)]
-    index: std::sync::OnceLock<std::collections::HashMap<BPath, usize>>,
+    index: std::sync::OnceLock<PathIndex>,
+}
+
+/// Passes a key that is already a hash (an xxh3 of a path) through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct HashedKey(u64);
+
+impl std::hash::Hasher for HashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Where each path is in a seal's `paths`, by a 64-bit hash of it: the paths are not copied
+/// again (a million of them made a map by name as large as the paths themselves). A path
+/// whose hash an earlier, different path already has is kept by name.
+#[derive(Clone, Debug)]
+struct PathIndex {
+    by_hash: std::collections::HashMap<u64, usize, std::hash::BuildHasherDefault<HashedKey>>,
+    collided: std::collections::HashMap<BPath, usize>,
+    hash: fn(&[u8]) -> u64,
+}
+
+impl PartialEq for PathIndex {
+    fn eq(&self, other: &PathIndex) -> bool {
+        (&self.by_hash, &self.collided) == (&other.by_hash, &other.collided)
+    }
+}
+
+impl Eq for PathIndex {}
+
+impl PathIndex {
+    fn of(paths: &[(BPath, AfterState)], hash: fn(&[u8]) -> u64) -> PathIndex {
+        let mut index = PathIndex {
+            by_hash: std::collections::HashMap::with_capacity_and_hasher(paths.len(), Default::default()),
+            collided: Default::default(),
+            hash,
+        };
+        for (i, (p, _)) in paths.iter().enumerate() {
+            index.add(paths, p, i);
+        }
+        index
+    }
+
+    /// Notes that `paths[i]` is `path`, unless an earlier entry already holds that path.
+    fn add(&mut self, paths: &[(BPath, AfterState)], path: &BPath, i: usize) {
+        match self.by_hash.entry((self.hash)(path.as_bytes())) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(i);
+            }
+            std::collections::hash_map::Entry::Occupied(e) if paths[*e.get()].0 != *path => {
+                self.collided.entry(path.clone()).or_insert(i);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {}
+        }
+    }
+
+    fn get(&self, paths: &[(BPath, AfterState)], path: &BPath) -> Option<usize> {
+        match self.by_hash.get(&(self.hash)(path.as_bytes())) {
+            Some(&i) if paths[i].0 == *path => Some(i),
+            Some(_) => self.collided.get(path).copied(),
+            None => None,
+        }
+    }
+}
+
+fn xxh3_of(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
 impl Seal {
     /// The sealed after-state of a path.
     pub fn state_of(&self, path: &BPath) -> Option<&AfterState> {
-        let index = self.index.get_or_init(|| {
-            let mut m = std::collections::HashMap::with_capacity(self.paths.len());
-            for (i, (p, _)) in self.paths.iter().enumerate() {
-                m.entry(p.clone()).or_insert(i);
-            }
-            m
-        });
-        index.get(path).map(|&i| &self.paths[i].1)
+        self.position(path).map(|i| &self.paths[i].1)
+    }
+
+    fn position(&self, path: &BPath) -> Option<usize> {
+        self.index.get_or_init(|| PathIndex::of(&self.paths, xxh3_of)).get(&self.paths, path)
     }
 
     /// Sets the after-state of `path` (an undo that changed it makes what it left the state
     /// later changes are measured against).
     pub fn set_state(&mut self, path: &BPath, state: AfterState) {
-        // state_of builds the index.
-        let at = self.state_of(path).and_then(|_| self.index.get()?.get(path).copied());
-        match at {
+        match self.position(path) {
             Some(i) => self.paths[i].1 = state,
             None => {
                 self.paths.push((path.clone(), state));
-                self.index = Default::default();
+                let i = self.paths.len() - 1;
+                if let Some(index) = self.index.get_mut() {
+                    index.add(&self.paths, path, i);
+                }
             }
         }
     }
@@ -621,6 +694,38 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_index_finds_every_path_even_when_their_hashes_collide_and_the_first_of_a_repeated_one() {
+        let paths: Vec<(BPath, AfterState)> = ["/a", "/b", "/a", "/c"]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (BPath::from(*p), AfterState::Other { ident: Ident { dev: 0, ino: i as u64 }, mode: 0 }))
+            .collect();
+        // Every path the same hash: only names tell them apart.
+        for hash in [xxh3_of as fn(&[u8]) -> u64, |_: &[u8]| 7] {
+            let mut index = PathIndex::of(&paths, hash);
+            assert_eq!(index.get(&paths, &BPath::from("/a")), Some(0), "the first of a repeated path");
+            assert_eq!(index.get(&paths, &BPath::from("/b")), Some(1));
+            assert_eq!(index.get(&paths, &BPath::from("/c")), Some(3));
+            assert_eq!(index.get(&paths, &BPath::from("/d")), None);
+            let mut more = paths.clone();
+            more.push((BPath::from("/d"), AfterState::Absent));
+            index.add(&more, &BPath::from("/d"), 4);
+            assert_eq!(index.get(&more, &BPath::from("/d")), Some(4));
+        }
+        // And through the seal, with a path added after the index was built.
+        let mut seal = Seal { paths: paths.clone(), ..Default::default() };
+        assert!(matches!(
+            seal.state_of(&BPath::from("/c")),
+            Some(AfterState::Other { ident: Ident { ino: 3, .. }, .. })
+        ));
+        seal.set_state(&BPath::from("/e"), AfterState::Absent);
+        seal.set_state(&BPath::from("/a"), AfterState::Absent);
+        assert_eq!(seal.state_of(&BPath::from("/e")), Some(&AfterState::Absent));
+        assert_eq!(seal.state_of(&BPath::from("/a")), Some(&AfterState::Absent));
+        assert_eq!(seal.paths.len(), 5);
+    }
 
     #[test]
     fn names_in_a_directory_that_is_gone_are_sealed_absent_and_the_next_directory_is_looked_at() {

@@ -871,189 +871,6 @@ impl fmt::Display for Reason {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample(op: Op) -> Record {
-        Record {
-            v: RECORD_VERSION,
-            seq: 7,
-            time: Stamp::parse("2026-11-29T19:45:12.000000001Z").unwrap(),
-            pid: 42,
-            ppid: 1,
-            prog: BPath::from("/usr/bin/rm").into(),
-            call: "unlinkat".into(),
-            op,
-        }
-    }
-
-    #[test]
-    fn only_blob_names_the_store_makes_are_accepted() {
-        assert!(is_blob_name("2a/1066") && is_blob_name("00/256") && is_blob_name("ff/255"));
-        assert!(is_blob_name("17"), "sessions made before sharding");
-        for bad in ["", "../x", "/etc/passwd", "2a/../../x", "2b/1066", "2a/", "/1", "a/b/1", "2A/1066", "1e3"] {
-            assert!(!is_blob_name(bad), "{bad:?} accepted");
-        }
-        let json = r#"{"type":"file","blob":"../../../etc/shadow","size":1,"hash":null,"how":"link"}"#;
-        let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
-        assert!(err.contains("not a blob name"), "{err}");
-    }
-
-    #[test]
-    fn every_prior_state_round_trips_through_json() {
-        let snap = Snapshot {
-            node: Node::File {
-                blob: "01/1".into(),
-                size: 3,
-                hash: Some("ab".into()),
-                how: CaptureHow::Copy,
-                twin: None,
-            },
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime: [1, 2],
-            atime: [3, 4],
-            ident: Ident { dev: 1, ino: 2 },
-            xattrs: Some(vec![Xattr { name: BPath::from("user.x"), value: Bytes(vec![0, 255]) }]),
-            links: 2,
-        };
-        for before in [
-            Before::contents(snap.clone()),
-            Before::Absent,
-            Before::Exclusive,
-            Before::Irreversible { reason: Reason::OverFileBudget { size: 10, limit: 5 } },
-            Before::contents(Snapshot {
-                node: Node::Symlink { target: BPath::new(b"t\xff".to_vec()) },
-                ..snap.clone()
-            }),
-            Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
-            Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
-            Before::contents(Snapshot { node: Node::Special { kind: SpecialKind::Fifo, rdev: 0 }, ..snap.clone() }),
-        ] {
-            let r = sample(Op::Change { path: BPath::from("/x"), before });
-            let text = serde_json::to_string(&r).unwrap();
-            assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r, "{text}");
-        }
-    }
-
-    #[test]
-    fn a_record_reads_the_same_whether_its_tags_come_first_or_last() {
-        // Writers put every tag first (read without buffering); any other order goes the
-        // derived way. Both must give the same record, for every kind of operation and state.
-        let snap = Snapshot {
-            node: Node::File { blob: "01/1".into(), size: 3, hash: None, how: CaptureHow::Link, twin: None },
-            mode: 0o644,
-            uid: 1,
-            gid: 2,
-            mtime: [1, 2],
-            atime: [3, 4],
-            ident: Ident { dev: 1, ino: 2 },
-            xattrs: None,
-            links: 0,
-        };
-        let meta = MetaBefore {
-            what: MetaKind::Mode,
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            atime: [0, 0],
-            mtime: [5, 6],
-            ident: Ident { dev: 1, ino: 3 },
-            symlink: false,
-            xattr: None,
-            flags: Some(16),
-        };
-        let ops = [
-            Op::Change { path: BPath::new(b"/a\xff".to_vec()), before: Before::contents(snap.clone()) },
-            Op::Change { path: BPath::from("/b"), before: Before::Exclusive },
-            Op::Change { path: BPath::from("/c"), before: Before::Born { created: 3 } },
-            Op::Change { path: BPath::from("/d"), before: Before::Kept { by: 4 } },
-            Op::Change {
-                path: BPath::from("/e"),
-                before: Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
-            },
-            Op::Rename {
-                from: BPath::from("/f"),
-                to: BPath::from("/g"),
-                flags: 1,
-                moved: Some(Ident { dev: 1, ino: 9 }),
-                to_before: Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
-            },
-            Op::Rename {
-                from: BPath::from("/h"),
-                to: BPath::from("/i"),
-                flags: 0,
-                moved: None,
-                to_before: Before::Absent,
-            },
-            Op::Meta { path: BPath::from("/j"), before: Box::new(meta) },
-            Op::Exec {
-                program: BPath::from("/bin/sh"),
-                argv: vec![BPath::from("sh")],
-                cwd: BPath::from("/"),
-                child: Some(5),
-            },
-            Op::CallFailed { of_seq: 6, errno: 2 },
-            Op::Mark { name: "turn-1".into(), label: None, key: Some("k".into()), held: vec![] },
-        ];
-        fn tags_last(v: &mut serde_json::Value) {
-            if let serde_json::Value::Object(map) = v {
-                for tag in ["kind", "state", "type"] {
-                    if let Some(t) = map.remove(tag) {
-                        map.insert(tag.to_string(), t);
-                    }
-                }
-                map.values_mut().for_each(tags_last);
-            }
-        }
-        for op in ops {
-            let r = sample(op);
-            let first = serde_json::to_string(&r).unwrap();
-            assert_eq!(serde_json::from_str::<Record>(&first).unwrap(), r, "{first}");
-            let mut v = serde_json::to_value(&r).unwrap();
-            tags_last(&mut v);
-            let last = serde_json::to_string(&v).unwrap();
-            assert_ne!(first, last);
-            assert_eq!(serde_json::from_str::<Record>(&last).unwrap(), r, "{last}");
-        }
-        // What the derived reading refuses, the tag-first one refuses too.
-        let bad = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","path":"/x","before":{"state":"contents","node":{"type":"file","blob":"../x","size":1,"hash":null,"how":"link"},"mode":0,"uid":0,"gid":0,"mtime":[0,0],"atime":[0,0],"ident":{"dev":1,"ino":1}}}}"#;
-        let err = serde_json::from_str::<Record>(bad).unwrap_err().to_string();
-        assert!(err.contains("not a blob name"), "{err}");
-        let missing = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","before":{"state":"absent"}}}"#;
-        let err = serde_json::from_str::<Record>(missing).unwrap_err().to_string();
-        assert!(err.contains("missing field `path`"), "{err}");
-    }
-
-    #[test]
-    fn the_json_names_the_prior_state_in_the_words_of_the_format() {
-        let r = sample(Op::Change { path: BPath::from("/x"), before: Before::Absent });
-        let text = serde_json::to_string(&r).unwrap();
-        assert!(text.contains(r#""op":{"kind":"change","path":"/x","before":{"state":"absent"}}"#), "{text}");
-    }
-
-    #[test]
-    fn budget_reasons_name_both_numbers() {
-        let msg = Reason::OverFileBudget { size: 2 << 30, limit: 1 << 30 }.to_string();
-        assert!(msg.contains("2147483648") && msg.contains("1073741824"), "{msg}");
-        let msg = Reason::OverTotalBudget { size: 10, used: 20, limit: 25 }.to_string();
-        assert!(msg.contains("10 bytes") && msg.contains("25 bytes"), "{msg}");
-    }
-
-    #[test]
-    fn a_template_matches_only_names_it_could_produce_in_its_own_directory() {
-        let t = BPath::from("/d/sedXXXXXX");
-        assert!(matches_template(&t, &BPath::from("/d/sedA1b2C3")));
-        assert!(!matches_template(&t, &BPath::from("/d/sedA1b2C")), "another length");
-        assert!(!matches_template(&t, &BPath::from("/d/xedA1b2C3")), "another prefix");
-        assert!(!matches_template(&t, &BPath::from("/e/sedA1b2C3")), "another directory");
-        assert!(matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.c")));
-        assert!(!matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.h")), "another suffix");
-    }
-}
-
 /// Reading the three internally tagged enums of a record ([`Op`], [`Before`], [`Node`]) without
 /// serde's buffering of each map: every writer of the format puts the tag first, so the tag is
 /// read, then the rest of the map goes straight into the variant's fields. A map whose tag is
@@ -1256,5 +1073,188 @@ mod tag_first {
     /// [`Node`], tag first.
     pub(super) fn node<'de, D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
         d.deserialize_map(NodeVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(op: Op) -> Record {
+        Record {
+            v: RECORD_VERSION,
+            seq: 7,
+            time: Stamp::parse("2026-11-29T19:45:12.000000001Z").unwrap(),
+            pid: 42,
+            ppid: 1,
+            prog: BPath::from("/usr/bin/rm").into(),
+            call: "unlinkat".into(),
+            op,
+        }
+    }
+
+    #[test]
+    fn only_blob_names_the_store_makes_are_accepted() {
+        assert!(is_blob_name("2a/1066") && is_blob_name("00/256") && is_blob_name("ff/255"));
+        assert!(is_blob_name("17"), "sessions made before sharding");
+        for bad in ["", "../x", "/etc/passwd", "2a/../../x", "2b/1066", "2a/", "/1", "a/b/1", "2A/1066", "1e3"] {
+            assert!(!is_blob_name(bad), "{bad:?} accepted");
+        }
+        let json = r#"{"type":"file","blob":"../../../etc/shadow","size":1,"hash":null,"how":"link"}"#;
+        let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
+        assert!(err.contains("not a blob name"), "{err}");
+    }
+
+    #[test]
+    fn every_prior_state_round_trips_through_json() {
+        let snap = Snapshot {
+            node: Node::File {
+                blob: "01/1".into(),
+                size: 3,
+                hash: Some("ab".into()),
+                how: CaptureHow::Copy,
+                twin: None,
+            },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: [1, 2],
+            atime: [3, 4],
+            ident: Ident { dev: 1, ino: 2 },
+            xattrs: Some(vec![Xattr { name: BPath::from("user.x"), value: Bytes(vec![0, 255]) }]),
+            links: 2,
+        };
+        for before in [
+            Before::contents(snap.clone()),
+            Before::Absent,
+            Before::Exclusive,
+            Before::Irreversible { reason: Reason::OverFileBudget { size: 10, limit: 5 } },
+            Before::contents(Snapshot {
+                node: Node::Symlink { target: BPath::new(b"t\xff".to_vec()) },
+                ..snap.clone()
+            }),
+            Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
+            Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
+            Before::contents(Snapshot { node: Node::Special { kind: SpecialKind::Fifo, rdev: 0 }, ..snap.clone() }),
+        ] {
+            let r = sample(Op::Change { path: BPath::from("/x"), before });
+            let text = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_record_reads_the_same_whether_its_tags_come_first_or_last() {
+        // Writers put every tag first (read without buffering); any other order goes the
+        // derived way. Both must give the same record, for every kind of operation and state.
+        let snap = Snapshot {
+            node: Node::File { blob: "01/1".into(), size: 3, hash: None, how: CaptureHow::Link, twin: None },
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            mtime: [1, 2],
+            atime: [3, 4],
+            ident: Ident { dev: 1, ino: 2 },
+            xattrs: None,
+            links: 0,
+        };
+        let meta = MetaBefore {
+            what: MetaKind::Mode,
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            atime: [0, 0],
+            mtime: [5, 6],
+            ident: Ident { dev: 1, ino: 3 },
+            symlink: false,
+            xattr: None,
+            flags: Some(16),
+        };
+        let ops = [
+            Op::Change { path: BPath::new(b"/a\xff".to_vec()), before: Before::contents(snap.clone()) },
+            Op::Change { path: BPath::from("/b"), before: Before::Exclusive },
+            Op::Change { path: BPath::from("/c"), before: Before::Born { created: 3 } },
+            Op::Change { path: BPath::from("/d"), before: Before::Kept { by: 4 } },
+            Op::Change {
+                path: BPath::from("/e"),
+                before: Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
+            },
+            Op::Rename {
+                from: BPath::from("/f"),
+                to: BPath::from("/g"),
+                flags: 1,
+                moved: Some(Ident { dev: 1, ino: 9 }),
+                to_before: Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
+            },
+            Op::Rename {
+                from: BPath::from("/h"),
+                to: BPath::from("/i"),
+                flags: 0,
+                moved: None,
+                to_before: Before::Absent,
+            },
+            Op::Meta { path: BPath::from("/j"), before: Box::new(meta) },
+            Op::Exec {
+                program: BPath::from("/bin/sh"),
+                argv: vec![BPath::from("sh")],
+                cwd: BPath::from("/"),
+                child: Some(5),
+            },
+            Op::CallFailed { of_seq: 6, errno: 2 },
+            Op::Mark { name: "turn-1".into(), label: None, key: Some("k".into()), held: vec![] },
+        ];
+        fn tags_last(v: &mut serde_json::Value) {
+            if let serde_json::Value::Object(map) = v {
+                for tag in ["kind", "state", "type"] {
+                    if let Some(t) = map.remove(tag) {
+                        map.insert(tag.to_string(), t);
+                    }
+                }
+                map.values_mut().for_each(tags_last);
+            }
+        }
+        for op in ops {
+            let r = sample(op);
+            let first = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Record>(&first).unwrap(), r, "{first}");
+            let mut v = serde_json::to_value(&r).unwrap();
+            tags_last(&mut v);
+            let last = serde_json::to_string(&v).unwrap();
+            assert_ne!(first, last);
+            assert_eq!(serde_json::from_str::<Record>(&last).unwrap(), r, "{last}");
+        }
+        // What the derived reading refuses, the tag-first one refuses too.
+        let bad = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","path":"/x","before":{"state":"contents","node":{"type":"file","blob":"../x","size":1,"hash":null,"how":"link"},"mode":0,"uid":0,"gid":0,"mtime":[0,0],"atime":[0,0],"ident":{"dev":1,"ino":1}}}}"#;
+        let err = serde_json::from_str::<Record>(bad).unwrap_err().to_string();
+        assert!(err.contains("not a blob name"), "{err}");
+        let missing = r#"{"v":1,"seq":1,"time":"2026-11-29T19:45:12Z","pid":1,"ppid":0,"prog":"/p","call":"c","op":{"kind":"change","before":{"state":"absent"}}}"#;
+        let err = serde_json::from_str::<Record>(missing).unwrap_err().to_string();
+        assert!(err.contains("missing field `path`"), "{err}");
+    }
+
+    #[test]
+    fn the_json_names_the_prior_state_in_the_words_of_the_format() {
+        let r = sample(Op::Change { path: BPath::from("/x"), before: Before::Absent });
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""op":{"kind":"change","path":"/x","before":{"state":"absent"}}"#), "{text}");
+    }
+
+    #[test]
+    fn budget_reasons_name_both_numbers() {
+        let msg = Reason::OverFileBudget { size: 2 << 30, limit: 1 << 30 }.to_string();
+        assert!(msg.contains("2147483648") && msg.contains("1073741824"), "{msg}");
+        let msg = Reason::OverTotalBudget { size: 10, used: 20, limit: 25 }.to_string();
+        assert!(msg.contains("10 bytes") && msg.contains("25 bytes"), "{msg}");
+    }
+
+    #[test]
+    fn a_template_matches_only_names_it_could_produce_in_its_own_directory() {
+        let t = BPath::from("/d/sedXXXXXX");
+        assert!(matches_template(&t, &BPath::from("/d/sedA1b2C3")));
+        assert!(!matches_template(&t, &BPath::from("/d/sedA1b2C")), "another length");
+        assert!(!matches_template(&t, &BPath::from("/d/xedA1b2C3")), "another prefix");
+        assert!(!matches_template(&t, &BPath::from("/e/sedA1b2C3")), "another directory");
+        assert!(matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.c")));
+        assert!(!matches_template(&BPath::from("/d/aXXXXXX.c"), &BPath::from("/d/a123456.h")), "another suffix");
     }
 }

@@ -344,10 +344,6 @@ fn undo_inner(
     Ok(report)
 }
 
-/// Another session that is still running (some process holds it open) and has journaled
-/// changes to paths this undo puts back: what it does after this undo is not undone by it,
-/// and it may change them again. Said in a note, with the session and one of the paths; a
-/// session whose journal this user cannot read is not seen.
 /// Removes the files an interrupted undo was writing beside the files it restored (`beside`,
 /// from its journal), where they are still regular files: a note of how many, and a failed
 /// step for each that could not be removed (it is a file the tree did not hold before). A dry
@@ -390,6 +386,10 @@ fn remove_left_beside(beside: &[crate::bpath::BPath], dry_run: bool) -> (Option<
     (note, left)
 }
 
+/// Another session that is still running (some process holds it open) and has journaled
+/// changes to paths this undo puts back: what it does after this undo is not undone by it,
+/// and it may change them again. Said in a note, with the session and one of the paths; a
+/// session whose journal this user cannot read is not seen.
 fn other_sessions_on_these_paths(
     session: &Session,
     journal: &crate::journal::JournalContents,

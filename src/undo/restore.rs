@@ -204,7 +204,6 @@ impl Executor<'_> {
         }
     }
 
-    /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
     /// Writes `src` (with `snap`'s metadata) to a new file beside `name` in `dir`, then puts it
     /// at `name` in place of `cur` (cleared first): [`Outcome::Restored`] when something was
     /// replaced, [`Outcome::Recreated`] otherwise. The file beside is removed again on failure.
@@ -246,6 +245,7 @@ impl Executor<'_> {
         Ok(if replaced { Outcome::Restored } else { Outcome::Recreated })
     }
 
+    /// Clears the way for a new node at `name`: removes a non-directory, or an empty directory.
     pub(super) fn clear(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>) -> Result<bool, Done> {
         let Some(st) = cur else { return Ok(false) };
         if file_type(st) == FileType::Directory {

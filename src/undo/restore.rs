@@ -216,12 +216,15 @@ impl Executor<'_> {
         snap: &Snapshot,
         size: u64,
     ) -> Result<Outcome, Done> {
+        // A name a killed undo of the same process id left is taken: the next count, a few
+        // times at most.
+        let mut tries = 0;
         let (beside, dst) = loop {
             let beside = super::redo::beside_name();
             match dir.create(&beside, 0o600) {
                 Ok(fd) => break (beside, fd),
-                Err(Errno::EXIST) => continue,
-                Err(e) => return Err(failed_errno(e, format!("cannot create it: {}", describe_errno(e)))),
+                Err(Errno::EXIST) if tries < 64 => tries += 1,
+                Err(e) => return Err(failed_errno(e, format!("cannot create it beside: {}", describe_errno(e)))),
             }
         };
         let discard = |done: Done| {

@@ -517,18 +517,17 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     }
     // Their state, not their bytes: an `lstat` each (hashing them was most of what `run` did
     // after an `rm -rf`), which undo compares with the blob before it trusts it.
+    // (A store whose blobs cannot be opened has none to seal: each is left out.)
     let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
     let stats = in_parallel(&unhashed, |(blob, size, how, mtime)| {
-        let out = match &blobs {
-            Some(dir) => rustix::fs::statat(dir, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW),
-            None => rustix::fs::lstat(blobs_dir.join(blob)),
-        }
-        .ok()
-        .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
-        .map(|st| {
-            let stat = BlobStat::of(&st);
-            (stat, *how != CaptureHow::Link || (stat.size == *size && stat.mtime == *mtime))
-        });
+        let out = blobs
+            .as_ref()
+            .and_then(|dir| rustix::fs::statat(dir, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok())
+            .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+            .map(|st| {
+                let stat = BlobStat::of(&st);
+                (stat, *how != CaptureHow::Link || (stat.size == *size && stat.mtime == *mtime))
+            });
         progress();
         out
     });

@@ -256,29 +256,27 @@ impl Executor<'_> {
                                     && !self.tampered.contains(blob)
                             };
                             match (self.expected_hash(blob, hash.as_deref()), prefix) {
+                                (Some(h), None) => Body::File(h.to_string(), *size),
                                 (None, None) if sealed_as_is() => std::fs::File::open(self.blobs_path.join(blob))
                                     .ok()
                                     .and_then(|f| crate::capture::hash_fd(&f).ok())
                                     .filter(|(_, n)| n == size)
                                     .map_or(Body::Unknown, |(h, n)| Body::File(h, n)),
-                                (None, Some(len)) if sealed_as_is() => {
+                                // Only its length before an append is known: the captured bytes up
+                                // to it, from a blob that is what was captured (by its hash, or by
+                                // its sealed state).
+                                (want, Some(len)) if want.is_some() || sealed_as_is() => {
                                     match std::fs::read(self.blobs_path.join(blob)) {
-                                        Ok(bytes) if bytes.len() as u64 >= len => {
+                                        Ok(bytes)
+                                            if bytes.len() as u64 >= len
+                                                && want.is_none_or(|h| blake3::hash(&bytes).to_hex().as_str() == h) =>
+                                        {
                                             Body::File(blake3::hash(&bytes[..len as usize]).to_hex().to_string(), len)
                                         }
                                         _ => Body::Unknown,
                                     }
                                 }
-                                (None, _) => Body::Unknown,
-                                (Some(h), None) => Body::File(h.to_string(), *size),
-                                (Some(h), Some(len)) => match std::fs::read(self.blobs_path.join(blob)) {
-                                    Ok(bytes)
-                                        if bytes.len() as u64 >= len && blake3::hash(&bytes).to_hex().as_str() == h =>
-                                    {
-                                        Body::File(blake3::hash(&bytes[..len as usize]).to_hex().to_string(), len)
-                                    }
-                                    _ => Body::Unknown,
-                                },
+                                _ => Body::Unknown,
                             }
                         }
                         Node::Symlink { target } if prefix.is_none() => Body::Symlink(target.clone()),

@@ -158,12 +158,11 @@ pub fn shim_loads(shim: &Path) -> Result<(), String> {
     if out.status.success() && report.lines().any(|l| l.trim_end().ends_with(&init)) {
         return Ok(());
     }
-    // What the loader said of it, without its report of every other file.
+    // What the loader said of it (its errors carry no pid; its report of every file does),
+    // with any report line that says it cannot do something.
     let why = report
         .lines()
-        .filter(|l| {
-            l.contains("ERROR") || l.contains("cannot") || !l.trim_start().starts_with(|c: char| c.is_ascii_digit())
-        })
+        .filter(|l| l.contains("cannot") || !l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
         .map(str::trim)
         .collect::<Vec<_>>()
         .join("; ");

@@ -948,16 +948,43 @@ mod tag_first {
         T::deserialize(MapAccessDeserializer::new(rest))
     }
 
-    struct OpVisitor;
+    /// An enum whose common variants are read here, tag first.
+    trait TagFirst<'de>: Deserialize<'de> {
+        /// The name of its tag.
+        const TAG: &'static str;
+        /// What it is, for an error about something that is not a map.
+        const WHAT: &'static str;
+        /// Variant `name`, read from the rest of its map (the derived way, through
+        /// [`tagged_back`], for a variant not read here).
+        fn variant<A: MapAccess<'de>>(name: String, rest: A) -> Result<Self, A::Error>;
+    }
 
-    impl<'de> Visitor<'de> for OpVisitor {
-        type Value = Op;
+    struct TagFirstVisitor<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: TagFirst<'de>> Visitor<'de> for TagFirstVisitor<T> {
+        type Value = T;
 
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a journaled operation")
+            f.write_str(T::WHAT)
         }
 
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Op, A::Error> {
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            match start(map, T::TAG)? {
+                Start::Tagged(name, rest) => T::variant(name, rest),
+                Start::Whole(map) => derived(map),
+            }
+        }
+    }
+
+    fn read<'de, T: TagFirst<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        d.deserialize_map(TagFirstVisitor(std::marker::PhantomData))
+    }
+
+    impl<'de> TagFirst<'de> for Op {
+        const TAG: &'static str = "kind";
+        const WHAT: &'static str = "a journaled operation";
+
+        fn variant<A: MapAccess<'de>>(kind: String, rest: A) -> Result<Op, A::Error> {
             #[derive(Deserialize)]
             struct Change {
                 path: BPath,
@@ -978,10 +1005,6 @@ mod tag_first {
                 path: BPath,
                 before: Box<MetaBefore>,
             }
-            let (kind, rest) = match start(map, "kind")? {
-                Start::Tagged(kind, rest) => (kind, rest),
-                Start::Whole(map) => return derived(map),
-            };
             match kind.as_str() {
                 "change" => fields::<Change, _>(rest).map(|c| Op::Change { path: c.path, before: c.before }),
                 "rename" => fields::<Rename, _>(rest).map(|r| Op::Rename {
@@ -992,30 +1015,16 @@ mod tag_first {
                     to_before: r.to_before,
                 }),
                 "meta" => fields::<Meta, _>(rest).map(|m| Op::Meta { path: m.path, before: m.before }),
-                _ => tagged_back("kind", kind, rest),
+                _ => tagged_back(Self::TAG, kind, rest),
             }
         }
     }
 
-    /// [`Op`], tag first.
-    pub(super) fn op<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
-        d.deserialize_map(OpVisitor)
-    }
+    impl<'de> TagFirst<'de> for Before {
+        const TAG: &'static str = "state";
+        const WHAT: &'static str = "a prior state";
 
-    struct BeforeVisitor;
-
-    impl<'de> Visitor<'de> for BeforeVisitor {
-        type Value = Before;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a prior state")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Before, A::Error> {
-            let (state, mut rest) = match start(map, "state")? {
-                Start::Tagged(state, rest) => (state, rest),
-                Start::Whole(map) => return derived(map),
-            };
+        fn variant<A: MapAccess<'de>>(state: String, mut rest: A) -> Result<Before, A::Error> {
             match state.as_str() {
                 "contents" => fields::<Snapshot, _>(rest).map(Before::contents),
                 "absent" | "exclusive" => {
@@ -1023,26 +1032,16 @@ mod tag_first {
                     while rest.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                     Ok(if state == "absent" { Before::Absent } else { Before::Exclusive })
                 }
-                _ => tagged_back("state", state, rest),
+                _ => tagged_back(Self::TAG, state, rest),
             }
         }
     }
 
-    /// [`Before`], tag first.
-    pub(super) fn before<'de, D: Deserializer<'de>>(d: D) -> Result<Before, D::Error> {
-        d.deserialize_map(BeforeVisitor)
-    }
+    impl<'de> TagFirst<'de> for Node {
+        const TAG: &'static str = "type";
+        const WHAT: &'static str = "a captured node";
 
-    struct NodeVisitor;
-
-    impl<'de> Visitor<'de> for NodeVisitor {
-        type Value = Node;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a captured node")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Node, A::Error> {
+        fn variant<A: MapAccess<'de>>(kind: String, rest: A) -> Result<Node, A::Error> {
             #[derive(Deserialize)]
             struct File {
                 #[serde(deserialize_with = "super::blob_name")]
@@ -1053,10 +1052,6 @@ mod tag_first {
                 #[serde(default)]
                 twin: Option<Ident>,
             }
-            let (kind, rest) = match start(map, "type")? {
-                Start::Tagged(kind, rest) => (kind, rest),
-                Start::Whole(map) => return derived(map),
-            };
             match kind.as_str() {
                 "file" => fields::<File, _>(rest).map(|f| Node::File {
                     blob: f.blob,
@@ -1065,14 +1060,24 @@ mod tag_first {
                     how: f.how,
                     twin: f.twin,
                 }),
-                _ => tagged_back("type", kind, rest),
+                _ => tagged_back(Self::TAG, kind, rest),
             }
         }
     }
 
+    /// [`Op`], tag first.
+    pub(super) fn op<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+        read(d)
+    }
+
+    /// [`Before`], tag first.
+    pub(super) fn before<'de, D: Deserializer<'de>>(d: D) -> Result<Before, D::Error> {
+        read(d)
+    }
+
     /// [`Node`], tag first.
     pub(super) fn node<'de, D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
-        d.deserialize_map(NodeVisitor)
+        read(d)
     }
 }
 

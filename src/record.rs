@@ -877,7 +877,7 @@ impl fmt::Display for Reason {
 /// not first, or a variant rarely written, is handed to the derived implementation whole (its
 /// first entry replayed), so what is accepted and the errors for what is not are the derived
 /// ones. Reading a journal spent a third of its time in that buffering.
-mod tag_first {
+pub(crate) mod tag_first {
     use serde::de::value::{MapAccessDeserializer, StringDeserializer};
     use serde::de::{DeserializeSeed, Error, IgnoredAny, MapAccess, Visitor};
     use serde::{Deserialize, Deserializer};
@@ -936,7 +936,7 @@ mod tag_first {
         T::deserialize(MapAccessDeserializer::new(map))
     }
 
-    fn tagged_back<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
+    pub(crate) fn tagged_back<'de, T: Deserialize<'de>, A: MapAccess<'de>>(
         tag: &str,
         name: String,
         rest: A,
@@ -944,12 +944,12 @@ mod tag_first {
         derived(Replay { first: Some((tag.to_string(), Value::String(name))), value: None, rest })
     }
 
-    fn fields<'de, T: Deserialize<'de>, A: MapAccess<'de>>(rest: A) -> Result<T, A::Error> {
+    pub(crate) fn fields<'de, T: Deserialize<'de>, A: MapAccess<'de>>(rest: A) -> Result<T, A::Error> {
         T::deserialize(MapAccessDeserializer::new(rest))
     }
 
     /// An enum whose common variants are read here, tag first.
-    trait TagFirst<'de>: Deserialize<'de> {
+    pub(crate) trait TagFirst<'de>: Deserialize<'de> {
         /// The name of its tag.
         const TAG: &'static str;
         /// What it is, for an error about something that is not a map.
@@ -976,7 +976,7 @@ mod tag_first {
         }
     }
 
-    fn read<'de, T: TagFirst<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+    pub(crate) fn read<'de, T: TagFirst<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
         d.deserialize_map(TagFirstVisitor(std::marker::PhantomData))
     }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::bpath::BPath;
 use crate::journal::JournalContents;
 use crate::record::{Before, ConnectResult, MetaKind, Node, Op, Record, Snapshot};
-use crate::seal::AfterState;
+use crate::seal::{AfterState, ContentDigest};
 
 /// A path whose contents changed.
 #[derive(Clone, Debug, Serialize)]
@@ -359,9 +359,9 @@ impl Sides<'_> {
             Some(Later::Was(Before::Contents(s))) => Ok(Some(match &s.node {
                 Node::File { size, hash, blob, .. } => {
                     let hash = match hash {
-                        Some(h) => h.clone(),
+                        Some(h) => ContentDigest::parse(h),
                         None => match std::fs::read(self.blobs.join(blob)) {
-                            Ok(b) => blake3::hash(&b).to_hex().to_string(),
+                            Ok(b) => blake3::hash(&b).into(),
                             Err(_) => return unkept(),
                         },
                     };
@@ -370,7 +370,7 @@ impl Sides<'_> {
                 Node::Prefix { len } => {
                     let Ok(now) = std::fs::read(path.as_path()) else { return unkept() };
                     let Some(prefix) = now.get(..*len as usize) else { return unkept() };
-                    let hash = blake3::hash(prefix).to_hex().to_string();
+                    let hash = blake3::hash(prefix).into();
                     AfterState::File { ident: s.ident, size: *len, hash, mode: s.mode, uid: s.uid, gid: s.gid, ctime: None }
                 }
                 Node::Dir => AfterState::Dir { ident: s.ident, mode: s.mode, uid: s.uid, gid: s.gid },
@@ -541,7 +541,7 @@ pub fn review_span(
                             before_size: Some(before.len() as u64),
                             after_size: *size,
                             before_hash: Some(blake3::hash(&before).to_hex().to_string()),
-                            after_hash: hash.clone(),
+                            after_hash: hash.to_text(),
                         };
                         rv.modified.push(Modified { path: path.clone(), diff: None, binary: Some(binary), note: None });
                     }
@@ -550,7 +550,7 @@ pub fn review_span(
                             before_size: None,
                             after_size: *size,
                             before_hash: None,
-                            after_hash: hash.clone(),
+                            after_hash: hash.to_text(),
                         };
                         rv.modified.push(Modified {
                             path: path.clone(),

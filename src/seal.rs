@@ -36,6 +36,131 @@ pub const SEAL_FILE: &str = "seal.json";
 /// Seal format version.
 pub const SEAL_VERSION: u32 = 1;
 
+/// What a sealed regular file's contents were: their BLAKE3 (written as 64 hex digits), or,
+/// for a file the seal could not read, the text that stands in for them (its size and times,
+/// `unreadable:...`). Held as bytes, not text: a seal of a million files kept a 64-byte string
+/// for each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContentDigest {
+    /// The BLAKE3 of the contents.
+    Blake3([u8; 32]),
+    /// Anything else the seal holds in its place.
+    Stamp(Box<str>),
+}
+
+impl ContentDigest {
+    /// The digest `text` writes (64 hex digits: a BLAKE3; anything else: a stamp).
+    pub fn parse(text: &str) -> Self {
+        match blake3::Hash::from_hex(text) {
+            Ok(h) => ContentDigest::Blake3(*h.as_bytes()),
+            Err(_) => ContentDigest::Stamp(text.into()),
+        }
+    }
+
+    /// As the seal writes it.
+    pub fn to_text(&self) -> String {
+        match self {
+            ContentDigest::Blake3(b) => blake3::Hash::from_bytes(*b).to_hex().to_string(),
+            ContentDigest::Stamp(s) => s.to_string(),
+        }
+    }
+}
+
+impl From<blake3::Hash> for ContentDigest {
+    fn from(h: blake3::Hash) -> Self {
+        ContentDigest::Blake3(*h.as_bytes())
+    }
+}
+
+impl Serialize for ContentDigest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ContentDigest::Blake3(b) => s.serialize_str(blake3::Hash::from_bytes(*b).to_hex().as_str()),
+            ContentDigest::Stamp(t) => s.serialize_str(t),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentDigest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ContentDigest;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a content digest")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentDigest, E> {
+                Ok(ContentDigest::parse(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// [`AfterState`] read tag first (see [`crate::record::tag_first`]): the seal's writer puts
+/// `kind` first, and serde's buffering of each of a million maps was most of reading a seal.
+#[repr(transparent)]
+struct TagFirstState(AfterState);
+
+impl<'de> Deserialize<'de> for TagFirstState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::record::tag_first::read(d).map(TagFirstState)
+    }
+}
+
+impl<'de> crate::record::tag_first::TagFirst<'de> for AfterState {
+    const TAG: &'static str = "kind";
+    const WHAT: &'static str = "a sealed state";
+
+    fn variant<A: serde::de::MapAccess<'de>>(kind: String, mut rest: A) -> Result<AfterState, A::Error> {
+        use crate::record::tag_first::{fields, tagged_back};
+        #[derive(Deserialize)]
+        struct File {
+            ident: Ident,
+            size: u64,
+            hash: ContentDigest,
+            mode: u32,
+            uid: u32,
+            gid: u32,
+            #[serde(default)]
+            ctime: Option<[i64; 2]>,
+        }
+        #[derive(Deserialize)]
+        struct Dir {
+            ident: Ident,
+            mode: u32,
+            uid: u32,
+            gid: u32,
+        }
+        match kind.as_str() {
+            "file" => fields::<File, _>(rest).map(|f| AfterState::File {
+                ident: f.ident,
+                size: f.size,
+                hash: f.hash,
+                mode: f.mode,
+                uid: f.uid,
+                gid: f.gid,
+                ctime: f.ctime,
+            }),
+            "dir" => {
+                fields::<Dir, _>(rest).map(|d| AfterState::Dir { ident: d.ident, mode: d.mode, uid: d.uid, gid: d.gid })
+            }
+            "absent" => {
+                // A unit variant: whatever else the map holds is ignored, as derived.
+                while rest.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(AfterState::Absent)
+            }
+            _ => tagged_back(Self::TAG, kind, rest),
+        }
+    }
+}
+
+/// The seal's `paths`, each state read tag first.
+fn paths_tag_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(BPath, AfterState)>, D::Error> {
+    let paths = Vec::<(BPath, TagFirstState)>::deserialize(d)?;
+    Ok(paths.into_iter().map(|(p, s)| (p, s.0)).collect())
+}
+
 /// What a path was when the session ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -48,8 +173,8 @@ pub enum AfterState {
         ident: Ident,
         /// Size.
         size: u64,
-        /// BLAKE3 of the content.
-        hash: String,
+        /// What its contents were.
+        hash: ContentDigest,
         /// Permission bits.
         mode: u32,
         /// Owner.
@@ -149,7 +274,10 @@ impl AfterState {
             FileType::RegularFile => {
                 let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
                 let (hash, size) = match rustix::fs::openat(dir, path, flags, Mode::empty()) {
-                    Ok(fd) => hash_regular(fd.as_fd(), st.st_size as u64)?,
+                    Ok(fd) => {
+                        let (hash, size) = hash_regular(fd.as_fd(), st.st_size as u64)?;
+                        (ContentDigest::from(hash), size)
+                    }
                     // Not readable by us: its size and times stand in for its contents.
                     Err(rustix::io::Errno::ACCESS) => {
                         let size = st.st_size as u64;
@@ -157,7 +285,7 @@ impl AfterState {
                             "unreadable:{size}:{}.{}:{}.{}",
                             st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec
                         );
-                        (stamp, size)
+                        (ContentDigest::Stamp(stamp.into()), size)
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -285,6 +413,7 @@ pub struct Seal {
     #[serde(default)]
     pub through: u64,
     /// After-state of every touched path (a list, since paths are bytes).
+    #[serde(deserialize_with = "paths_tag_first")]
     pub paths: Vec<(BPath, AfterState)>,
     /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures), in
     /// seals of older builds; a seal of this one holds [`Seal::blob_stats`] instead (empty).
@@ -693,6 +822,70 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_seal_reads_the_same_whether_its_kinds_come_first_or_last_and_keeps_a_stamp_as_written() {
+        // The writer puts `kind` first (read without buffering); any other order goes the
+        // derived way. Both must give the same seal, for every kind of state.
+        let ident = Ident { dev: 1, ino: 2 };
+        let states = [
+            AfterState::Absent,
+            AfterState::File {
+                ident,
+                size: 3,
+                hash: blake3::hash(b"abc").into(),
+                mode: 0o644,
+                uid: 1,
+                gid: 2,
+                ctime: Some([5, 6]),
+            },
+            AfterState::File {
+                ident,
+                size: 4,
+                hash: ContentDigest::parse("unreadable:4:1.2:3.4"),
+                mode: 0o600,
+                uid: 0,
+                gid: 0,
+                ctime: None,
+            },
+            AfterState::Dir { ident, mode: 0o755, uid: 3, gid: 4 },
+            AfterState::Symlink { target: BPath::new(b"t\xff".to_vec()) },
+            AfterState::Other { ident, mode: 0o600 },
+        ];
+        let seal = Seal {
+            version: SEAL_VERSION,
+            sealed: "2026-12-01T00:00:00Z".into(),
+            through: 9,
+            paths: states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (BPath::from(format!("/p{i}").as_str()), s.clone()))
+                .collect(),
+            blob_hashes: BTreeMap::new(),
+            blob_stats: BTreeMap::new(),
+            blob_intact: Default::default(),
+            index: Default::default(),
+        };
+        let first = serde_json::to_string(&seal).unwrap();
+        assert!(first.contains(r#""hash":"unreadable:4:1.2:3.4""#), "{first}");
+        assert!(first.contains(&format!(r#""hash":"{}""#, blake3::hash(b"abc").to_hex())), "{first}");
+        let mut v = serde_json::to_value(&seal).unwrap();
+        for entry in v["paths"].as_array_mut().unwrap() {
+            let map = entry[1].as_object_mut().unwrap();
+            let kind = map.remove("kind").unwrap();
+            map.insert("kind".into(), kind);
+        }
+        let last = serde_json::to_string(&v).unwrap();
+        assert_ne!(first, last);
+        for text in [&first, &last] {
+            let back: Seal = serde_json::from_str(text).unwrap();
+            assert_eq!(back.paths, seal.paths, "{text}");
+        }
+        // What the derived reading refuses, the tag-first one refuses too.
+        let missing = r#"{"version":1,"sealed":"","paths":[["/x",{"kind":"file","size":1}]],"blob_hashes":{}}"#;
+        let err = serde_json::from_str::<Seal>(missing).unwrap_err().to_string();
+        assert!(err.contains("missing field `ident`"), "{err}");
+    }
 
     #[test]
     fn the_index_finds_every_path_even_when_their_hashes_collide_and_the_first_of_a_repeated_one() {

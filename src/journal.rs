@@ -395,21 +395,55 @@ pub fn parse_journal(data: &[u8]) -> JournalContents {
 
 /// Adds the main journal file's records and problems to `out` (unsorted).
 fn parse_main_into(data: &[u8], out: &mut JournalContents) {
+    let mut records = Vec::new();
     out.bytes += data.len() as u64;
-    let mut offset = 0usize;
-    let mut line_no = 0u64;
-    while offset < data.len() {
-        let Some(nl) = data[offset..].iter().position(|&b| b == b'\n') else {
-            out.torn_tail = Some(offset as u64);
-            break;
-        };
-        line_no += 1;
-        take_line(&data[offset..offset + nl], None, offset, line_no, out);
-        offset += nl + 1;
-    }
+    main_lines(data, &mut Place::default(), true, out, &mut |r| records.push(r));
+    out.records.append(&mut records);
 }
 
-fn take_line(line: &[u8], segment: Option<&str>, offset: usize, line_no: u64, out: &mut JournalContents) {
+/// Where a pass over one file is: the offset in the file of the bytes it is handed next, and
+/// the lines it has seen.
+#[derive(Default)]
+struct Place {
+    base: usize,
+    line_no: u64,
+}
+
+/// Takes the whole lines of the main journal file at the start of `data` (at `place` in the
+/// file): records to `sink`, problems to `out`. Returns how many bytes it took; with `last`
+/// (the file ends with `data`) all of them, an unfinished line being the torn tail.
+fn main_lines(
+    data: &[u8],
+    place: &mut Place,
+    last: bool,
+    out: &mut JournalContents,
+    sink: &mut dyn FnMut(Record),
+) -> usize {
+    let mut offset = 0usize;
+    while offset < data.len() {
+        let Some(nl) = data[offset..].iter().position(|&b| b == b'\n') else {
+            if last {
+                out.torn_tail = Some((place.base + offset) as u64);
+                offset = data.len();
+            }
+            break;
+        };
+        place.line_no += 1;
+        take_line(&data[offset..offset + nl], None, place.base + offset, place.line_no, out, sink);
+        offset += nl + 1;
+    }
+    place.base += offset;
+    offset
+}
+
+fn take_line(
+    line: &[u8],
+    segment: Option<&str>,
+    offset: usize,
+    line_no: u64,
+    out: &mut JournalContents,
+    sink: &mut dyn FnMut(Record),
+) {
     match parse_line(line) {
         // The marks segment is appended to by processes that may be of the session: it holds
         // nothing that undo would act on.
@@ -420,7 +454,7 @@ fn take_line(line: &[u8], segment: Option<&str>, offset: usize, line_no: u64, ou
             p.place(segment, offset, line_no);
             out.problems.push(p);
         }
-        Ok(rec) => out.records.push(rec),
+        Ok(rec) => sink(rec),
         Err(mut p) => {
             p.place(segment, offset, line_no);
             out.problems.push(p);
@@ -434,9 +468,23 @@ fn take_line(line: &[u8], segment: Option<&str>, offset: usize, line_no: u64, ou
 /// after the rest of it, so bytes that reach a NUL (or the end) before an LF are an incomplete
 /// record, reported like a torn tail.
 pub fn parse_segment_into(name: &str, data: &[u8], out: &mut JournalContents) {
+    let mut records = Vec::new();
     out.bytes += data.len() as u64;
+    segment_lines(name, data, &mut Place::default(), true, out, &mut |r| records.push(r));
+    out.records.append(&mut records);
+}
+
+/// [`main_lines`] for segment `name`: takes what is whole at the start of `data` (lines, and
+/// the NUL bytes between them), and with `last` the rest too.
+fn segment_lines(
+    name: &str,
+    data: &[u8],
+    place: &mut Place,
+    last: bool,
+    out: &mut JournalContents,
+    sink: &mut dyn FnMut(Record),
+) -> usize {
     let mut offset = 0usize;
-    let mut line_no = 0u64;
     while offset < data.len() {
         if data[offset] == 0 {
             offset += 1;
@@ -445,14 +493,53 @@ pub fn parse_segment_into(name: &str, data: &[u8], out: &mut JournalContents) {
         let end = data[offset..].iter().position(|&b| b == b'\n' || b == 0).map(|n| offset + n);
         match end {
             Some(e) if data[e] == b'\n' => {
-                line_no += 1;
-                take_line(&data[offset..e], Some(name), offset, line_no, out);
+                place.line_no += 1;
+                take_line(&data[offset..e], Some(name), place.base + offset, place.line_no, out, sink);
                 offset = e + 1;
             }
-            _ => {
-                out.torn_in_segments.push((name.to_string(), offset as u64));
-                offset = end.unwrap_or(data.len());
+            Some(e) => {
+                out.torn_in_segments.push((name.to_string(), (place.base + offset) as u64));
+                offset = e;
             }
+            None if last => {
+                out.torn_in_segments.push((name.to_string(), (place.base + offset) as u64));
+                offset = data.len();
+            }
+            None => break,
+        }
+    }
+    place.base += offset;
+    offset
+}
+
+/// How much of a journal file is read at once: a segment of a million records is 200 MB,
+/// which need not be in memory whole.
+const BLOCK: usize = 1 << 20;
+
+/// Reads the file at `path` a block at a time, handing `take` what is read and not yet taken
+/// (and whether the file ends there); `take` returns how much of it it took. Returns the bytes
+/// read.
+fn read_in_blocks(path: &Path, mut take: impl FnMut(&[u8], bool) -> usize) -> io::Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut total = 0u64;
+    loop {
+        let have = buf.len();
+        buf.resize(have + BLOCK, 0);
+        let n = loop {
+            match f.read(&mut buf[have..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        buf.truncate(have + n);
+        total += n as u64;
+        let last = n == 0;
+        let took = take(&buf, last);
+        buf.drain(..took.min(buf.len()));
+        if last {
+            return Ok(total);
         }
     }
 }
@@ -460,9 +547,63 @@ pub fn parse_segment_into(name: &str, data: &[u8], out: &mut JournalContents) {
 /// Reads a session's whole journal: the main file `journal` and every segment under
 /// `segments_dir` (either may be missing), records ordered by `seq`.
 pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<JournalContents> {
+    // Each thread's records go into one buffer reserved for all it may read (a record line is
+    // longer than 100 bytes; only what is filled is memory): buffers grown segment by segment
+    // and freed after the merge left holes the allocator kept, 200 MB for a million records.
+    let threads = reader_threads();
+    let seg_bytes: u64 = std::fs::read_dir(segments_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let per_thread = usize::try_from(seg_bytes / 100 / threads as u64).unwrap_or(0).min(1 << 26);
+    let (mut buffers, mut out) = visit_with_segments(
+        journal,
+        segments_dir,
+        || Vec::with_capacity(per_thread),
+        |v: &mut Vec<Record>, r| v.push(r),
+    )?;
+    // The largest buffer takes the others (growing it moves no record: it is mapped).
+    buffers.sort_by_key(|b| std::cmp::Reverse(b.len()));
+    let mut all = buffers.first_mut().map(std::mem::take).unwrap_or_default();
+    all.reserve_exact(buffers.iter().map(Vec::len).sum::<usize>());
+    for b in buffers.iter_mut().skip(1) {
+        all.append(b);
+    }
+    drop(buffers);
+    out.records = all;
+    out.records.sort_unstable_by(crate::record::Record::journal_order);
+    Ok(out)
+}
+
+/// Segments are parsed on as many threads as there are CPUs (a session of 20,000 records took
+/// 34 ms on one), at most eight.
+fn reader_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
+}
+
+/// Every record of a session's journal (the main file `journal` and every segment under
+/// `segments_dir`, either may be missing), handed to `visit` with the accumulator of the
+/// thread that read it (one `init()` for the main file, and one per thread that reads
+/// segments), in no particular order, and not kept: for a reader that needs a little of each
+/// record (the seal of a million paths needs their names). Files are read a block at a time.
+/// Returns the accumulators, and what else the read found (problems in file order, torn
+/// records, bytes read), its `records` empty.
+pub fn visit_with_segments<A: Send>(
+    journal: &Path,
+    segments_dir: &Path,
+    init: impl Fn() -> A + Sync,
+    visit: impl Fn(&mut A, Record) + Sync,
+) -> io::Result<(Vec<A>, JournalContents)> {
     let mut out = JournalContents::default();
-    match std::fs::read(journal) {
-        Ok(d) => parse_main_into(&d, &mut out),
+    let mut main = init();
+    let mut place = Place::default();
+    let read = read_in_blocks(journal, |data, last| {
+        main_lines(data, &mut place, last, &mut out, &mut |r| visit(&mut main, r))
+    });
+    match read {
+        Ok(n) => out.bytes += n,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -472,55 +613,47 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
         Err(e) => return Err(e),
     };
     names.sort();
-    // Segments are parsed on as many threads as there are CPUs (a session of 20,000 records
-    // took 34 ms on one), each taking the next file; their problems are merged in name order,
-    // so they come out in the same order.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(names.len().max(1));
-    // Each thread's records go into one buffer reserved for all it may read (a record line is
-    // longer than 100 bytes; only what is filled is memory): buffers grown segment by segment
-    // and freed after the merge left holes the allocator kept, 200 MB for a million records.
-    let seg_bytes: u64 =
-        names.iter().filter_map(|n| std::fs::metadata(segments_dir.join(n)).ok()).map(|m| m.len()).sum();
-    let per_thread = usize::try_from(seg_bytes / 100 / threads as u64).unwrap_or(0).min(1 << 26);
+    // Each thread takes the next file; the problems are merged in name order, so they come
+    // out in the same order whichever thread read them.
+    let threads = reader_threads().min(names.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    type Parsed = (Vec<Record>, Vec<(usize, io::Result<JournalContents>)>);
-    let parsed: Vec<Parsed> = std::thread::scope(|scope| {
+    type Parsed<A> = (A, Vec<(usize, io::Result<JournalContents>)>);
+    let parsed: Vec<Parsed<A>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let mut records = Vec::with_capacity(per_thread);
+                    let mut acc = init();
                     let mut mine = Vec::new();
-                    let mut part = JournalContents::default();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(name) = names.get(i) else { break };
                         let path = segments_dir.join(name);
+                        let label = name.to_string_lossy();
+                        let mut part = JournalContents::default();
+                        let mut place = Place::default();
+                        let read = read_in_blocks(&path, |data, last| {
+                            segment_lines(&label, data, &mut place, last, &mut part, &mut |r| visit(&mut acc, r))
+                        });
                         // Named in the error: the caller reports it against the journal as a whole.
-                        let read = std::fs::read(&path)
-                            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-                            .map(|data| parse_segment_into(&name.to_string_lossy(), &data, &mut part));
-                        records.append(&mut part.records);
-                        let meta = JournalContents {
-                            records: Vec::new(),
-                            problems: std::mem::take(&mut part.problems),
-                            torn_in_segments: std::mem::take(&mut part.torn_in_segments),
-                            bytes: std::mem::take(&mut part.bytes),
-                            ..Default::default()
-                        };
-                        mine.push((i, read.map(|()| meta)));
+                        let read =
+                            read.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))).map(|n| {
+                                part.bytes = n;
+                                part
+                            });
+                        mine.push((i, read));
                     }
-                    (records, mine)
+                    (acc, mine)
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| {
-                h.join().unwrap_or_else(|_| (Vec::new(), vec![(0, Err(io::Error::other("a segment reader panicked")))]))
+                h.join().unwrap_or_else(|_| (init(), vec![(0, Err(io::Error::other("a segment reader panicked")))]))
             })
             .collect()
     });
-    let (mut buffers, parts): (Vec<Vec<Record>>, Vec<_>) = parsed.into_iter().unzip();
+    let (mut accs, parts): (Vec<A>, Vec<_>) = parsed.into_iter().unzip();
     let mut parts: Vec<(usize, io::Result<JournalContents>)> = parts.into_iter().flatten().collect();
     parts.sort_by_key(|(i, _)| *i);
     for (_, part) in parts {
@@ -529,19 +662,8 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
         out.torn_in_segments.extend(part.torn_in_segments);
         out.bytes += part.bytes;
     }
-    // The largest buffer takes the others (growing it moves no record: it is mapped), and the
-    // main file's records.
-    buffers.sort_by_key(|b| std::cmp::Reverse(b.len()));
-    let mut all = buffers.first_mut().map(std::mem::take).unwrap_or_default();
-    all.reserve_exact(buffers.iter().map(Vec::len).sum::<usize>() + out.records.len());
-    for b in buffers.iter_mut().skip(1) {
-        all.append(b);
-    }
-    drop(buffers);
-    all.append(&mut out.records);
-    out.records = all;
-    out.records.sort_unstable_by(crate::record::Record::journal_order);
-    Ok(out)
+    accs.push(main);
+    Ok((accs, out))
 }
 
 fn corrupt(seq: Option<u64>, what: impl Into<String>) -> Problem {
@@ -917,6 +1039,52 @@ mod tests {
         assert_eq!(named, sorted, "in segment-name order");
         let torn: Vec<&str> = j.torn_in_segments.iter().map(|(n, _)| n.as_str()).collect();
         assert!(torn.windows(2).all(|w| w[0] < w[1]) && torn.len() == 40, "{torn:?}");
+    }
+
+    #[test]
+    fn a_journal_read_a_block_at_a_time_reads_as_the_whole_of_it_read_at_once() {
+        // Lines, NUL runs, a damaged line and torn records placed across the reader's block
+        // boundaries: what is found, and where, is what a read of the whole file finds.
+        let dir = tempfile::tempdir().unwrap();
+        let (main, segs) = (dir.path().join("journal"), dir.path().join("segments"));
+        std::fs::create_dir(&segs).unwrap();
+        let mut m = Vec::new();
+        let mut g = Vec::new();
+        let mut seq = 0;
+        while m.len() < 3 * BLOCK + 100 {
+            seq += 1;
+            let mut line = encode_line(&rec(seq));
+            if seq % 4001 == 0 {
+                line[30] ^= 1;
+            }
+            m.extend_from_slice(&line);
+            seq += 1;
+            g.extend_from_slice(&encode_line(&rec(seq)));
+            g.extend(std::iter::repeat_n(0u8, (seq as usize * 7) % 300));
+            if seq % 5000 == 0 {
+                let cut = encode_line(&rec(seq + 1_000_000));
+                g.extend_from_slice(&cut[..cut.len() / 2]);
+                g.push(0);
+            }
+        }
+        let tail = encode_line(&rec(seq + 1));
+        m.extend_from_slice(&tail[..tail.len() - 1]);
+        g.extend_from_slice(&tail[..20]);
+        std::fs::write(&main, &m).unwrap();
+        std::fs::write(segs.join("5-2"), &g).unwrap();
+        let got = read_with_segments(&main, &segs).unwrap();
+        let mut want = JournalContents::default();
+        parse_main_into(&m, &mut want);
+        parse_segment_into("5-2", &g, &mut want);
+        want.records.sort_unstable_by(Record::journal_order);
+        assert!(got.records.len() > 10_000 && !got.problems.is_empty() && got.torn_in_segments.len() > 1);
+        assert_eq!(got.records, want.records);
+        assert_eq!(got.problems, want.problems);
+        assert_eq!(
+            (got.torn_tail, &got.torn_in_segments, got.bytes),
+            (want.torn_tail, &want.torn_in_segments, want.bytes)
+        );
+        assert_eq!(got.torn_tail, Some((m.len() - tail.len() + 1) as u64));
     }
 
     #[test]

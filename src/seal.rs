@@ -29,7 +29,7 @@ std::thread_local! {
     static PARENT: std::cell::RefCell<Option<(Vec<u8>, Option<std::os::fd::OwnedFd>)>> = const { std::cell::RefCell::new(None) };
 }
 use crate::journal::JournalContents;
-use crate::record::{Before, CaptureHow, Ident, Node, Op};
+use crate::record::{Before, CaptureHow, Ident, Node, Op, Record};
 
 /// Seal file name inside a session directory.
 pub const SEAL_FILE: &str = "seal.json";
@@ -273,13 +273,22 @@ impl AfterState {
         Ok(match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => {
                 let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-                let (hash, size) = match rustix::fs::openat(dir, path, flags, Mode::empty()) {
-                    Ok(fd) => {
+                // Read without moving its access time where we may (ours, or as root): the
+                // first read after a write moves it, which dirtied each inode of a million
+                // the session made. An empty file need not be opened.
+                let open = || match rustix::fs::openat(dir, path, flags | OFlags::NOATIME, Mode::empty()) {
+                    Err(rustix::io::Errno::PERM) => rustix::fs::openat(dir, path, flags, Mode::empty()),
+                    other => other,
+                };
+                let read = (st.st_size > 0).then(open);
+                let (hash, size) = match read {
+                    None => (blake3::hash(b"").into(), 0),
+                    Some(Ok(fd)) => {
                         let (hash, size) = hash_regular(fd.as_fd(), st.st_size as u64)?;
                         (ContentDigest::from(hash), size)
                     }
                     // Not readable by us: its size and times stand in for its contents.
-                    Err(rustix::io::Errno::ACCESS) => {
+                    Some(Err(rustix::io::Errno::ACCESS)) => {
                         let size = st.st_size as u64;
                         let stamp = format!(
                             "unreadable:{size}:{}.{}:{}.{}",
@@ -287,7 +296,7 @@ impl AfterState {
                         );
                         (ContentDigest::Stamp(stamp.into()), size)
                     }
-                    Err(e) => return Err(e.into()),
+                    Some(Err(e)) => return Err(e.into()),
                 };
                 AfterState::File {
                     ident,
@@ -562,31 +571,6 @@ impl Seal {
     }
 }
 
-/// Every path a journal's records touch, in record order, without duplicates.
-pub fn touched_paths(journal: &JournalContents) -> Vec<BPath> {
-    // Borrowed and hashed with xxh3: a path is copied once, into the answer (SipHash over a
-    // copy of every path was a tenth of what `run` does after its command).
-    let mut seen: std::collections::HashSet<&BPath, xxhash_rust::xxh3::Xxh3DefaultBuilder> =
-        std::collections::HashSet::with_capacity_and_hasher(journal.records.len(), Default::default());
-    let mut out = Vec::new();
-    let mut add = |p| {
-        if seen.insert(p) {
-            out.push(p.clone());
-        }
-    };
-    for r in journal.records.iter() {
-        match &r.op {
-            Op::Change { path, .. } | Op::Meta { path, .. } => add(path),
-            Op::Rename { from, to, .. } => {
-                add(from);
-                add(to);
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 /// [`take_seal`] without hashing the store's linked blobs: only the state of each of `touched`
 /// (its records' paths; `through` the seq of the last), without looking at those the caller
 /// knows it left `absent` (an undo's own removals).
@@ -610,45 +594,107 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: &std::colle
     }
 }
 
-/// Takes the seal of a session whose processes have all ended: the after-state of every path
-/// it touched, and the hashes of its unhashed blobs. `progress` is called once per item, from
-/// whichever thread did it: the work is spread over the machine's CPUs (a seal reads and
-/// hashes every file the session touched).
-pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn() + Sync) -> Seal {
-    let touched = touched_paths(journal);
-    // A path that cannot be read is left out: undo then checks it the weaker way.
-    let states = in_parallel(&touched, |p| {
-        let state = AfterState::of_sealing(p.as_bytes()).ok();
-        progress();
-        state
-    });
-    forget_parent();
-    let paths = touched.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect();
-    // Linked and cloned captures, and copies reused by identity, were not hashed when they
-    // were made.
-    let mut unhashed = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for r in &journal.records {
-        let befores: Vec<&Before> = match &r.op {
-            Op::Change { before, .. } => vec![before],
-            Op::Rename { to_before, .. } => vec![to_before],
-            _ => vec![],
-        };
-        for b in befores {
-            if let Before::Contents(s) = b {
+/// A linked or cloned capture (or a copy reused by identity), which was not hashed when it was
+/// made: its blob, size, how it was captured and the captured mtime.
+type Unhashed = (String, u64, CaptureHow, [i64; 2]);
+
+/// What a seal needs of the records one reader saw: every record's `seq` (to set aside those
+/// no writer handed out, as [`JournalContents::set_aside_unaccounted`] does), the paths each
+/// touches (keyed by `2 * seq`, a rename's destination `2 * seq + 1`: sorted in place, in
+/// record order) and the unhashed blobs each holds, with its `seq`. The rest of a record is dropped
+/// as it is read: a million records held whole were most of what `run` kept after its command.
+#[derive(Default)]
+pub struct Gathered {
+    seqs: Vec<u64>,
+    paths: Vec<(u64, BPath)>,
+    unhashed: Vec<(u64, Unhashed)>,
+}
+
+impl Gathered {
+    /// Keeps what the seal needs of `r`.
+    pub fn take(&mut self, r: Record) {
+        self.seqs.push(r.seq);
+        let mut blob = |before: &Before| {
+            if let Before::Contents(s) = before {
                 if let Node::File { blob, size, hash: None, how, .. } = &s.node {
-                    if seen.insert(blob.clone()) {
-                        unhashed.push((blob.clone(), *size, *how, s.mtime));
-                    }
+                    self.unhashed.push((r.seq, (blob.clone(), *size, *how, s.mtime)));
                 }
             }
+        };
+        match r.op {
+            Op::Change { path, before } => {
+                blob(&before);
+                self.paths.push((2 * r.seq, path));
+            }
+            Op::Rename { from, to, to_before, .. } => {
+                blob(&to_before);
+                self.paths.push((2 * r.seq, from));
+                self.paths.push((2 * r.seq + 1, to));
+            }
+            Op::Meta { path, .. } => self.paths.push((2 * r.seq, path)),
+            _ => {}
         }
     }
-    // Their state, not their bytes: an `lstat` each (hashing them was most of what `run` did
-    // after an `rm -rf`), which undo compares with the blob before it trusts it.
-    // (A store whose blobs cannot be opened has none to seal: each is left out.)
+}
+
+/// What the records of a session touched, for its seal.
+struct Touched {
+    /// Every path, once, in the order of the first record that touches it.
+    paths: Vec<BPath>,
+    /// The unhashed blobs, once each, in record order.
+    unhashed: Vec<Unhashed>,
+    /// The newest record's `seq`.
+    through: u64,
+    /// How many records there are.
+    records: usize,
+}
+
+/// Puts together what every reader gathered, leaving out the records whose `seq` no writer
+/// handed out (above `last_id`, the counter read after the records, or held twice).
+fn touched_of(parts: Vec<Gathered>, last_id: Option<u64>) -> Touched {
+    let mut seqs = Vec::new();
+    let mut paths = Vec::new();
+    let mut unhashed = Vec::new();
+    for mut g in parts {
+        seqs.append(&mut g.seqs);
+        paths.append(&mut g.paths);
+        unhashed.append(&mut g.unhashed);
+    }
+    seqs.sort_unstable();
+    let twice: std::collections::HashSet<u64> = seqs.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+    let accounted = |seq: u64| last_id.is_none_or(|last| seq <= last) && !twice.contains(&seq);
+    let records = seqs.iter().filter(|&&q| accounted(q)).count();
+    let through = seqs.iter().rev().copied().find(|&q| accounted(q)).unwrap_or(0);
+    drop(seqs);
+    paths.retain(|(key, _)| accounted(key / 2));
+    paths.sort_unstable_by_key(|(key, _)| *key);
+    unhashed.retain(|(q, _)| accounted(*q));
+    unhashed.sort_by_key(|(q, _)| *q);
+    // Borrowed and hashed with xxh3 (SipHash over a copy of every path was a tenth of what
+    // `run` did after its command).
+    let keep: Vec<bool> = {
+        let mut seen: std::collections::HashSet<&BPath, xxhash_rust::xxh3::Xxh3DefaultBuilder> =
+            std::collections::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
+        paths.iter().map(|(_, p)| seen.insert(p)).collect()
+    };
+    let mut keep = keep.into_iter();
+    paths.retain(|_| keep.next().unwrap_or(false));
+    let mut seen = std::collections::HashSet::new();
+    let unhashed = unhashed.into_iter().map(|(_, u)| u).filter(|u| seen.insert(u.0.clone())).collect();
+    Touched { paths: paths.into_iter().map(|(_, p)| p).collect(), unhashed, through, records }
+}
+
+/// What each unhashed blob is now (an `lstat` each, not its bytes: hashing them was most of
+/// what `run` did after an `rm -rf`), which undo compares with the blob before it trusts it;
+/// and which of the linked ones are still as captured. A blob that cannot be looked at is left
+/// out (as is every blob of a store whose blobs directory cannot be opened).
+fn blob_stats_of(
+    unhashed: &[Unhashed],
+    blobs_dir: &Path,
+    progress: &(impl Fn() + Sync),
+) -> (BTreeMap<String, BlobStat>, std::collections::BTreeSet<String>) {
     let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
-    let stats = in_parallel(&unhashed, |(blob, size, how, mtime)| {
+    let stats = in_parallel(unhashed, |(blob, size, how, mtime)| {
         let out = blobs
             .as_ref()
             .and_then(|dir| rustix::fs::statat(dir, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok())
@@ -662,24 +708,120 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     });
     let mut blob_stats = BTreeMap::new();
     let mut blob_intact = std::collections::BTreeSet::new();
-    for ((blob, ..), got) in unhashed.into_iter().zip(stats) {
+    for ((blob, ..), got) in unhashed.iter().zip(stats) {
         if let Some((stat, intact)) = got {
             if intact {
                 blob_intact.insert(blob.clone());
             }
-            blob_stats.insert(blob, stat);
+            blob_stats.insert(blob.clone(), stat);
         }
     }
+    (blob_stats, blob_intact)
+}
+
+/// The state of `path` for the seal (`None`: it cannot be read, and undo checks it the
+/// weaker way).
+fn sealed_state(path: &BPath, progress: &(impl Fn() + Sync)) -> Option<AfterState> {
+    let state = AfterState::of_sealing(path.as_bytes()).ok();
+    progress();
+    state
+}
+
+/// Takes the seal of a session whose processes have all ended: the after-state of every path
+/// it touched, and the state of its unhashed blobs. `progress` is called once per item, from
+/// whichever thread did it: the work is spread over the machine's CPUs (a seal reads and
+/// hashes every file the session touched).
+pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn() + Sync) -> Seal {
+    let mut g = Gathered::default();
+    for r in &journal.records {
+        g.take(r.clone());
+    }
+    let touched = touched_of(vec![g], None);
+    let states = in_parallel(&touched.paths, |p| sealed_state(p, &progress));
+    forget_parent();
+    let (blob_stats, blob_intact) = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),
-        through: journal.records.last().map_or(0, |r| r.seq),
-        paths,
+        through: touched.through,
+        paths: touched.paths.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
         blob_hashes: BTreeMap::new(),
         blob_stats,
         blob_intact,
         index: Default::default(),
     }
+}
+
+/// How many paths the seal looks at together: their states are written as they are found, so
+/// that a seal of a million paths is never held whole.
+const SEAL_CHUNK: usize = 1 << 14;
+
+/// A seal's paths, found a chunk at a time as they are written.
+struct StatesAsWritten<'a, F> {
+    paths: &'a [BPath],
+    progress: &'a F,
+}
+
+impl<F: Fn() + Sync> Serialize for StatesAsWritten<'_, F> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(None)?;
+        for chunk in self.paths.chunks(SEAL_CHUNK) {
+            let states = in_parallel(chunk, |p| sealed_state(p, self.progress));
+            for (p, state) in chunk.iter().zip(states) {
+                if let Some(state) = state {
+                    seq.serialize_element(&(p, &state))?;
+                }
+            }
+        }
+        forget_parent();
+        seq.end()
+    }
+}
+
+/// [`Seal`] as written, its paths looked at while they are written (the same fields in the
+/// same order: a reader cannot tell it from a [`Seal`] serialized whole).
+#[derive(Serialize)]
+#[serde(bound = "")]
+struct SealAsWritten<'a, F: Fn() + Sync> {
+    version: u32,
+    sealed: &'a str,
+    through: u64,
+    paths: StatesAsWritten<'a, F>,
+    blob_hashes: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    blob_stats: &'a BTreeMap<String, BlobStat>,
+    blob_intact: &'a std::collections::BTreeSet<String>,
+}
+
+/// Seals a session from its journal without holding its records or its seal whole: what
+/// every reader of its records gathered (`parts`, [`Gathered`]), the counter read after them,
+/// the session's store of blobs; written to `session_dir` as durably as asked. `progress` is
+/// called once per path and per unhashed blob. Returns how many records the seal covers.
+pub fn seal_streamed(
+    parts: Vec<Gathered>,
+    last_id: Option<u64>,
+    session_dir: &Path,
+    blobs_dir: &Path,
+    durability: crate::session::Durability,
+    progress: impl Fn() + Sync,
+) -> io::Result<usize> {
+    let touched = touched_of(parts, last_id);
+    let (blob_stats, blob_intact) = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
+    let sealed = crate::session::now_rfc3339_seconds();
+    let seal = SealAsWritten {
+        version: SEAL_VERSION,
+        sealed: &sealed,
+        through: touched.through,
+        paths: StatesAsWritten { paths: &touched.paths, progress: &progress },
+        blob_hashes: BTreeMap::new(),
+        blob_stats: &blob_stats,
+        blob_intact: &blob_intact,
+    };
+    crate::session::write_atomically_as(&session_dir.join(SEAL_FILE), durability, |w| {
+        serde_json::to_writer(w, &seal).map_err(io::Error::other)
+    })?;
+    Ok(touched.records)
 }
 
 /// What each of `paths` is now, looked at on every CPU, each directory opened once: for a
@@ -822,6 +964,80 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seal_written_as_records_are_read_is_the_seal_of_the_journal_read_whole() {
+        use crate::journal::{encode_line, read_with_segments, visit_with_segments};
+        use crate::record::{RECORD_VERSION, Snapshot, Stamp};
+        let t = tempfile::tempdir().unwrap();
+        let (tree, store) = (t.path().join("tree"), t.path().join("store"));
+        let blobs = store.join("blobs");
+        std::fs::create_dir_all(blobs.join("01")).unwrap();
+        std::fs::create_dir_all(store.join("segments")).unwrap();
+        std::fs::create_dir(&tree).unwrap();
+        std::fs::write(blobs.join("01/1"), b"kept").unwrap();
+        let path = |name: &str| BPath::from(tree.join(name).to_str().unwrap());
+        for (name, body) in [("a", "1"), ("c", "22"), ("d", "333")] {
+            std::fs::write(tree.join(name), body).unwrap();
+        }
+        let kept = Snapshot {
+            node: Node::File { blob: "01/1".into(), size: 4, hash: None, how: CaptureHow::Link, twin: None },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: [1, 2],
+            atime: [1, 2],
+            ident: Ident { dev: 1, ino: 1 },
+            xattrs: None,
+            links: 1,
+        };
+        let rec = |seq: u64, op: Op| Record {
+            v: RECORD_VERSION,
+            seq,
+            time: Stamp::parse("2026-12-01T00:00:00.000000000Z").unwrap(),
+            pid: 1,
+            ppid: 0,
+            prog: BPath::from("/bin/sh").into(),
+            call: "c".into(),
+            op,
+        };
+        let main = [
+            rec(1, Op::Change { path: path("a"), before: Before::Absent }),
+            rec(4, Op::Change { path: path("gone"), before: Before::contents(kept.clone()) }),
+            // Held twice: neither is sealed.
+            rec(6, Op::Change { path: path("twice"), before: Before::Absent }),
+            // Above the counter (8): not sealed, and not the seal's newest record.
+            rec(9, Op::Change { path: path("forged"), before: Before::Absent }),
+        ];
+        let segment = [
+            rec(2, Op::Rename { from: path("b"), to: path("c"), flags: 0, moved: None, to_before: Before::Absent }),
+            rec(3, Op::Change { path: path("a"), before: Before::Born { created: 1 } }),
+            rec(5, Op::Exec { program: BPath::from("/bin/true"), argv: vec![], cwd: BPath::from("/"), child: None }),
+            rec(6, Op::Change { path: path("d"), before: Before::Absent }),
+            rec(7, Op::Change { path: path("d"), before: Before::Absent }),
+        ];
+        let lines = |rs: &[Record]| rs.iter().flat_map(encode_line).collect::<Vec<u8>>();
+        std::fs::write(store.join("journal"), lines(&main)).unwrap();
+        std::fs::write(store.join("segments/1-2"), lines(&segment)).unwrap();
+        let (journal, segments) = (store.join("journal"), store.join("segments"));
+
+        let mut whole = read_with_segments(&journal, &segments).unwrap();
+        whole.set_aside_unaccounted(Some(8));
+        let expected = take_seal(&whole, &blobs, || {});
+        let (parts, _) = visit_with_segments(&journal, &segments, Gathered::default, Gathered::take).unwrap();
+        let records =
+            seal_streamed(parts, Some(8), &store, &blobs, crate::session::Durability::InKernel, || {}).unwrap();
+        assert_eq!(records, whole.records.len());
+        let text = std::fs::read_to_string(store.join(SEAL_FILE)).unwrap();
+        let got = Seal::read(&store).unwrap().unwrap();
+        let sealed: Vec<&BPath> = got.paths.iter().map(|(p, _)| p).collect();
+        assert_eq!(sealed, [path("a"), path("b"), path("c"), path("gone"), path("d")].iter().collect::<Vec<_>>());
+        assert_eq!((got.through, &got.paths), (7, &expected.paths));
+        assert!(got.blob_stats.contains_key("01/1") && got.blob_stats == expected.blob_stats);
+        assert_eq!(got.blob_intact, expected.blob_intact);
+        let written_whole = serde_json::to_string(&Seal { sealed: got.sealed.clone(), ..expected }).unwrap();
+        assert_eq!(text.trim_end(), written_whole, "a reader cannot tell the two apart");
+    }
 
     #[test]
     fn a_seal_reads_the_same_whether_its_kinds_come_first_or_last_and_keeps_a_stamp_as_written() {

@@ -660,9 +660,15 @@ impl Session {
         let mut journal = read_with_segments(&p, &self.dir.join(SEGMENTS_DIR)).map_err(io_at(&p))?;
         // The counter is read after the records, so that every id a record holds was handed
         // out by then; a session without a counters file (a copied one) is not checked.
-        let last_id = self.dir.join(COUNTERS_FILE).exists().then(|| self.counters().last_id).filter(|&l| l > 0);
-        journal.set_aside_unaccounted(last_id);
+        journal.set_aside_unaccounted(self.last_id_after_reading());
         Ok(journal)
+    }
+
+    /// The session's counter, read after its records, so that every id a record holds was
+    /// handed out by then; `None` for a session without a counters file (a copied one), which
+    /// is not checked.
+    fn last_id_after_reading(&self) -> Option<u64> {
+        self.dir.join(COUNTERS_FILE).exists().then(|| self.counters().last_id).filter(|&l| l > 0)
     }
 
     /// Reads the shared counters (zeros when the file is missing or short).
@@ -699,13 +705,21 @@ impl Session {
 
     /// Seals the session once its command has ended: the after-state of every path it
     /// touched, so that a later undo tells a change made since from its own work
-    /// ([`crate::seal`]), written as durably as `durability` says. Returns the journal it
-    /// sealed; `progress` is called once per record.
-    pub fn seal(&self, durability: Durability, progress: impl Fn() + Sync) -> Result<JournalContents, SessionError> {
-        let journal = self.read_journal()?;
-        let seal = crate::seal::take_seal(&journal, &self.blobs_dir(), progress);
-        seal.write_as(&self.dir, durability).map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
-        Ok(journal)
+    /// ([`crate::seal`]), written as durably as `durability` says, its records read and the seal
+    /// written without holding either whole. Returns how many records it covers; `progress` is
+    /// called once per path and per unhashed blob.
+    pub fn seal(&self, durability: Durability, progress: impl Fn() + Sync) -> Result<usize, SessionError> {
+        let p = self.journal_path();
+        let (parts, _) = crate::journal::visit_with_segments(
+            &p,
+            &self.dir.join(SEGMENTS_DIR),
+            crate::seal::Gathered::default,
+            crate::seal::Gathered::take,
+        )
+        .map_err(io_at(&p))?;
+        let last_id = self.last_id_after_reading();
+        crate::seal::seal_streamed(parts, last_id, &self.dir, &self.blobs_dir(), durability, progress)
+            .map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))
     }
 
     /// Takes `n` ids from the shared counter without mapping it, returning the first. Only

@@ -440,7 +440,7 @@ fn seal(s: &Session, durability: Durability) -> Result<(), String> {
     }
     let pb = crate::progress_bar(s.counters().last_id, "sealing");
     let records = match s.seal(durability, || pb.inc(1)) {
-        Ok(journal) => journal.records.len(),
+        Ok(records) => records,
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr(),

@@ -757,7 +757,9 @@ impl Session {
     /// `/proc`, among the processes this user may inspect; this process excluded.
     ///
     /// What it cannot see: a process of the session that has not journaled anything yet
-    /// (it has opened nothing here), or one owned by another user.
+    /// (it has opened nothing here), or one owned by another user. A process that holds the
+    /// session's files only for reading (a `review`, an undo of another session looking at
+    /// what this one journaled) is not one of its processes.
     pub fn live_processes(&self) -> Vec<u32> {
         live_processes_of(&[self]).pop().unwrap_or_default()
     }
@@ -771,23 +773,42 @@ impl Session {
 }
 
 /// Every process but this one, with the files it holds open or mapped (one pass over `/proc`).
+///
+/// Only what a writer holds counts: a descriptor open for writing, or a writable mapping. A
+/// process that reads a session (an undo of another session checking what this one journaled,
+/// a `review`) holds its files read-only, and is not one of its processes.
 fn processes_and_what_they_hold() -> impl Iterator<Item = (u32, Vec<PathBuf>)> {
     use std::os::unix::ffi::OsStringExt;
     let me = std::process::id();
     let procs = fs::read_dir("/proc").into_iter().flatten();
     procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(move |&p| p != me).map(|pid| {
+        let writes = |fd: &std::ffi::OsStr| {
+            let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy())).unwrap_or_default();
+            let flags =
+                info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| u32::from_str_radix(f.trim(), 8).ok());
+            flags.map(rustix::fs::OFlags::from_bits_retain).is_some_and(|f| {
+                (f & rustix::fs::OFlags::ACCMODE) != rustix::fs::OFlags::RDONLY && !f.contains(rustix::fs::OFlags::PATH)
+            })
+        };
         let mut held: Vec<PathBuf> = fs::read_dir(format!("/proc/{pid}/fd"))
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|fd| writes(&fd.file_name()))
             .filter_map(|fd| fs::read_link(fd.path()).ok())
             .collect();
         let maps = fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
-        held.extend(maps.split(|&c| c == b'\n').filter_map(|l| {
+        // `ADDRESS PERMS OFFSET DEV INODE PATH`: a writable mapping's PERMS is `?w??`.
+        held.extend(maps.split(|&c| c == b'\n').filter(|l| mapped_writable(l)).filter_map(|l| {
             l.iter().position(|&c| c == b'/').map(|i| PathBuf::from(std::ffi::OsString::from_vec(l[i..].to_vec())))
         }));
         (pid, held)
     })
+}
+
+/// Whether a line of `/proc/PID/maps` is a writable mapping.
+fn mapped_writable(line: &[u8]) -> bool {
+    line.split(|&c| c == b' ').nth(1).is_some_and(|perms| perms.get(1) == Some(&b'w'))
 }
 
 /// Every session some process still holds open (its journal, a segment, the shared tables),

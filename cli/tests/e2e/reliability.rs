@@ -946,6 +946,39 @@ fn undo_refuses_while_a_process_of_the_session_still_runs_and_undoes_what_it_wro
 }
 
 #[test]
+fn a_process_that_only_reads_a_session_is_not_taken_for_one_of_its_processes_and_one_that_writes_it_is() {
+    // An undo of another session reads this one's journal to see what it journaled; a
+    // `review` reads it too. Taken for a process of the session, it made this session's
+    // undo refuse ("still running") whenever the two overlapped.
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo x > f"]);
+    let me = aether_journal::session::Session::open(&session).expect("open the session");
+    let hold = |redirect: &str| {
+        let script = format!("exec 3{redirect}'{}'; echo > held; exec sleep 30", session.join("journal").display());
+        let child = std::process::Command::new("sh").arg("-c").arg(script).current_dir(s.tree()).spawn().unwrap();
+        while !s.path("held").exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::fs::remove_file(s.path("held")).unwrap();
+        child
+    };
+    let mut writer = hold(">>");
+    assert_eq!(me.live_processes(), vec![writer.id()], "a writer is");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!((code, &r["outcomes"][0]["cause"]["code"]), (3, &serde_json::json!("session_running")), "{r}");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    let mut reader = hold("<");
+    assert_eq!(me.live_processes(), Vec::<u32>::new(), "a reader is not a process of the session");
+    let (code, r) = s.undo_json(&session);
+    reader.kill().unwrap();
+    reader.wait().unwrap();
+    assert_complete(code, &r);
+    assert!(!s.path("f").exists());
+}
+
+#[test]
 fn a_record_journaled_after_a_forced_undo_of_a_running_session_is_undone_by_the_next_undo() {
     let s = scratch!();
     let before = manifest(&s.tree());

@@ -1159,7 +1159,13 @@ fn an_interactive_program_under_run_in_tmux_gets_its_terminal_size_raw_mode_and_
     wait_for(s.path("ready"));
     // The terminal's Ctrl-C: the kernel signals the whole foreground group.
     let _ = tmux(&["send-keys", "C-c"]);
+    // The shell makes the file, then writes the status into it: wait for the line.
     wait_for(s.root.join("rc"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(s.root.join("rc")).unwrap_or_default().ends_with('\n') {
+        assert!(std::time::Instant::now() < deadline, "the pane's shell never wrote run's status");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert_eq!(std::fs::read_to_string(s.path("size")).unwrap(), "100x30", "the terminal's size");
     assert_eq!(std::fs::read(s.path("key")).unwrap(), b"x", "raw mode: one key, unbuffered");
     let rc = std::fs::read_to_string(s.root.join("rc")).unwrap();

@@ -273,7 +273,7 @@ pub fn special_kind(ft: FileType) -> Option<SpecialKind> {
 }
 
 fn failed(step: &str, e: impl std::fmt::Display) -> Before {
-    Before::Irreversible { reason: Reason::CaptureFailed { step: step.into(), error: e.to_string() } }
+    Before::irreversible(Reason::CaptureFailed { step: step.into(), error: e.to_string() })
 }
 
 impl Capturer<'_> {
@@ -309,7 +309,7 @@ impl Capturer<'_> {
                 if intent == Intent::Destroy {
                     Before::contents(snapshot_meta(st, Node::Special { kind, rdev: st.st_rdev }))
                 } else {
-                    Before::Irreversible { reason: Reason::SpecialFile { kind } }
+                    Before::irreversible(Reason::SpecialFile { kind })
                 }
             }
         }
@@ -322,13 +322,11 @@ impl Capturer<'_> {
         // What a copy writes: a sparse file's data, not its holes.
         let size = data_bytes(st);
         if size > self.budget.max_file {
-            return Before::Irreversible { reason: Reason::OverFileBudget { size, limit: self.budget.max_file } };
+            return Before::irreversible(Reason::OverFileBudget { size, limit: self.budget.max_file });
         }
         let used = self.counters.bytes_kept();
         if used.saturating_add(size) > self.budget.max_total {
-            return Before::Irreversible {
-                reason: Reason::OverTotalBudget { size, used, limit: self.budget.max_total },
-            };
+            return Before::irreversible(Reason::OverTotalBudget { size, used, limit: self.budget.max_total });
         }
         if intent == Intent::Truncate && size >= MOVE_ASIDE_MIN && st.st_nlink == 1 {
             if let Some(before) = self.move_aside(parent, name, st) {
@@ -412,14 +410,16 @@ impl Capturer<'_> {
         if charged > self.budget.max_file {
             drop_blob();
             let limit = self.budget.max_file;
-            return Some(Before::Irreversible { reason: Reason::OverFileBudget { size: charged, limit } });
+            return Some(Before::irreversible(Reason::OverFileBudget { size: charged, limit }));
         }
         let used = self.counters.bytes_kept();
         if used.saturating_add(charged) > self.budget.max_total {
             drop_blob();
-            return Some(Before::Irreversible {
-                reason: Reason::OverTotalBudget { size: charged, used, limit: self.budget.max_total },
-            });
+            return Some(Before::irreversible(Reason::OverTotalBudget {
+                size: charged,
+                used,
+                limit: self.budget.max_total,
+            }));
         }
         self.counters.add_bytes_kept(charged);
         if self.sync {
@@ -1165,7 +1165,7 @@ pub(crate) mod tests {
         assert!(matches!(snap.node, Node::File { how: CaptureHow::Link, size: 5, .. }));
         assert_eq!(
             cap.capture_doomed_file(work.as_fd(), b"big"),
-            Some(Before::Irreversible { reason: Reason::OverFileBudget { size: 100, limit: 50 } })
+            Some(Before::irreversible(Reason::OverFileBudget { size: 100, limit: 50 }))
         );
         for other in [&b"l"[..], b"d", b"missing"] {
             assert_eq!(cap.capture_doomed_file(work.as_fd(), other), None, "{}", String::from_utf8_lossy(other));
@@ -1198,13 +1198,13 @@ pub(crate) mod tests {
         let cap = capturer(&blobs, &c, Budget { max_file: 10, max_total: 1000 });
         assert_eq!(
             cap.capture(work.as_fd(), b"f", Intent::Overwrite),
-            Before::Irreversible { reason: Reason::OverFileBudget { size: 100, limit: 10 } }
+            Before::irreversible(Reason::OverFileBudget { size: 100, limit: 10 })
         );
         let cap = capturer(&blobs, &c, Budget { max_file: 1000, max_total: 150 });
         c.add_bytes_kept(60);
         assert_eq!(
             cap.capture(work.as_fd(), b"f", Intent::Destroy),
-            Before::Irreversible { reason: Reason::OverTotalBudget { size: 100, used: 60, limit: 150 } }
+            Before::irreversible(Reason::OverTotalBudget { size: 100, used: 60, limit: 150 })
         );
         assert_eq!(fs::read_dir(t.path().join("blobs")).unwrap().count(), 0);
     }
@@ -1239,7 +1239,7 @@ pub(crate) mod tests {
         let cap = capturer(&blobs, &c, Budget::default());
         assert_eq!(
             cap.capture(work.as_fd(), b"p", Intent::Overwrite),
-            Before::Irreversible { reason: Reason::SpecialFile { kind: SpecialKind::Fifo } }
+            Before::irreversible(Reason::SpecialFile { kind: SpecialKind::Fifo })
         );
         let Before::Contents(snap) = cap.capture(work.as_fd(), b"p", Intent::Destroy) else { panic!() };
         assert!(matches!(snap.node, Node::Special { kind: SpecialKind::Fifo, .. }));

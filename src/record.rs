@@ -368,8 +368,8 @@ pub enum Before {
     Exclusive,
     /// The prior state could not be kept; undo reports this step as skipped with the reason.
     Irreversible {
-        /// Why it could not be kept.
-        reason: Reason,
+        /// Why it could not be kept (boxed: two strings, where most prior states hold none).
+        reason: Box<Reason>,
     },
     /// The path held a file this session had created (by record `created`), which the call
     /// rewrote without a capture: nothing it held is needed once that creation is undone, since
@@ -392,6 +392,11 @@ pub enum Before {
 }
 
 impl Before {
+    /// [`Before::Irreversible`] for `reason`.
+    pub fn irreversible(reason: Reason) -> Self {
+        Before::Irreversible { reason: Box::new(reason) }
+    }
+
     /// [`Before::Contents`] of `snap` (boxed: a snapshot is most of a record's size, and most
     /// records hold none).
     pub fn contents(snap: Snapshot) -> Self {
@@ -1133,7 +1138,7 @@ mod tests {
             Before::contents(snap.clone()),
             Before::Absent,
             Before::Exclusive,
-            Before::Irreversible { reason: Reason::OverFileBudget { size: 10, limit: 5 } },
+            Before::irreversible(Reason::OverFileBudget { size: 10, limit: 5 }),
             Before::contents(Snapshot {
                 node: Node::Symlink { target: BPath::new(b"t\xff".to_vec()) },
                 ..snap.clone()

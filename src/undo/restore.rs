@@ -93,7 +93,11 @@ impl Executor<'_> {
     pub(super) fn undo_change(&self, path: &BPath, before: &Before) -> Done {
         match before {
             Before::Irreversible { reason } => {
-                return done_because(Outcome::Skipped, Cause::NotKept { reason: reason.clone() }, reason.to_string());
+                return done_because(
+                    Outcome::Skipped,
+                    Cause::NotKept { reason: (**reason).clone() },
+                    reason.to_string(),
+                );
             }
             Before::Born { created: seq } | Before::Kept { by: seq } => {
                 // What the record that names `seq` is, and what undoing it does.

@@ -230,7 +230,7 @@ fn a_rename_that_failed_leaves_both_names_alone() {
 fn an_irreversible_step_is_skipped_with_its_reason_and_makes_the_undo_incomplete() {
     let mut f = Fixture::new();
     let path = f.bp("big");
-    f.push(Op::Change { path, before: Before::Irreversible { reason: Reason::OverFileBudget { size: 9, limit: 1 } } });
+    f.push(Op::Change { path, before: Before::irreversible(Reason::OverFileBudget { size: 9, limit: 1 }) });
     let r = f.undo();
     assert!(!r.complete);
     assert_eq!(r.outcomes[0].outcome, Outcome::Skipped);

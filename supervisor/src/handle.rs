@@ -688,7 +688,7 @@ fn change_irreversible(j: &Recording<'_>, call: &str, path: BPath, reason: Reaso
     if j.settings().policy == Policy::Strict {
         return ops::refuse(j, call, format!("{call} {}: {reason}", path.display_lossy()), libc::EACCES);
     }
-    j.record(call, Op::Change { path, before: Before::Irreversible { reason } });
+    j.record(call, Op::Change { path, before: Before::irreversible(reason) });
     Pending::Nothing
 }
 

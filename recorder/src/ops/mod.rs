@@ -248,11 +248,11 @@ fn capturer<'a, J: Journal>(journal: &'a J, blobs: BorrowedFd<'a>, intent: Inten
 /// Captures with the store's `blobs/` descriptor.
 fn capture<J: Journal>(journal: &J, parent: BorrowedFd<'_>, name: &[u8], st: &Stat, intent: Intent) -> Before {
     journal.with_blobs(|blobs| capturer(journal, blobs, intent).capture_stat(parent, name, st, intent)).unwrap_or_else(
-        || Before::Irreversible {
-            reason: Reason::CaptureFailed {
+        || {
+            Before::irreversible(Reason::CaptureFailed {
                 step: "open the session store".into(),
                 error: "its blobs directory is gone".into(),
-            },
+            })
         },
     )
 }
@@ -332,7 +332,7 @@ fn irreversible<J: Journal>(journal: &J, call: &str, path: BPath, step: &str, er
         let what = format!("{call} {}: {reason}", path.display_lossy());
         return refuse(journal, call, what, libc::EACCES);
     }
-    journal.record(call, Op::Change { path, before: Before::Irreversible { reason } });
+    journal.record(call, Op::Change { path, before: Before::irreversible(reason) });
     Pending::Nothing
 }
 

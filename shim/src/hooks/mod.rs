@@ -605,7 +605,7 @@ fn record_panic(call: &str, name: CPath, payload: Box<dyn std::any::Any + Send>)
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic".into());
     if let Some(s) = store() {
-        let before = journal_core::Before::Irreversible { reason: journal_core::Reason::Internal { message } };
+        let before = journal_core::Before::irreversible(journal_core::Reason::Internal { message });
         let path = name.bytes().unwrap_or_default().to_vec();
         s.record(call, journal_core::Op::Change { path: journal_core::BPath::new(path), before });
     }

@@ -550,14 +550,7 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
     // Each thread's records go into one buffer reserved for all it may read (a record line is
     // longer than 100 bytes; only what is filled is memory): buffers grown segment by segment
     // and freed after the merge left holes the allocator kept, 200 MB for a million records.
-    let threads = reader_threads();
-    let seg_bytes: u64 = std::fs::read_dir(segments_dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    let per_thread = usize::try_from(seg_bytes / 100 / threads as u64).unwrap_or(0).min(1 << 26);
+    let per_thread = records_per_reader(segments_dir);
     let (mut buffers, mut out) = visit_with_segments(
         journal,
         segments_dir,
@@ -575,6 +568,19 @@ pub fn read_with_segments(journal: &Path, segments_dir: &Path) -> io::Result<Jou
     out.records = all;
     out.records.sort_unstable_by(crate::record::Record::journal_order);
     Ok(out)
+}
+
+/// At most how many records each thread that reads `segments_dir` finds (a record line is
+/// longer than 100 bytes): what a reader reserves room for, since only what is filled of it
+/// is memory, while buffers grown as they fill leave the allocator holes as large again.
+pub fn records_per_reader(segments_dir: &Path) -> usize {
+    let seg_bytes: u64 = std::fs::read_dir(segments_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    usize::try_from(seg_bytes / 100 / reader_threads() as u64).unwrap_or(0).min(1 << 26)
 }
 
 /// Segments are parsed on as many threads as there are CPUs (a session of 20,000 records took

@@ -600,17 +600,54 @@ type Unhashed = (String, u64, CaptureHow, [i64; 2]);
 
 /// What a seal needs of the records one reader saw: every record's `seq` (to set aside those
 /// no writer handed out, as [`JournalContents::set_aside_unaccounted`] does), the paths each
-/// touches (keyed by `2 * seq`, a rename's destination `2 * seq + 1`: sorted in place, in
-/// record order) and the unhashed blobs each holds, with its `seq`. The rest of a record is dropped
+/// touches and the unhashed blobs each holds, with its `seq`. The rest of a record is dropped
 /// as it is read: a million records held whole were most of what `run` kept after its command.
+/// The paths' bytes are kept end to end in one buffer (a path of 40 bytes cost 64 in an
+/// allocation of its own, and 24 more to point at it).
 #[derive(Default)]
 pub struct Gathered {
     seqs: Vec<u64>,
-    paths: Vec<(u64, BPath)>,
+    names: Vec<u8>,
+    paths: Vec<Touch>,
     unhashed: Vec<(u64, Unhashed)>,
 }
 
+/// One path a record touched: `2 * seq` (a rename's destination `2 * seq + 1`, so that sorting
+/// by it is record order), and where its bytes are in the names buffer.
+#[derive(Clone, Copy)]
+struct Touch {
+    key: u64,
+    start: u64,
+    len: u32,
+}
+
+impl Touch {
+    fn name<'a>(&self, names: &'a [u8]) -> &'a [u8] {
+        let start = usize::try_from(self.start).unwrap_or(usize::MAX);
+        names.get(start..start.saturating_add(self.len as usize)).unwrap_or_default()
+    }
+}
+
 impl Gathered {
+    /// Room for `records` records and their paths, at 64 bytes a path (reserved, not filled:
+    /// see [`crate::journal::records_per_reader`]; the buffer of names grown as it filled
+    /// left the allocator a copy of every size it passed through).
+    pub fn with_capacity(records: usize) -> Self {
+        Gathered {
+            seqs: Vec::with_capacity(records),
+            names: Vec::with_capacity(records.saturating_mul(64)),
+            paths: Vec::with_capacity(records),
+            unhashed: Vec::new(),
+        }
+    }
+
+    fn touch(&mut self, key: u64, path: &BPath) {
+        // A path is shorter than 4 GiB (the kernel's limit is 4 KiB a call).
+        let len = u32::try_from(path.as_bytes().len()).unwrap_or(u32::MAX);
+        self.paths.push(Touch { key, start: self.names.len() as u64, len });
+        self.names.extend_from_slice(&path.as_bytes()[..len as usize]);
+    }
+
     /// Keeps what the seal needs of `r`.
     pub fn take(&mut self, r: Record) {
         self.seqs.push(r.seq);
@@ -621,17 +658,17 @@ impl Gathered {
                 }
             }
         };
-        match r.op {
+        match &r.op {
             Op::Change { path, before } => {
-                blob(&before);
-                self.paths.push((2 * r.seq, path));
+                blob(before);
+                self.touch(2 * r.seq, path);
             }
             Op::Rename { from, to, to_before, .. } => {
-                blob(&to_before);
-                self.paths.push((2 * r.seq, from));
-                self.paths.push((2 * r.seq + 1, to));
+                blob(to_before);
+                self.touch(2 * r.seq, from);
+                self.touch(2 * r.seq + 1, to);
             }
-            Op::Meta { path, .. } => self.paths.push((2 * r.seq, path)),
+            Op::Meta { path, .. } => self.touch(2 * r.seq, path),
             _ => {}
         }
     }
@@ -639,8 +676,10 @@ impl Gathered {
 
 /// What the records of a session touched, for its seal.
 struct Touched {
+    /// The bytes of every path.
+    names: Vec<u8>,
     /// Every path, once, in the order of the first record that touches it.
-    paths: Vec<BPath>,
+    paths: Vec<Touch>,
     /// The unhashed blobs, once each, in record order.
     unhashed: Vec<Unhashed>,
     /// The newest record's `seq`.
@@ -649,39 +688,50 @@ struct Touched {
     records: usize,
 }
 
+impl Touched {
+    fn path(&self, t: &Touch) -> BPath {
+        BPath::new(t.name(&self.names).to_vec())
+    }
+}
+
 /// Puts together what every reader gathered, leaving out the records whose `seq` no writer
 /// handed out (above `last_id`, the counter read after the records, or held twice).
 fn touched_of(parts: Vec<Gathered>, last_id: Option<u64>) -> Touched {
-    let mut seqs = Vec::new();
-    let mut paths = Vec::new();
-    let mut unhashed = Vec::new();
-    for mut g in parts {
-        seqs.append(&mut g.seqs);
-        paths.append(&mut g.paths);
-        unhashed.append(&mut g.unhashed);
+    // Into the largest reader's room, reserved for the rest first (growing as they came
+    // left the allocator a copy of each smaller one).
+    let mut parts = parts;
+    parts.sort_by_key(|g| std::cmp::Reverse(g.names.len()));
+    let mut all = parts.first_mut().map(std::mem::take).unwrap_or_default();
+    all.seqs.reserve_exact(parts.iter().skip(1).map(|g| g.seqs.len()).sum());
+    all.paths.reserve_exact(parts.iter().skip(1).map(|g| g.paths.len()).sum());
+    all.names.reserve_exact(parts.iter().skip(1).map(|g| g.names.len()).sum());
+    for g in parts.iter_mut().skip(1) {
+        let base = all.names.len() as u64;
+        all.seqs.append(&mut g.seqs);
+        all.names.append(&mut g.names);
+        all.paths.extend(g.paths.drain(..).map(|t| Touch { start: t.start + base, ..t }));
+        all.unhashed.append(&mut g.unhashed);
     }
+    drop(parts);
+    let Gathered { mut seqs, names, mut paths, mut unhashed } = all;
     seqs.sort_unstable();
     let twice: std::collections::HashSet<u64> = seqs.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
     let accounted = |seq: u64| last_id.is_none_or(|last| seq <= last) && !twice.contains(&seq);
     let records = seqs.iter().filter(|&&q| accounted(q)).count();
     let through = seqs.iter().rev().copied().find(|&q| accounted(q)).unwrap_or(0);
     drop(seqs);
-    paths.retain(|(key, _)| accounted(key / 2));
-    paths.sort_unstable_by_key(|(key, _)| *key);
+    paths.retain(|t| accounted(t.key / 2));
+    // Each path's first record: sorted by name (then record), the first of each run of one
+    // name is kept, and the rest sorted back into record order. In place: a set of a million
+    // paths was a fifth of what the seal held.
+    paths.sort_unstable_by(|a, b| (a.name(&names), a.key).cmp(&(b.name(&names), b.key)));
+    paths.dedup_by(|later, first| later.name(&names) == first.name(&names));
+    paths.sort_unstable_by_key(|t| t.key);
     unhashed.retain(|(q, _)| accounted(*q));
     unhashed.sort_by_key(|(q, _)| *q);
-    // Borrowed and hashed with xxh3 (SipHash over a copy of every path was a tenth of what
-    // `run` did after its command).
-    let keep: Vec<bool> = {
-        let mut seen: std::collections::HashSet<&BPath, xxhash_rust::xxh3::Xxh3DefaultBuilder> =
-            std::collections::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
-        paths.iter().map(|(_, p)| seen.insert(p)).collect()
-    };
-    let mut keep = keep.into_iter();
-    paths.retain(|_| keep.next().unwrap_or(false));
     let mut seen = std::collections::HashSet::new();
     let unhashed = unhashed.into_iter().map(|(_, u)| u).filter(|u| seen.insert(u.0.clone())).collect();
-    Touched { paths: paths.into_iter().map(|(_, p)| p).collect(), unhashed, through, records }
+    Touched { names, paths, unhashed, through, records }
 }
 
 /// What each unhashed blob is now (an `lstat` each, not its bytes: hashing them was most of
@@ -737,14 +787,15 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
         g.take(r.clone());
     }
     let touched = touched_of(vec![g], None);
-    let states = in_parallel(&touched.paths, |p| sealed_state(p, &progress));
+    let paths: Vec<BPath> = touched.paths.iter().map(|t| touched.path(t)).collect();
+    let states = in_parallel(&paths, |p| sealed_state(p, &progress));
     forget_parent();
     let (blob_stats, blob_intact) = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),
         through: touched.through,
-        paths: touched.paths.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
+        paths: paths.into_iter().zip(states).filter_map(|(p, s)| s.map(|s| (p, s))).collect(),
         blob_hashes: BTreeMap::new(),
         blob_stats,
         blob_intact,
@@ -758,7 +809,7 @@ const SEAL_CHUNK: usize = 1 << 14;
 
 /// A seal's paths, found a chunk at a time as they are written.
 struct StatesAsWritten<'a, F> {
-    paths: &'a [BPath],
+    touched: &'a Touched,
     progress: &'a F,
 }
 
@@ -766,9 +817,10 @@ impl<F: Fn() + Sync> Serialize for StatesAsWritten<'_, F> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = s.serialize_seq(None)?;
-        for chunk in self.paths.chunks(SEAL_CHUNK) {
-            let states = in_parallel(chunk, |p| sealed_state(p, self.progress));
-            for (p, state) in chunk.iter().zip(states) {
+        for chunk in self.touched.paths.chunks(SEAL_CHUNK) {
+            let paths: Vec<BPath> = chunk.iter().map(|t| self.touched.path(t)).collect();
+            let states = in_parallel(&paths, |p| sealed_state(p, self.progress));
+            for (p, state) in paths.iter().zip(states) {
                 if let Some(state) = state {
                     seq.serialize_element(&(p, &state))?;
                 }
@@ -813,7 +865,7 @@ pub fn seal_streamed(
         version: SEAL_VERSION,
         sealed: &sealed,
         through: touched.through,
-        paths: StatesAsWritten { paths: &touched.paths, progress: &progress },
+        paths: StatesAsWritten { touched: &touched, progress: &progress },
         blob_hashes: BTreeMap::new(),
         blob_stats: &blob_stats,
         blob_intact: &blob_intact,

@@ -710,10 +710,12 @@ impl Session {
     /// called once per path and per unhashed blob.
     pub fn seal(&self, durability: Durability, progress: impl Fn() + Sync) -> Result<usize, SessionError> {
         let p = self.journal_path();
+        let segments = self.dir.join(SEGMENTS_DIR);
+        let room = crate::journal::records_per_reader(&segments);
         let (parts, _) = crate::journal::visit_with_segments(
             &p,
-            &self.dir.join(SEGMENTS_DIR),
-            crate::seal::Gathered::default,
+            &segments,
+            || crate::seal::Gathered::with_capacity(room),
             crate::seal::Gathered::take,
         )
         .map_err(io_at(&p))?;

@@ -774,7 +774,8 @@ impl Session {
     }
 }
 
-/// Every process but this one, with the files it holds open or mapped (one pass over `/proc`).
+/// Every process but this one, with the files it holds open or mapped for writing (one pass
+/// over `/proc`).
 ///
 /// Only what a writer holds counts: a descriptor open for writing, or a writable mapping. A
 /// process that reads a session (an undo of another session checking what this one journaled,
@@ -813,8 +814,8 @@ fn mapped_writable(line: &[u8]) -> bool {
     line.split(|&c| c == b' ').nth(1).is_some_and(|perms| perms.get(1) == Some(&b'w'))
 }
 
-/// Every session some process still holds open (its journal, a segment, the shared tables),
-/// wherever it is, with those processes: one pass over `/proc`. This process is left out.
+/// Every session some process still holds open for writing (its journal, a segment, the
+/// shared tables), wherever it is, with those processes: one pass over `/proc`. This process is left out.
 pub fn live_sessions() -> Vec<(PathBuf, Vec<u32>)> {
     let mut found: std::collections::BTreeMap<PathBuf, Vec<u32>> = std::collections::BTreeMap::new();
     for (pid, held) in processes_and_what_they_hold() {

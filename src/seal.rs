@@ -649,7 +649,7 @@ impl Gathered {
     }
 
     /// Keeps what the seal needs of `r`.
-    pub fn take(&mut self, r: Record) {
+    pub fn take(&mut self, r: &Record) {
         self.seqs.push(r.seq);
         let mut blob = |before: &Before| {
             if let Before::Contents(s) = before {
@@ -784,7 +784,7 @@ fn sealed_state(path: &BPath, progress: &(impl Fn() + Sync)) -> Option<AfterStat
 pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn() + Sync) -> Seal {
     let mut g = Gathered::default();
     for r in &journal.records {
-        g.take(r.clone());
+        g.take(r);
     }
     let touched = touched_of(vec![g], None);
     let paths: Vec<BPath> = touched.paths.iter().map(|t| touched.path(t)).collect();
@@ -1076,7 +1076,7 @@ mod tests {
         let mut whole = read_with_segments(&journal, &segments).unwrap();
         whole.set_aside_unaccounted(Some(8));
         let expected = take_seal(&whole, &blobs, || {});
-        let (parts, _) = visit_with_segments(&journal, &segments, Gathered::default, Gathered::take).unwrap();
+        let (parts, _) = visit_with_segments(&journal, &segments, Gathered::default, |g, r| g.take(&r)).unwrap();
         let records =
             seal_streamed(parts, Some(8), &store, &blobs, crate::session::Durability::InKernel, || {}).unwrap();
         assert_eq!(records, whole.records.len());

@@ -716,7 +716,7 @@ impl Session {
             &p,
             &segments,
             || crate::seal::Gathered::with_capacity(room),
-            crate::seal::Gathered::take,
+            |g, r| g.take(&r),
         )
         .map_err(io_at(&p))?;
         let last_id = self.last_id_after_reading();

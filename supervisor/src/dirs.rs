@@ -1,27 +1,37 @@
 //! What a worker remembers of the directories watched processes name, so that most calls are
-//! resolved without opening anything: a process's working directory and the directories its
-//! descriptors are open on, and the directories relative paths led to from them.
+//! resolved without opening anything: a thread's working directory and the directories a
+//! process's descriptors are open on, and the directories relative paths led to from them.
 //!
-//! Nothing remembered is trusted without a check made at each use, one `stat` each: a start
-//! is the one `/proc/TID/cwd` (or `fd/N`) leads to now when its identity is the same, and its
-//! remembered name is current when that name still leads to it (else its name is asked
-//! again); a directory below a start is the one its relative path leads to now when that
-//! path, walked from the start, leads to the same identity. A path is remembered only when it
-//! has no `.`, `..` or symlink in it (where those lead can change without a directory moving).
-//! So a directory renamed, removed, replaced or mounted over since, by any process in or out
-//! of the session, is noticed. The cache holds descriptors, so it is small: full, it starts
+//! A remembered directory is checked again, one `stat` each, unless it was checked less than
+//! [`PATH_TRUST_NS`] ago and nothing since could have changed where its path leads: no process
+//! of the session renamed or removed a directory or symlink (the session's names generation,
+//! which the shim and the supervisor both move), and none changed its working directory (the
+//! supervisor sees every `chdir` and `fchdir`: the filter sends them all), with no such call
+//! still under way ([`Changes`]). The check, when made: a start is the one `/proc/TID/cwd`
+//! (or `fd/N`) leads to now when its identity is the same, and its remembered name is current
+//! when that name still leads to it (else its name is asked again); a directory below a start
+//! is the one its relative path leads to now when that path, walked from the start, leads to
+//! the same identity. A directory a descriptor names is checked at every use (a descriptor
+//! can be closed and its number reused without any call the supervisor sees). A path is
+//! remembered only when it has no `.`, `..` or symlink in it (where those lead can change
+//! without a directory moving). The cache holds descriptors, so it is small: full, it starts
 //! over.
 //!
 //! What this module cannot do: see into another mount namespace (a process that made its own
-//! is not resolved here; see `target.rs`), or close the race every capture has, a directory
-//! moved between the check and the kernel's own walk.
+//! is not resolved here; see `target.rs`), notice within [`PATH_TRUST_NS`] a directory moved
+//! or mounted over by a process outside the session (the shim trusts its own memory of
+//! directory paths for as long: README, "What this cannot do"), or close the race every
+//! capture has, a directory moved between the check and the kernel's own walk.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aether_journal::capture::ident_of;
 use aether_journal::record::Ident;
+use aether_journal_recorder::ops::PATH_TRUST_NS;
+use aether_journal_recorder::tables::SharedCounters;
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -45,12 +55,149 @@ pub enum Start {
     Fd(i32),
 }
 
-/// The cache: per process, its starting directories, and the directories relative paths from
-/// them led to.
+/// The cache: per thread, its starting directories, and per process the directories relative
+/// paths from them led to, each with when it was last checked.
 #[derive(Default)]
 pub struct Dirs {
-    starts: HashMap<(u32, Start), Dir>,
-    below: HashMap<(u32, Ident, Vec<u8>), Dir>,
+    /// By process, thread and start.
+    starts: HashMap<(u32, u32, Start), Kept>,
+    /// By process, the start's identity and the relative path.
+    below: HashMap<(u32, Ident, Vec<u8>), Kept>,
+}
+
+/// A remembered directory, and when it was last checked (`None`: while a change was under
+/// way, or where nothing is trusted: checked again at its next use).
+type Kept = (Dir, Option<Checked>);
+
+/// The generations and time under which a remembered directory was last checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// The session's names generation, read before the check.
+    pub names: u64,
+    /// The supervisor's working-directory generation ([`Changes::cwd_gen`]), read before it.
+    pub cwd: u64,
+    /// `CLOCK_MONOTONIC_COARSE`, in nanoseconds.
+    pub at: u64,
+}
+
+impl Checked {
+    /// Now, when nothing that changes where paths lead is under way; `None` otherwise (what is
+    /// checked meanwhile is not trusted later).
+    pub fn now(changes: &Changes, counters: &SharedCounters) -> Option<Checked> {
+        if !changes.settled(counters) {
+            return None;
+        }
+        Some(Checked { names: counters.names_gen(), cwd: changes.cwd_gen(), at: coarse_now() })
+    }
+
+    /// Whether a directory checked at `self` may be trusted without looking at `now`.
+    fn covers(&self, now: &Checked) -> bool {
+        self.names == now.names && self.cwd == now.cwd && now.at.wrapping_sub(self.at) < PATH_TRUST_NS
+    }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (vDSO: no system call).
+fn coarse_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
+}
+
+/// The calls the supervisor let run that may change where paths lead (a directory or symlink
+/// renamed or removed, a working directory changed), until each is known to have run: the
+/// kernel runs a call after the answer, so a directory checked between the two may no longer
+/// be where its path leads. Shared by the workers.
+///
+/// Each such call moves a generation before its answer ([`Changes::begin`]) and again once it
+/// has run: when its thread is next heard from, or `/proc/TID/syscall` shows it elsewhere.
+/// While one is under way, nothing checked is trusted later.
+#[derive(Default)]
+pub struct Changes {
+    /// Moved by every change of a working directory (`chdir`, `fchdir`).
+    cwd_gen: AtomicU64,
+    /// Whether `under_way` may hold anything (a lock-free look for the usual case).
+    any: AtomicBool,
+    under_way: Mutex<Vec<UnderWay>>,
+}
+
+/// One call let run that may change where paths lead.
+#[derive(Clone, Copy, Debug)]
+struct UnderWay {
+    tid: u32,
+    nr: i64,
+    /// A working directory (else names).
+    cwd: bool,
+}
+
+impl Changes {
+    /// The working-directory generation.
+    pub fn cwd_gen(&self) -> u64 {
+        self.cwd_gen.load(Ordering::SeqCst)
+    }
+
+    /// Before answering call `nr` of thread `tid`, which may change where paths lead: a
+    /// working directory (`cwd`), or names (the recorder has moved the names generation).
+    pub fn begin(&self, tid: u32, nr: i64, cwd: bool) {
+        if cwd {
+            self.cwd_gen.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Ok(mut u) = self.under_way.lock() {
+            u.push(UnderWay { tid, nr, cwd });
+            self.any.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Thread `tid` makes another watched call: whatever it had under way has run.
+    pub fn heard_from(&self, tid: u32, counters: &SharedCounters) {
+        if self.any.load(Ordering::SeqCst) {
+            self.finish(counters, |u| u.tid != tid);
+        }
+    }
+
+    /// Whether nothing is under way (asking `/proc` about what may have run since).
+    pub fn settled(&self, counters: &SharedCounters) -> bool {
+        !self.any.load(Ordering::SeqCst) || self.finish(counters, |u| still_in(u.tid, u.nr))
+    }
+
+    /// Keeps the calls `keep` says are still under way, moving the generations of the others;
+    /// whether none is left.
+    fn finish(&self, counters: &SharedCounters, keep: impl Fn(&UnderWay) -> bool) -> bool {
+        let Ok(mut u) = self.under_way.lock() else { return false };
+        u.retain(|c| {
+            if keep(c) {
+                return true;
+            }
+            if c.cwd {
+                self.cwd_gen.fetch_add(1, Ordering::SeqCst);
+            } else {
+                counters.names_changing();
+            }
+            false
+        });
+        self.any.store(!u.is_empty(), Ordering::SeqCst);
+        u.is_empty()
+    }
+}
+
+/// Whether thread `tid` may still be in system call `nr` (`/proc/TID/syscall`: its number, or
+/// `running` when the thread is on a CPU, which says nothing).
+fn still_in(tid: u32, nr: i64) -> bool {
+    let mut buf = [0u8; 32];
+    let read = rustix::fs::openat(
+        CWD,
+        format!("/proc/{tid}/syscall").as_str(),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(|fd| rustix::io::read(&fd, &mut buf));
+    match read {
+        Ok(n) => {
+            let first = buf[..n].split(|&b| b == b' ' || b == b'\n').next().unwrap_or_default();
+            first == b"running" || std::str::from_utf8(first).ok().and_then(|v| v.parse::<i64>().ok()) == Some(nr)
+        }
+        // Gone: it will not run the call any more.
+        Err(Errno::NOENT | Errno::SRCH) => false,
+        Err(_) => true,
+    }
 }
 
 /// Most directories held open at once (each entry is a descriptor of the supervisor's).
@@ -115,27 +262,38 @@ pub enum DirError {
 impl Dirs {
     /// Forgets everything about process `pid` (it exec'd, or is gone).
     pub fn forget(&mut self, pid: u32) {
-        self.starts.retain(|(p, _), _| *p != pid);
+        self.starts.retain(|(p, _, _), _| *p != pid);
         self.below.retain(|(p, _, _), _| *p != pid);
     }
 
     /// The directory thread `tid` of process `pid` starts from (`start`), as it is now: the
-    /// remembered one if `/proc/TID/...` still leads to it (by its current name), else opened
-    /// again.
-    pub fn start(&mut self, pid: u32, tid: u32, start: Start) -> Result<Dir, DirError> {
+    /// remembered one if it was checked under `now` (a working directory only; see the module
+    /// documentation), or if `/proc/TID/...` still leads to it (by its current name), else
+    /// opened again. `now`: [`Checked::now`], read before anything is looked at (`None`:
+    /// nothing is trusted, and nothing checked now will be).
+    pub fn start(&mut self, pid: u32, tid: u32, start: Start, now: Option<Checked>) -> Result<Dir, DirError> {
+        let key = (pid, tid, start);
+        if let (Start::Cwd, Some(now)) = (start, &now) {
+            if let Some((d, Some(checked))) = self.starts.get(&key) {
+                if checked.covers(now) {
+                    return Ok(d.clone());
+                }
+            }
+        }
         let link = match start {
             Start::Cwd => format!("/proc/{tid}/cwd"),
             Start::Fd(n) => format!("/proc/{tid}/fd/{n}"),
         };
-        let now = match rustix::fs::statat(CWD, link.as_str(), AtFlags::empty()) {
+        let ident = match rustix::fs::statat(CWD, link.as_str(), AtFlags::empty()) {
             Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => {
                 ident_of(&st)
             }
             Ok(_) | Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF) => return Err(DirError::WillFail),
             Err(e) => return Err(DirError::Failed(format!("{link}: {}", std::io::Error::from(e)))),
         };
-        if let Some(d) = self.starts.get_mut(&(pid, start)) {
-            if d.id == now && still_named(d) {
+        if let Some((d, checked)) = self.starts.get_mut(&key) {
+            if d.id == ident && still_named(d) {
+                *checked = now;
                 return Ok(d.clone());
             }
         }
@@ -150,25 +308,29 @@ impl Dirs {
             Err(e) => return Err(DirError::Failed(format!("{link}: {}", std::io::Error::from(e)))),
         };
         let d = self.made(fd)?;
-        self.keep_start(pid, start, d.clone());
+        self.keep_start(key, d.clone(), now);
         Ok(d)
     }
 
     /// The directory `dir_part` leads to from `base` (a directory of process `pid`, its
     /// `path` current), if it is one and the path is one the cache can check (see the module
-    /// documentation): remembered, or opened now. `None`: the resolver must look (the path
-    /// has `.`, `..` or a symlink in it, does not exist, is not a directory, or cannot be
-    /// opened here).
-    pub fn below(&mut self, pid: u32, base: &Dir, dir_part: &[u8]) -> Option<Dir> {
+    /// documentation): remembered (trusted when checked under `now`, else checked), or opened
+    /// now. `None`: the resolver must look (the path has `.`, `..` or a symlink in it, does
+    /// not exist, is not a directory, or cannot be opened here).
+    pub fn below(&mut self, pid: u32, base: &Dir, dir_part: &[u8], now: Option<Checked>) -> Option<Dir> {
         let rel = plain(dir_part)?;
         let expected = joined(&base.path, &rel);
         let key = (pid, base.id, rel);
-        if let Some(d) = self.below.get_mut(&key) {
+        if let Some((d, checked)) = self.below.get_mut(&key) {
+            if now.is_some_and(|now| checked.is_some_and(|c| c.covers(&now))) && d.path == expected {
+                return Some(d.clone());
+            }
             // One stat from the start (cheaper than asking the directory's name): the path
             // still leads to it.
             match rustix::fs::statat(&*base.fd, &key.2[..], AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if ident_of(&st) == d.id => {
                     d.path = expected;
+                    *checked = now;
                     return Some(d.clone());
                 }
                 _ => {
@@ -191,28 +353,29 @@ impl Dirs {
         if self.below.len() >= MOST {
             self.below.clear();
         }
-        self.below.insert(key, d.clone());
+        self.below.insert(key, (d.clone(), now));
         Some(d)
     }
 
     /// The root directory, for absolute names (a chrooted process's are not resolved here).
     pub fn root(&mut self) -> Option<Dir> {
-        if let Some(d) = self.starts.get(&(0, Start::Cwd)) {
+        let key = (0, 0, Start::Cwd);
+        if let Some((d, _)) = self.starts.get(&key) {
             return Some(d.clone());
         }
         let fd =
             rustix::fs::openat(CWD, "/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()?;
         let st = rustix::fs::fstat(&fd).ok()?;
         let d = Dir { id: ident_of(&st), fd: Arc::new(fd), path: b"/".to_vec() };
-        self.keep_start(0, Start::Cwd, d.clone());
+        self.keep_start(key, d.clone(), None);
         Some(d)
     }
 
-    fn keep_start(&mut self, pid: u32, start: Start, d: Dir) {
+    fn keep_start(&mut self, key: (u32, u32, Start), d: Dir, checked: Option<Checked>) {
         if self.starts.len() >= MOST {
             self.starts.clear();
         }
-        self.starts.insert((pid, start), d);
+        self.starts.insert(key, (d, checked));
     }
 
     /// A directory just opened here: its identity and canonical name.
@@ -236,17 +399,89 @@ mod tests {
         let root = dirs.root().unwrap();
         let tmp = t.path().strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
         let ab = aether_journal::bpath::join(&tmp, b"a/b");
-        let first = dirs.below(me, &root, &ab).unwrap();
+        let first = dirs.below(me, &root, &ab, None).unwrap();
         assert!(first.path.ends_with(b"/a/b"));
-        assert!(Arc::ptr_eq(&dirs.below(me, &root, &ab).unwrap().fd, &first.fd), "remembered");
+        assert!(Arc::ptr_eq(&dirs.below(me, &root, &ab, None).unwrap().fd, &first.fd), "remembered");
         // Moved (by anyone): the remembered one no longer serves for the old path.
         std::fs::rename(t.path().join("a"), t.path().join("c")).unwrap();
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
-        let again = dirs.below(me, &root, &ab).unwrap();
+        let again = dirs.below(me, &root, &ab, None).unwrap();
         assert_ne!(again.id, first.id, "the new a/b");
-        let c = dirs.below(me, &root, &aether_journal::bpath::join(&tmp, b"c/b")).unwrap();
+        let c = dirs.below(me, &root, &aether_journal::bpath::join(&tmp, b"c/b"), None).unwrap();
         assert_eq!(c.id, first.id, "the same directory, by its new name");
         assert!(c.path.ends_with(b"/c/b"));
+    }
+
+    #[test]
+    fn a_remembered_directory_is_trusted_only_within_its_time_and_under_the_same_generations() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let mut dirs = Dirs::default();
+        let root = dirs.root().unwrap();
+        let tmp = t.path().strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
+        let ab = aether_journal::bpath::join(&tmp, b"a/b");
+        let checked = Checked { names: 7, cwd: 3, at: coarse_now() };
+        let first = dirs.below(me, &root, &ab, Some(checked)).unwrap();
+        // Moved by a process outside the session, which moves no generation.
+        std::fs::rename(t.path().join("a"), t.path().join("c")).unwrap();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        let soon = Checked { at: checked.at + PATH_TRUST_NS / 2, ..checked };
+        assert_eq!(dirs.below(me, &root, &ab, Some(soon)).unwrap().id, first.id, "trusted: nothing was looked at");
+        for (what, now) in [
+            ("nothing trusted", None),
+            ("the names generation moved", Some(Checked { names: 8, ..soon })),
+            ("the working-directory generation moved", Some(Checked { cwd: 4, ..soon })),
+            ("too long ago", Some(Checked { at: checked.at + PATH_TRUST_NS, ..checked })),
+        ] {
+            let mut dirs = Dirs::default();
+            let root = dirs.root().unwrap();
+            std::fs::create_dir_all(t.path().join("d/b")).unwrap();
+            let db = aether_journal::bpath::join(&tmp, b"d/b");
+            let before = dirs.below(me, &root, &db, Some(checked)).unwrap();
+            std::fs::rename(t.path().join("d"), t.path().join(format!("d-{}", what.len()))).unwrap();
+            std::fs::create_dir_all(t.path().join("d/b")).unwrap();
+            assert_ne!(dirs.below(me, &root, &db, now).unwrap().id, before.id, "{what}: looked at again");
+        }
+    }
+
+    #[test]
+    fn a_call_under_way_keeps_every_directory_from_being_trusted_until_it_has_run() {
+        let t = tempfile::tempdir().unwrap();
+        let counters = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let changes = Changes::default();
+        assert!(Checked::now(&changes, &counters).is_some(), "nothing under way");
+        // A thread asleep in a call: still in it, as far as /proc says.
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let tid = child.id();
+        let asleep_in = |tid: u32| -> i64 {
+            for _ in 0..200 {
+                let s = std::fs::read_to_string(format!("/proc/{tid}/syscall")).unwrap_or_default();
+                if let Some(nr) = s.split(' ').next().and_then(|v| v.parse().ok()) {
+                    return nr;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            panic!("the child never slept");
+        };
+        let nr = asleep_in(tid);
+        let (names, cwd) = (counters.names_gen(), changes.cwd_gen());
+        changes.begin(tid, nr, true);
+        assert_eq!(changes.cwd_gen(), cwd + 1, "moved before the answer");
+        assert!(Checked::now(&changes, &counters).is_none(), "the thread is still in the call");
+        // Heard from again: the call has run, and the generation moves once more.
+        changes.heard_from(tid, &counters);
+        assert_eq!(changes.cwd_gen(), cwd + 2);
+        assert!(Checked::now(&changes, &counters).is_some());
+        // A call the thread is no longer in (it sleeps in another) has run.
+        changes.begin(tid, libc::SYS_renameat2, false);
+        assert!(Checked::now(&changes, &counters).is_some(), "/proc shows it elsewhere");
+        assert_eq!(counters.names_gen(), names + 1, "names moved once it was known to have run");
+        // A thread that has gone will not run its call any more.
+        changes.begin(tid, nr, false);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(Checked::now(&changes, &counters).is_some());
     }
 
     #[test]
@@ -258,8 +493,8 @@ mod tests {
         let mut dirs = Dirs::default();
         let root = dirs.root().unwrap();
         let tmp = t.path().strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
-        assert!(dirs.below(me, &root, &aether_journal::bpath::join(&tmp, b"link/sub")).is_none());
-        assert!(dirs.below(me, &root, &[&tmp[..], b"/real/sub/.."].concat()).is_none());
+        assert!(dirs.below(me, &root, &aether_journal::bpath::join(&tmp, b"link/sub"), None).is_none());
+        assert!(dirs.below(me, &root, &[&tmp[..], b"/real/sub/.."].concat(), None).is_none());
         assert!(dirs.below.is_empty());
     }
 
@@ -270,10 +505,10 @@ mod tests {
         let child = std::process::Command::new("sleep").arg("10").current_dir(t.path().join("w")).spawn().unwrap();
         let pid = child.id();
         let mut dirs = Dirs::default();
-        let Ok(d) = dirs.start(pid, pid, Start::Cwd) else { panic!("cwd") };
+        let Ok(d) = dirs.start(pid, pid, Start::Cwd, None) else { panic!("cwd") };
         assert!(d.path.ends_with(b"/w"));
         std::fs::rename(t.path().join("w"), t.path().join("v")).unwrap();
-        let Ok(d) = dirs.start(pid, pid, Start::Cwd) else { panic!("cwd") };
+        let Ok(d) = dirs.start(pid, pid, Start::Cwd, None) else { panic!("cwd") };
         assert!(d.path.ends_with(b"/v"), "{:?}", String::from_utf8_lossy(&d.path));
         let mut child = child;
         let _ = child.kill();

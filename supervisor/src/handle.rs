@@ -18,7 +18,7 @@ use aether_journal::record::{Before, MetaKind, Op, Reason, UnobservedReason};
 use aether_journal_recorder::effects;
 use aether_journal_recorder::ops::{self, Journal, Pending, Removes};
 
-use crate::dirs::Dirs;
+use crate::dirs::{Changes, Dirs};
 use crate::filter::{
     FS_IOC_FSSETXATTR, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, NATIVE_ARCH, SYS_REMOVEXATTRAT, SYS_SETXATTRAT,
 };
@@ -48,6 +48,8 @@ pub struct Worker<'s> {
     dirs: std::cell::RefCell<Dirs>,
     /// The processes journaled as having a root or mount namespace of their own.
     own_roots: std::collections::HashSet<u32>,
+    /// The calls under way that may change where paths lead. Shared by the workers.
+    changes: &'s Changes,
     /// Calls journaled whose answer the kernel refused because the thread had stopped waiting
     /// (a signal, on a kernel without `WAIT_KILLABLE_RECV`): the same call coming again from
     /// the same thread is that call restarted, journaled already. Shared by the workers.
@@ -86,10 +88,11 @@ impl From<ReadError> for Unread {
 }
 
 impl<'s> Worker<'s> {
-    /// A worker for `store`, sharing `abandoned` with the other workers.
-    pub fn new(store: &'s Store, abandoned: &'s Abandoned) -> Worker<'s> {
+    /// A worker for `store`, sharing `abandoned` and `changes` with the other workers.
+    pub fn new(store: &'s Store, abandoned: &'s Abandoned, changes: &'s Changes) -> Worker<'s> {
         Worker {
             store,
+            changes,
             writer: Writer::default(),
             processes: HashMap::new(),
             dirs: Default::default(),
@@ -120,6 +123,8 @@ impl<'s> Worker<'s> {
     }
 
     fn handle(&mut self, listener: &Listener, n: &Notification) -> Answer {
+        // Whatever this thread had under way has run: it is in another call now.
+        self.changes.heard_from(n.tid, self.store.counters());
         if n.arch != NATIVE_ARCH || self.passed(n.tid) {
             return Answer::Proceed;
         }
@@ -161,7 +166,10 @@ impl<'s> Worker<'s> {
         }
         let journal =
             Recording { store: self.store, writer: std::cell::RefCell::new(&mut self.writer), process: &process };
-        let target = Target { thread, process: &process, dirs: &self.dirs };
+        if matches!(call, Ok(Call::CwdChange)) {
+            self.changes.begin(n.tid, n.nr, true);
+        }
+        let target = Target { thread, process: &process, dirs: &self.dirs, changes: self.changes, nr: n.nr };
         let name = crate::names::name(n.nr);
         if process.own_root || matches!(call, Ok(Call::OwnRoot)) {
             if self.own_roots.len() > 4096 {
@@ -307,6 +315,9 @@ enum Call {
     },
     /// A signal to the caller's own process: nothing outside it is touched.
     OwnSignal,
+    /// A change of the working directory (`chdir`, `fchdir`): nothing to journal, but what
+    /// the worker remembers of working directories is not trusted until it has run.
+    CwdChange,
     Exec {
         dirfd: i32,
         path: Vec<u8>,
@@ -448,6 +459,7 @@ impl Call {
                 Call::Exec { dirfd: int(0), path: path(1)?, argv, cut, empty_path }
             }
             libc::SYS_io_uring_setup => Call::IoUring,
+            libc::SYS_chdir | libc::SYS_fchdir => Call::CwdChange,
             libc::SYS_chroot | libc::SYS_pivot_root | libc::SYS_setns | libc::SYS_unshare | libc::SYS_clone => {
                 Call::OwnRoot
             }
@@ -489,6 +501,7 @@ impl Call {
                 | Call::Send(_)
                 | Call::Signal { .. }
                 | Call::OwnSignal
+                | Call::CwdChange
                 | Call::IoUring
                 | Call::OwnRoot
                 | Call::Nothing
@@ -556,6 +569,7 @@ impl Call {
             | Call::SetFlags { st: None, .. }
             | Call::Connect(None)
             | Call::OwnSignal
+            | Call::CwdChange
             | Call::Nothing => Pending::Nothing,
         }
     }

@@ -26,6 +26,8 @@ pub fn name(nr: i64) -> &'static str {
     }
     match nr {
         libc::SYS_openat => "openat",
+        libc::SYS_chdir => "chdir",
+        libc::SYS_fchdir => "fchdir",
         libc::SYS_openat2 => "openat2",
         libc::SYS_open_by_handle_at => "open_by_handle_at",
         libc::SYS_truncate => "truncate",

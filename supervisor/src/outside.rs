@@ -28,7 +28,9 @@ pub fn before_writes(session: &Path, paths: &[Vec<u8>], call: &str) -> std::io::
     let mut writer = Writer::default();
     let journal = Recording { store: &store, writer: std::cell::RefCell::new(&mut writer), process: &process };
     let dirs = std::cell::RefCell::new(crate::dirs::Dirs::default());
-    let caller = Watched { thread: Thread { tid: process.pid }, process: &process, dirs: &dirs };
+    let changes = crate::dirs::Changes::default();
+    let thread = Thread { tid: process.pid };
+    let caller = Watched { thread, process: &process, dirs: &dirs, changes: &changes, nr: libc::SYS_openat };
     for p in paths {
         let _ = before_open(&journal, &caller, call, libc::AT_FDCWD, p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC);
     }

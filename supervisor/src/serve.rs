@@ -29,11 +29,12 @@ pub fn serve(listener: &Listener, store: &Store, workers: usize) -> Counts {
     let receiving = Mutex::new(());
     let done = AtomicBool::new(false);
     let abandoned: Abandoned = Mutex::new(std::collections::HashMap::new());
+    let changes = crate::dirs::Changes::default();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers.max(1))
             .map(|_| {
                 scope.spawn(|| {
-                    let mut w = Worker::new(store, &abandoned);
+                    let mut w = Worker::new(store, &abandoned, &changes);
                     loop {
                         let next = {
                             let Ok(_turn) = receiving.lock() else { break };

@@ -17,7 +17,7 @@ use aether_journal::resolve::DirFd;
 use aether_journal::resolve::{Looked, Target, split_last};
 use aether_journal_recorder::ops::{Base, BaseError, Caller, Journal};
 
-use crate::dirs::{DirError, Dirs, Start};
+use crate::dirs::{Changes, Checked, DirError, Dirs, Start};
 use rustix::fs::{CWD, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -340,11 +340,15 @@ pub struct Watched<'a> {
     pub process: &'a Process,
     /// The worker's remembered directories.
     pub dirs: &'a std::cell::RefCell<Dirs>,
+    /// The calls under way that may change where paths lead (shared by the workers).
+    pub changes: &'a Changes,
+    /// The call's number.
+    pub nr: i64,
 }
 
 impl Watched<'_> {
     fn start(&self, start: Start) -> Result<Base<'static>, BaseError> {
-        match self.dirs.borrow_mut().start(self.process.pid, self.thread.tid, start) {
+        match self.dirs.borrow_mut().start(self.process.pid, self.thread.tid, start, None) {
             Ok(d) => Ok(Base { fd: DirFd::Shared(d.fd), path: d.path }),
             Err(DirError::WillFail) => Err(BaseError::WillFail),
             Err(DirError::Failed(why)) => Err(BaseError::Failed(why)),
@@ -368,7 +372,7 @@ impl Caller for Watched<'_> {
         self.start(Start::Fd(fd))
     }
 
-    fn cached_target<J: Journal>(&self, _journal: &J, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'_>> {
+    fn cached_target<J: Journal>(&self, journal: &J, dirfd: i32, path: &[u8], follow: bool) -> Option<Target<'_>> {
         if path.last() == Some(&b'/') {
             return None;
         }
@@ -376,15 +380,17 @@ impl Caller for Watched<'_> {
         if dir_part.is_empty() || name.is_empty() || name == b"." || name == b".." {
             return None;
         }
+        // Read before anything is looked at: what changes meanwhile makes it stale.
+        let now = Checked::now(self.changes, journal.counters());
         let mut dirs = self.dirs.borrow_mut();
         let (base, rel) = if path.first() == Some(&b'/') {
             let rel = &dir_part[dir_part.iter().position(|&b| b != b'/').unwrap_or(dir_part.len())..];
             (dirs.root()?, rel)
         } else {
             let start = if dirfd == libc::AT_FDCWD { Start::Cwd } else { Start::Fd(dirfd) };
-            (dirs.start(self.process.pid, self.thread.tid, start).ok()?, dir_part)
+            (dirs.start(self.process.pid, self.thread.tid, start, now).ok()?, dir_part)
         };
-        let parent = if rel.is_empty() { base } else { dirs.below(self.process.pid, &base, rel)? };
+        let parent = if rel.is_empty() { base } else { dirs.below(self.process.pid, &base, rel, now)? };
         let mut looked = Looked::No;
         if follow {
             // The call follows a final symlink: that is the full resolver's job.
@@ -414,6 +420,10 @@ impl Caller for Watched<'_> {
 
     fn fd_flags(&self, fd: i32) -> Result<u32, Errno> {
         Ok(rustix::fs::ioctl_getflags(self.thread.open_fd(fd)?)?.bits())
+    }
+
+    fn names_changing(&self) {
+        self.changes.begin(self.thread.tid, self.nr, false);
     }
 
     fn pid_and_group(&self) -> (u32, i64) {

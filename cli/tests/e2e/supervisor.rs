@@ -118,6 +118,28 @@ fn directories_moved_and_made_again_under_the_same_names_are_never_mistaken_for_
 }
 
 #[test]
+fn a_directory_the_supervisor_remembers_is_never_trusted_past_a_rename_or_a_change_of_working_directory() {
+    let prog = go_program("staledirs", true);
+    let s = scratch!();
+    s.sh("mkdir -p a x d1/sub d2/sub && echo precious > x/f && echo also-precious > d2/sub/f");
+    let report = roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+        let read = |p: &str| std::fs::read_to_string(s.tree().join(p)).unwrap();
+        assert_eq!(read("a/f"), "rewritten through the second a\n");
+        assert_eq!(read("d2/sub/f"), "rewritten in d2/sub\n");
+        assert!(during.contains_key(&b"d1/sub/f"[..]) && during.contains_key(&b"a-away/made"[..]));
+    });
+    // The rewritten files were captured where they were, not under the names' earlier places.
+    let restored = |path: &str| {
+        report["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["path"].as_str().is_some_and(|p| p.ends_with(path)) && o["outcome"] == "restored")
+    };
+    assert!(restored("/a/f") && restored("/d2/sub/f"), "{report}");
+}
+
+#[test]
 fn a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete_and_says_why() {
     let s = scratch!();
     s.sh("mkdir inner && echo outer > inner/kept");

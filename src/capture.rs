@@ -198,6 +198,13 @@ pub trait CaptureIndex {
     fn remember(&self, key: &CaptureKey, id: u64);
 }
 
+/// Where a writer keeps small copies together, if it does ([`crate::pack`]).
+pub trait Packer {
+    /// Appends `bytes` to the writer's pack in `blobs` (begun there when it has none, or none
+    /// with room for them), returning the pack's name and where the bytes start.
+    fn append(&self, blobs: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<(String, u64)>;
+}
+
 /// What the call about to run will do to an existing file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Intent {
@@ -232,6 +239,8 @@ pub struct Capturer<'a> {
     pub index: Option<&'a dyn CaptureIndex>,
     /// How the capture makes its changes ([`Direct`] outside the shim).
     pub calls: &'a dyn FsCalls,
+    /// Where copies of files up to [`crate::pack::PACK_MAX`] go, if not into files of their own.
+    pub pack: Option<&'a dyn Packer>,
 }
 
 /// Identity and metadata of a `stat` result, as journaled.
@@ -337,6 +346,11 @@ impl Capturer<'_> {
             if let Some(before) = self.reuse(parent, name, st) {
                 return before;
             }
+            if let Some(packer) = self.pack.filter(|_| size <= crate::pack::PACK_MAX) {
+                if let Some(before) = self.pack_copy(parent, name, packer) {
+                    return before;
+                }
+            }
         }
         let id = self.counters.next_id();
         let blob = blob_name(id);
@@ -386,6 +400,56 @@ impl Capturer<'_> {
                 failed(step, e)
             }
         }
+    }
+
+    /// Copies a small file into the writer's pack: one read and one write, no file of its own.
+    /// `None` when it has grown past [`crate::pack::PACK_MAX`] since it was looked at (the
+    /// caller copies it into a blob instead).
+    fn pack_copy(&self, parent: BorrowedFd<'_>, name: &[u8], packer: &dyn Packer) -> Option<Before> {
+        let src = match open_for_capture(parent, name) {
+            Ok(fd) => fd,
+            // Removed between the stat and the capture: absent, as the call will find it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && is_gone(parent, name) => return Some(Before::Absent),
+            Err(e) => return Some(failed("open for reading", e)),
+        };
+        let st = match rustix::fs::fstat(&src) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => st,
+            Ok(_) => return Some(failed("open for reading", "the file was replaced while being captured")),
+            Err(e) => return Some(failed("stat", io::Error::from(e))),
+        };
+        let xattrs = match list_xattrs_fd(&src) {
+            Ok(x) => x,
+            Err(e) => return Some(failed("read extended attributes", e)),
+        };
+        let limit = crate::pack::PACK_MAX as usize;
+        let mut bytes = vec![0u8; (st.st_size.max(0) as usize).min(limit) + 1];
+        let mut len = 0;
+        loop {
+            match rustix::io::read(&src, &mut bytes[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Some(failed("read", io::Error::from(e))),
+            }
+            if len > limit {
+                return None;
+            }
+            if len == bytes.len() {
+                bytes.resize(len * 2, 0);
+            }
+        }
+        bytes.truncate(len);
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let (pack, at) = match packer.append(self.blobs, &bytes) {
+            Ok(placed) => placed,
+            Err(e) => return Some(failed("write into a pack", e)),
+        };
+        let size = len as u64;
+        self.counters.add_bytes_kept(size);
+        let mut snap = snapshot_meta(&st, Node::Packed { pack, at, size, hash });
+        snap.xattrs = Some(xattrs);
+        snap.links = extra_links(&st);
+        Some(Before::contents(snap))
     }
 
     /// For a name about to be unlinked: hard-links whatever it names into the store first and
@@ -638,7 +702,7 @@ pub fn in_shard<T>(
 
 /// Makes a new blob's name durable: its shard directory, and `blobs/` (which may have just
 /// gained the shard).
-fn sync_shard(blobs: BorrowedFd<'_>, blob: &str) {
+pub(crate) fn sync_shard(blobs: BorrowedFd<'_>, blob: &str) {
     if let Some((shard, _)) = blob.split_once('/') {
         if let Ok(d) =
             rustix::fs::openat(blobs, shard, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
@@ -1012,7 +1076,7 @@ pub(crate) mod tests {
 
     /// A capturer into `blobs` with `budget`, counting in `c`, making its calls directly.
     fn capturer<'a>(blobs: &'a fs::File, c: &'a TestCounters, budget: Budget) -> Capturer<'a> {
-        Capturer { blobs: blobs.as_fd(), budget, counters: c, sync: false, index: None, calls: &Direct }
+        Capturer { blobs: blobs.as_fd(), budget, counters: c, sync: false, index: None, calls: &Direct, pack: None }
     }
 
     fn setup() -> (tempfile::TempDir, fs::File, fs::File) {

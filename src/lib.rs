@@ -36,6 +36,7 @@ pub mod exit_codes;
 pub mod internal;
 pub mod journal;
 pub mod marks;
+pub mod pack;
 pub mod record;
 pub mod resolve;
 pub mod review;

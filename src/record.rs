@@ -577,6 +577,20 @@ pub enum Node {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         twin: Option<Ident>,
     },
+    /// A small regular file whose bytes were copied into a pack: one file of the store
+    /// holding many small captures one after another (the supervisor writes one per worker),
+    /// so that a capture costs one write instead of a file of its own.
+    Packed {
+        /// The pack's name inside `blobs/`, as for a blob ([`is_blob_name`]).
+        #[serde(deserialize_with = "blob_name")]
+        pack: String,
+        /// Where the bytes start in the pack.
+        at: u64,
+        /// How many there are: the file's size at capture time.
+        size: u64,
+        /// BLAKE3 of the bytes (hex): undo writes back only bytes that match it.
+        hash: String,
+    },
     /// A regular file about to be appended to: its first `len` bytes stay as they are, so
     /// undo only truncates back to `len`.
     Prefix {
@@ -1057,6 +1071,14 @@ pub(crate) mod tag_first {
                 #[serde(default)]
                 twin: Option<Ident>,
             }
+            #[derive(Deserialize)]
+            struct Packed {
+                #[serde(deserialize_with = "super::blob_name")]
+                pack: String,
+                at: u64,
+                size: u64,
+                hash: String,
+            }
             match kind.as_str() {
                 "file" => fields::<File, _>(rest).map(|f| Node::File {
                     blob: f.blob,
@@ -1064,6 +1086,12 @@ pub(crate) mod tag_first {
                     hash: f.hash,
                     how: f.how,
                     twin: f.twin,
+                }),
+                "packed" => fields::<Packed, _>(rest).map(|p| Node::Packed {
+                    pack: p.pack,
+                    at: p.at,
+                    size: p.size,
+                    hash: p.hash,
                 }),
                 _ => tagged_back(Self::TAG, kind, rest),
             }
@@ -1113,6 +1141,9 @@ mod tests {
         let json = r#"{"type":"file","blob":"../../../etc/shadow","size":1,"hash":null,"how":"link"}"#;
         let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
         assert!(err.contains("not a blob name"), "{err}");
+        let json = r#"{"type":"packed","pack":"../../../etc/shadow","at":0,"size":1,"hash":"ab"}"#;
+        let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
+        assert!(err.contains("not a blob name"), "{err}");
     }
 
     #[test]
@@ -1146,6 +1177,10 @@ mod tests {
             Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
             Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
             Before::contents(Snapshot { node: Node::Special { kind: SpecialKind::Fifo, rdev: 0 }, ..snap.clone() }),
+            Before::contents(Snapshot {
+                node: Node::Packed { pack: "02/2".into(), at: 4096, size: 71, hash: "cd".into() },
+                ..snap.clone()
+            }),
         ] {
             let r = sample(Op::Change { path: BPath::from("/x"), before });
             let text = serde_json::to_string(&r).unwrap();
@@ -1188,6 +1223,13 @@ mod tests {
             Op::Change {
                 path: BPath::from("/e"),
                 before: Before::contents(Snapshot { node: Node::Prefix { len: 9 }, ..snap.clone() }),
+            },
+            Op::Change {
+                path: BPath::from("/e2"),
+                before: Before::contents(Snapshot {
+                    node: Node::Packed { pack: "02/2".into(), at: 7, size: 3, hash: "ab".into() },
+                    ..snap.clone()
+                }),
             },
             Op::Rename {
                 from: BPath::from("/f"),

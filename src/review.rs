@@ -195,7 +195,7 @@ fn kind_of(s: &AfterState) -> &'static str {
 
 fn snapshot_kind(s: &Snapshot) -> &'static str {
     match s.node {
-        Node::File { .. } | Node::Prefix { .. } => "file",
+        Node::File { .. } | Node::Packed { .. } | Node::Prefix { .. } => "file",
         Node::Dir => "directory",
         Node::Symlink { .. } => "symlink",
         Node::Special { .. } => "special file",
@@ -260,6 +260,9 @@ fn prior_bytes(blobs: &Path, s: &Snapshot, current: &[u8]) -> Result<Vec<u8>, St
                 return Err("its captured contents do not match their recorded hash".into());
             }
             Ok(bytes)
+        }
+        Node::Packed { pack, at, size, hash } => {
+            crate::pack::read_in(blobs, pack, *at, *size, hash).map_err(|e| format!("its prior contents: {e}"))
         }
         Node::Prefix { len } => {
             let len = *len as usize;
@@ -367,6 +370,10 @@ impl Sides<'_> {
                     };
                     AfterState::File { ident: s.ident, size: *size, hash, mode: s.mode, uid: s.uid, gid: s.gid, ctime: None }
                 }
+                Node::Packed { size, hash, .. } => {
+                    let hash = ContentDigest::parse(hash);
+                    AfterState::File { ident: s.ident, size: *size, hash, mode: s.mode, uid: s.uid, gid: s.gid, ctime: None }
+                }
                 Node::Prefix { len } => {
                     let Ok(now) = std::fs::read(path.as_path()) else { return unkept() };
                     let Some(prefix) = now.get(..*len as usize) else { return unkept() };
@@ -386,6 +393,9 @@ impl Sides<'_> {
         match self.at_end.as_ref().and_then(|m| m.get(path)) {
             Some(Later::Was(Before::Contents(s))) => match &s.node {
                 Node::File { blob, .. } => std::fs::read(self.blobs.join(blob)).unwrap_or_default(),
+                Node::Packed { pack, at, size, hash } => {
+                    crate::pack::read_in(self.blobs, pack, *at, *size, hash).unwrap_or_default()
+                }
                 Node::Prefix { len } => {
                     let mut b = std::fs::read(path.as_path()).unwrap_or_default();
                     b.truncate(*len as usize);
@@ -493,7 +503,7 @@ pub fn review_span(
             }
             (Prior::Known(s), AfterState::Absent) => {
                 let size = match s.node {
-                    Node::File { size, .. } => Some(size),
+                    Node::File { size, .. } | Node::Packed { size, .. } => Some(size),
                     Node::Prefix { len } => Some(len),
                     _ => None,
                 };
@@ -509,7 +519,7 @@ pub fn review_span(
                 }
             }
             (Prior::Known(s), now @ AfterState::File { size, hash, .. })
-                if matches!(s.node, Node::File { .. } | Node::Prefix { .. }) =>
+                if matches!(s.node, Node::File { .. } | Node::Packed { .. } | Node::Prefix { .. }) =>
             {
                 let current = sides.bytes(path);
                 match prior_bytes(blobs, s, &current) {

@@ -100,6 +100,7 @@ fn describe_before(b: &Before) -> String {
                     (CaptureHow::Reflink, _) => "clone",
                 }
             ),
+            Node::Packed { size, .. } => format!("{size}-byte file, mode {:o}, kept by copy (packed)", s.mode),
             Node::Prefix { len } => format!("{len}-byte file about to be appended to (length kept)"),
             Node::Symlink { target } => format!("symlink to {}", escape(target)),
             Node::Dir => format!("directory, mode {:o}", s.mode),

@@ -447,7 +447,13 @@ fn room_for_redo(session: &Session, plan: &Plan<'_>) -> Result<(), SessionError>
         selected += 1;
         let (path, rewrite) = match &r.op {
             Op::Change { path, before: crate::record::Before::Contents(snap) } => {
-                (path, matches!(snap.node, crate::record::Node::File { .. } | crate::record::Node::Prefix { .. }))
+                let file = matches!(
+                    snap.node,
+                    crate::record::Node::File { .. }
+                        | crate::record::Node::Packed { .. }
+                        | crate::record::Node::Prefix { .. }
+                );
+                (path, file)
             }
             Op::Change {
                 path,

@@ -279,6 +279,17 @@ impl Executor<'_> {
                                 _ => Body::Unknown,
                             }
                         }
+                        Node::Packed { size, hash, .. } if prefix.is_none() => Body::File(hash.clone(), *size),
+                        // Only its length before an append is known: the captured bytes up to
+                        // it, from the pack, checked against their hash.
+                        Node::Packed { pack, at, size, hash } => {
+                            match (prefix, crate::pack::read_in(&self.blobs_path, pack, *at, *size, hash)) {
+                                (Some(len), Ok(bytes)) if bytes.len() as u64 >= len => {
+                                    Body::File(blake3::hash(&bytes[..len as usize]).to_hex().to_string(), len)
+                                }
+                                _ => Body::Unknown,
+                            }
+                        }
                         Node::Symlink { target } if prefix.is_none() => Body::Symlink(target.clone()),
                         Node::Dir if prefix.is_none() => Body::Dir,
                         _ => Body::Unknown,

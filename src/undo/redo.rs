@@ -239,6 +239,7 @@ impl UndoLog {
             sync: false,
             index: None,
             calls: &Direct,
+            pack: None,
         }
     }
 

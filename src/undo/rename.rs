@@ -203,7 +203,7 @@ fn holds_snapshot(st: &Stat, before: &Before) -> bool {
     if ident_of(st) == snap.ident {
         return true;
     }
-    matches!(snap.node, Node::File { size, .. } if size == st.st_size as u64)
+    matches!(snap.node, Node::File { size, .. } | Node::Packed { size, .. } if size == st.st_size as u64)
         && file_type(st) == FileType::RegularFile
         && st.st_mode & 0o7777 == snap.mode & 0o7777
         && [st.st_mtime, st.st_mtime_nsec as i64] == snap.mtime

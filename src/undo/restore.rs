@@ -50,23 +50,12 @@ impl Executor<'_> {
                     Some(p) => failed(format!("truncated back to {len} bytes, but {p}")),
                 }
             }
-            Node::File { blob, size, hash, .. } => {
-                let src = match self.blobs.open_read(blob.as_bytes()) {
-                    Ok(fd) => fd,
-                    Err(e) => return failed_errno(e, format!("cannot open blob {blob}: {}", describe_errno(e))),
+            Node::File { .. } | Node::Packed { .. } => {
+                let (src, size) = match self.captured(&snap.node) {
+                    Ok((src, _, size)) => (src, size),
+                    Err(done) => return done,
                 };
-                let verified = src.hash().ok().is_some_and(|(h, n)| {
-                    n == *size && self.expected_hash(blob, hash.as_deref()).is_none_or(|want| want == h)
-                });
-                if !verified {
-                    return failed_because(
-                        Cause::BlobDamaged { blob: blob.clone() },
-                        format!(
-                            "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
-                        ),
-                    );
-                }
-                if let Err(e) = dst.copy_from(&src) {
+                if let Err(e) = src.write_into(&dst) {
                     return failed(format!("writing the captured contents back failed: {e}"));
                 }
                 match set_meta_fd(&dst, snap) {
@@ -88,6 +77,65 @@ impl Executor<'_> {
         recorded
             .or_else(|| self.hashed.get(blob).map(String::as_str))
             .or_else(|| self.seal.and_then(|s| s.blob_hashes.get(blob)).map(String::as_str))
+    }
+
+    /// The captured bytes a copy (`Node::File` but a link) or a packed capture holds, checked
+    /// against what was recorded: the source, its BLAKE3 hex and its length. A blob or pack
+    /// that is missing, or whose bytes are not the ones captured, is a failed step.
+    pub(super) fn captured(&self, node: &Node) -> Result<(Captured, String, u64), Done> {
+        let damaged = |blob: &str| {
+            failed_because(
+                Cause::BlobDamaged { blob: blob.to_string() },
+                format!(
+                    "blob {blob} does not match what was captured: it was tampered with or damaged and was not written back"
+                ),
+            )
+        };
+        let missing = |blob: &str| {
+            failed_because(
+                Cause::BlobMissing { blob: blob.to_string() },
+                format!("its captured contents (blob {blob}) are missing from the store"),
+            )
+        };
+        match node {
+            Node::Packed { pack, at, size, hash } => {
+                // Never changed by an undo: read as it really is, in a dry run too.
+                let blobs = self
+                    .blobs
+                    .borrowed()
+                    .map_err(|e| failed_errno(e, format!("cannot open the store: {}", describe_errno(e))))?;
+                match crate::pack::read(blobs, pack, *at, *size, hash) {
+                    Ok(bytes) => Ok((Captured::Bytes(bytes.into()), hash.clone(), *size)),
+                    Err(crate::pack::PackError::Missing) => Err(missing(pack)),
+                    Err(crate::pack::PackError::Damaged) => Err(damaged(pack)),
+                    Err(crate::pack::PackError::Io(e)) => Err(failed(format!("cannot read pack {pack}: {e}"))),
+                }
+            }
+            Node::File { blob, size, hash, .. } => {
+                let src = match self.blobs.open_read(blob.as_bytes()) {
+                    Ok(fd) => fd,
+                    Err(Errno::NOENT) => return Err(missing(blob)),
+                    Err(e) => return Err(failed_errno(e, format!("cannot open blob {blob}: {}", describe_errno(e)))),
+                };
+                let (blob_hash, blob_len) = match src.hash() {
+                    Ok(x) => x,
+                    Err(e) => return Err(failed(format!("cannot read blob {blob}: {e}"))),
+                };
+                let want = self.expected_hash(blob, hash.as_deref());
+                if blob_len != *size || want.is_some_and(|h| h != blob_hash) {
+                    return Err(failed_because(
+                        Cause::BlobDamaged { blob: blob.to_string() },
+                        format!(
+                            "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
+                            &blob_hash[..16],
+                            want.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
+                        ),
+                    ));
+                }
+                Ok((Captured::Blob(src), blob_hash, blob_len))
+            }
+            _ => Err(failed("this kind of capture holds no bytes")),
+        }
     }
 
     pub(super) fn undo_change(&self, path: &BPath, before: &Before) -> Done {
@@ -190,17 +238,20 @@ impl Executor<'_> {
         // The inode this record captured is no longer at its path but in the store (a later
         // unlink or rename over it linked it there): restore the inode itself, which the
         // older step then puts back, with this state in it.
-        let in_place_kind =
-            matches!(&snap.node, Node::Prefix { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. });
+        let in_place_kind = matches!(
+            &snap.node,
+            Node::Prefix { .. } | Node::Packed { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }
+        );
         if in_place_kind && !cur.is_some_and(|st| ident_of(st) == snap.ident) {
             if let Some(blob) = self.stored_inode(snap.ident) {
                 return self.restore_in_store(blob, snap);
             }
         }
         match &snap.node {
-            Node::File { blob, size, hash, how, .. } => {
-                self.restore_file(dir, name, cur, snap, blob, *size, hash.as_deref(), *how)
+            Node::File { blob, size, how: CaptureHow::Link, .. } => {
+                self.restore_link(dir, name, cur, snap, blob, *size)
             }
+            Node::File { .. } | Node::Packed { .. } => self.restore_copy(dir, name, cur, snap),
             Node::Prefix { len } => self.restore_prefix(dir, name, cur, snap, *len),
             Node::Symlink { target } => self.restore_symlink(dir, name, cur, snap, target),
             Node::Dir => self.restore_dir(dir, name, path, cur, snap),
@@ -216,7 +267,7 @@ impl Executor<'_> {
         dir: &Dir,
         name: &[u8],
         cur: Option<&Stat>,
-        src: &Handle,
+        src: &Captured,
         snap: &Snapshot,
         size: u64,
     ) -> Result<Outcome, Done> {
@@ -237,7 +288,7 @@ impl Executor<'_> {
             }
             done
         };
-        if let Err(e) = dst.copy_from(src) {
+        if let Err(e) = src.write_into(&dst) {
             return Err(discard(failed(format!("writing the captured contents back failed: {e}"))));
         }
         if let Some(problem) = set_meta_fd(&dst, snap) {
@@ -273,104 +324,74 @@ impl Executor<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn restore_file(
-        &self,
-        dir: &Dir,
-        name: &[u8],
-        cur: Option<&Stat>,
-        snap: &Snapshot,
-        blob: &str,
-        size: u64,
-        hash: Option<&str>,
-        how: CaptureHow,
-    ) -> Done {
-        if how == CaptureHow::Link {
-            if cur.is_some_and(|st| ident_of(st) == snap.ident) {
-                return done(Outcome::Unchanged, "the original file is still in place".into());
-            }
-            let bst = match self.blobs.lstat(blob.as_bytes()) {
-                Ok(Some(st)) => st,
-                Ok(None) => {
-                    return failed_because(
-                        Cause::BlobMissing { blob: blob.to_string() },
-                        format!("its captured contents (blob {blob}) are missing from the store"),
-                    );
-                }
-                Err(e) => return failed_errno(e, format!("cannot examine blob {blob}: {}", describe_errno(e))),
-            };
-            if ident_of(&bst) != snap.ident || file_type(&bst) != FileType::RegularFile {
-                return failed_because(
-                    Cause::BlobDamaged { blob: blob.to_string() },
-                    format!(
-                        "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
-                    ),
-                );
-            }
-            if self.tampered.contains(blob) {
-                return failed_because(
-                    Cause::BlobDamaged { blob: blob.to_string() },
-                    format!(
-                        "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
-                    ),
-                );
-            }
-            let replaced = match cur {
-                Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
-                    Ok(_) => true,
-                    Err(done) => return done,
-                },
-                Some(_) => true,
-                None => false,
-            };
-            return match self.blobs.rename(blob.as_bytes(), dir, name, RenameFlags::empty()) {
-                Ok(()) => {
-                    // A descriptor the program kept open may have changed the inode's metadata
-                    // after it was unlinked (where no record can name it): set it back.
-                    let times_match = bst.st_mtime == snap.mtime[0] && bst.st_mtime_nsec as i64 == snap.mtime[1];
-                    if !(meta_matches(&bst, snap) && times_match) {
-                        if let Some(problem) = set_meta_at(dir, name, snap) {
-                            return failed(format!("put the original file back, but {problem}"));
-                        }
-                    }
-                    if replaced {
-                        done(
-                            Outcome::Restored,
-                            format!("put the original file back over what the session left ({size} bytes)"),
-                        )
-                    } else {
-                        done(Outcome::Recreated, format!("put the original file back ({size} bytes)"))
-                    }
-                }
-                Err(e) => failed_errno(e, format!("could not move the captured file back: {}", describe_errno(e))),
-            };
+    /// Puts back a file whose inode was linked into the store: the inode itself, moved back.
+    fn restore_link(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>, snap: &Snapshot, blob: &str, size: u64) -> Done {
+        if cur.is_some_and(|st| ident_of(st) == snap.ident) {
+            return done(Outcome::Unchanged, "the original file is still in place".into());
         }
-
-        let src = match self.blobs.open_read(blob.as_bytes()) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => {
+        let bst = match self.blobs.lstat(blob.as_bytes()) {
+            Ok(Some(st)) => st,
+            Ok(None) => {
                 return failed_because(
                     Cause::BlobMissing { blob: blob.to_string() },
                     format!("its captured contents (blob {blob}) are missing from the store"),
                 );
             }
-            Err(e) => return failed_errno(e, format!("cannot open blob {blob}: {}", describe_errno(e))),
+            Err(e) => return failed_errno(e, format!("cannot examine blob {blob}: {}", describe_errno(e))),
         };
-        let (blob_hash, blob_len) = match src.hash() {
-            Ok(x) => x,
-            Err(e) => return failed(format!("cannot read blob {blob}: {e}")),
-        };
-        let hash = self.expected_hash(blob, hash);
-        if blob_len != size || hash.is_some_and(|h| h != blob_hash) {
+        if ident_of(&bst) != snap.ident || file_type(&bst) != FileType::RegularFile {
             return failed_because(
                 Cause::BlobDamaged { blob: blob.to_string() },
                 format!(
-                    "blob {blob} does not match what was captured ({blob_len} bytes, hash {}; recorded {size} bytes{}): it was tampered with or damaged and was not written back",
-                    &blob_hash[..16],
-                    hash.map(|h| format!(", hash {}", &h[..16.min(h.len())])).unwrap_or_default()
+                    "blob {blob} is no longer the captured file (its identity changed: tampered with or replaced); it was not written back"
                 ),
             );
         }
+        if self.tampered.contains(blob) {
+            return failed_because(
+                Cause::BlobDamaged { blob: blob.to_string() },
+                format!(
+                    "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
+                ),
+            );
+        }
+        let replaced = match cur {
+            Some(st) if file_type(st) == FileType::Directory => match self.clear(dir, name, cur) {
+                Ok(_) => true,
+                Err(done) => return done,
+            },
+            Some(_) => true,
+            None => false,
+        };
+        match self.blobs.rename(blob.as_bytes(), dir, name, RenameFlags::empty()) {
+            Ok(()) => {
+                // A descriptor the program kept open may have changed the inode's metadata
+                // after it was unlinked (where no record can name it): set it back.
+                let times_match = bst.st_mtime == snap.mtime[0] && bst.st_mtime_nsec as i64 == snap.mtime[1];
+                if !(meta_matches(&bst, snap) && times_match) {
+                    if let Some(problem) = set_meta_at(dir, name, snap) {
+                        return failed(format!("put the original file back, but {problem}"));
+                    }
+                }
+                if replaced {
+                    done(
+                        Outcome::Restored,
+                        format!("put the original file back over what the session left ({size} bytes)"),
+                    )
+                } else {
+                    done(Outcome::Recreated, format!("put the original file back ({size} bytes)"))
+                }
+            }
+            Err(e) => failed_errno(e, format!("could not move the captured file back: {}", describe_errno(e))),
+        }
+    }
+
+    /// Puts back a file whose bytes were copied (into a blob, or a pack), verified first.
+    fn restore_copy(&self, dir: &Dir, name: &[u8], cur: Option<&Stat>, snap: &Snapshot) -> Done {
+        let (src, blob_hash, size) = match self.captured(&snap.node) {
+            Ok(c) => c,
+            Err(done) => return done,
+        };
         // Already identical? Then only the metadata may need setting back.
         if let Some(st) = cur.filter(|st| file_type(st) == FileType::RegularFile && st.st_size as u64 == size) {
             let same = dir.open_read(name).ok().and_then(|h| h.hash().ok()).is_some_and(|(h, _)| h == blob_hash);
@@ -409,7 +430,7 @@ impl Executor<'_> {
                 Some(Err(e)) => return failed_errno(e, format!("cannot open it for writing: {}", describe_errno(e))),
                 None => return failed("it vanished while it was being restored"),
             };
-            if let Err(e) = dst.copy_from(&src) {
+            if let Err(e) = src.write_into(&dst) {
                 return failed(format!("writing the captured contents back failed: {e}"));
             }
             if let Some(problem) = set_meta_fd(&dst, snap) {
@@ -638,5 +659,21 @@ impl Executor<'_> {
             return failed(format!("{} recreated, but {problem}", kind.name()));
         }
         done(if replaced { Outcome::Restored } else { Outcome::Recreated }, format!("recreated the {}", kind.name()))
+    }
+}
+
+/// Captured bytes a restore writes back: a blob opened, or a packed capture held in memory.
+pub(super) enum Captured {
+    Blob(Handle),
+    Bytes(std::rc::Rc<[u8]>),
+}
+
+impl Captured {
+    /// Replaces `dst`'s contents with these bytes.
+    fn write_into(&self, dst: &Handle) -> std::io::Result<()> {
+        match self {
+            Captured::Blob(src) => dst.copy_from(src),
+            Captured::Bytes(bytes) => dst.write_bytes(bytes),
+        }
     }
 }

@@ -17,6 +17,27 @@ struct Fixture {
     blobs: PathBuf,
     counters: TestCounters,
     records: Vec<Record>,
+    /// Small copies go into a pack, as the supervisor's do.
+    packing: bool,
+    pack: std::cell::RefCell<Option<crate::pack::Pack>>,
+}
+
+/// Packs as a supervisor worker does.
+impl crate::capture::Packer for Fixture {
+    fn append(&self, blobs: std::os::fd::BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<(String, u64)> {
+        let mut slot = self.pack.borrow_mut();
+        let pack = match &mut *slot {
+            Some(pack) if pack.has_room(bytes.len() as u64) => pack,
+            slot => slot.insert(crate::pack::Pack::create(
+                &crate::capture::Direct,
+                blobs,
+                crate::capture::Counters::next_id(&self.counters),
+                false,
+            )?),
+        };
+        let at = pack.append(bytes, false)?;
+        Ok((pack.name.clone(), at))
+    }
 }
 
 use std::path::PathBuf;
@@ -33,7 +54,12 @@ impl Fixture {
             _t: t,
             counters: TestCounters::default(),
             records: vec![],
+            packing: false,
+            pack: Default::default(),
         }
+    }
+    fn packing() -> Fixture {
+        Fixture { packing: true, ..Fixture::new() }
     }
     fn p(&self, name: &str) -> PathBuf {
         self.work.join(name)
@@ -52,6 +78,7 @@ impl Fixture {
             sync: false,
             index: None,
             calls: &crate::capture::Direct,
+            pack: self.packing.then_some(self as &dyn crate::capture::Packer),
         };
         cap.capture(work.as_fd(), name, intent)
     }
@@ -927,4 +954,99 @@ fn a_dry_run_knows_the_bytes_a_copy_then_a_truncation_leave() {
 
 fn code_of(o: &StepReport) -> String {
     serde_json::to_value(&o.cause).unwrap()["code"].as_str().unwrap().to_string()
+}
+
+/// The node a journaled change kept, by its position.
+fn node_of(f: &Fixture, i: usize) -> &crate::record::Node {
+    match &f.records[i].op {
+        Op::Change { before: Before::Contents(s), .. } => &s.node,
+        other => panic!("not a kept change: {other:?}"),
+    }
+}
+
+#[test]
+fn small_copies_go_into_one_pack_and_are_put_back_from_it_exactly() {
+    use crate::record::Node;
+    let mut f = Fixture::packing();
+    let big = vec![7u8; crate::pack::PACK_MAX as usize + 1];
+    fs::write(f.p("a"), b"small a").unwrap();
+    fs::write(f.p("b"), &big).unwrap();
+    fs::write(f.p("c"), b"small c\n").unwrap();
+    fs::set_permissions(f.p("c"), fs::Permissions::from_mode(0o600)).unwrap();
+    for name in ["a", "b", "c"] {
+        f.change(name, Intent::Truncate);
+        fs::write(f.p(name), b"rewritten").unwrap();
+    }
+    let (Node::Packed { pack: pa, at: 0, size: 7, .. }, Node::Packed { pack: pc, at: 7, size: 8, .. }) =
+        (node_of(&f, 0), node_of(&f, 2))
+    else {
+        panic!("a and c packed one after the other: {:?}", f.records)
+    };
+    assert_eq!(pa, pc, "one pack");
+    assert!(matches!(node_of(&f, 1), Node::File { .. }), "a file over the limit gets a blob of its own");
+    assert_eq!(f.blob_files().len(), 2, "the pack and b's blob");
+    let plan = f.undo_sealed(true);
+    let r = f.undo_sealed(false);
+    let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
+    assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo");
+    assert!(r.complete, "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"small a");
+    assert_eq!(fs::read(f.p("b")).unwrap(), big);
+    assert_eq!(fs::read(f.p("c")).unwrap(), b"small c\n");
+    assert_eq!(fs::metadata(f.p("c")).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn packed_bytes_that_no_longer_match_their_hash_are_never_written_back() {
+    let mut f = Fixture::packing();
+    fs::write(f.p("a"), b"original a").unwrap();
+    fs::write(f.p("c"), b"original c").unwrap();
+    f.change("a", Intent::Overwrite);
+    f.change("c", Intent::Overwrite);
+    fs::write(f.p("a"), b"changed").unwrap();
+    fs::write(f.p("c"), b"changed").unwrap();
+    // a's bytes in the pack overwritten (the pack's length unchanged), c's left alone.
+    let pack = f.blob_files().remove(0);
+    let p = fs::OpenOptions::new().write(true).open(&pack).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&p, b"EVIL", 0).unwrap();
+    let r = f.undo();
+    assert!(!r.complete);
+    let of = |name: &str| {
+        r.outcomes
+            .iter()
+            .position(|o| o.path.as_ref().is_some_and(|p| p.as_bytes().ends_with(name.as_bytes())))
+            .unwrap()
+    };
+    assert_eq!(r.outcomes[of("/a")].outcome, Outcome::Failed);
+    assert_eq!(code(&r, of("/a")), "blob_damaged");
+    assert_eq!(fs::read(f.p("a")).unwrap(), b"changed", "no unverified byte written back");
+    assert_eq!(r.outcomes[of("/c")].outcome, Outcome::Restored);
+    assert_eq!(fs::read(f.p("c")).unwrap(), b"original c");
+    // The pack gone: each step that needs it says so.
+    fs::write(f.p("c"), b"changed").unwrap();
+    fs::remove_file(&pack).unwrap();
+    let r = f.undo();
+    assert_eq!(code(&r, of("/c")), "blob_missing", "{:?}", r.outcomes);
+}
+
+#[test]
+fn a_dry_run_knows_the_bytes_a_packed_copy_then_a_truncation_leave() {
+    // As for a copy in a blob: newest first, the packed capture is written back (13 bytes),
+    // then truncated to an append's prior length (11), which the oldest capture then already
+    // is.
+    let mut f = Fixture::packing();
+    fs::write(f.p("f"), b"0123456789\n").unwrap();
+    f.change("f", Intent::Overwrite);
+    fs::write(f.p("f"), b"0123456789\n").unwrap();
+    f.change("f", Intent::Append);
+    fs::write(f.p("f"), b"0123456789\nXY").unwrap();
+    f.change("f", Intent::Overwrite);
+    fs::write(f.p("f"), b"new").unwrap();
+    assert!(matches!(node_of(&f, 2), crate::record::Node::Packed { size: 13, .. }));
+    let plan = f.undo_sealed(true);
+    let r = f.undo_sealed(false);
+    let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
+    assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo");
+    assert!(r.outcomes[2].why.starts_with("its contents were already as before"), "{:?}", r.outcomes);
+    assert_eq!(fs::read(f.p("f")).unwrap(), b"0123456789\n");
 }

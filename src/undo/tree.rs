@@ -40,6 +40,15 @@ pub(super) enum Handle {
     Sim(Rc<Sim>, Vec<u8>),
 }
 
+/// Where the bytes of contents a dry run wrote really are.
+#[derive(Clone)]
+enum Source {
+    /// In the real file at this path.
+    Real(Vec<u8>),
+    /// Held in memory.
+    Held(Rc<[u8]>),
+}
+
 thread_local! {
     /// The paths the running undo (or dry run) has put a node at itself: a node there may be
     /// another inode than the one a record names, by this undo's own doing (a copy recreated,
@@ -374,7 +383,7 @@ impl Handle {
                 let (hash, len) = src.hash()?;
                 let from = match src {
                     Handle::Sim(from_sim, q) => from_sim.node(q)?.and_then(|n| match n.content {
-                        None => n.real,
+                        None => n.real.map(Source::Real),
                         Some(_) => n.bytes_from,
                     }),
                     Handle::Fd(_) => None,
@@ -390,6 +399,25 @@ impl Handle {
         }
     }
 
+    /// Replaces the contents with `bytes` (a capture held in memory).
+    pub(super) fn write_bytes(&self, bytes: &Rc<[u8]>) -> io::Result<()> {
+        match self {
+            Handle::Fd(dst) => {
+                rustix::fs::ftruncate(dst, 0)?;
+                crate::capture::pwrite_all(dst, bytes, 0)
+            }
+            Handle::Sim(sim, p) => {
+                let len = bytes.len() as u64;
+                sim.update(p, |n| {
+                    n.content = Some((blake3::hash(bytes).to_hex().to_string(), len));
+                    n.bytes_from = Some(Source::Held(bytes.clone()));
+                    n.st.st_size = len as _;
+                })?;
+                Ok(())
+            }
+        }
+    }
+
     pub(super) fn truncate(&self, len: u64) -> Result<(), Errno> {
         match self {
             Handle::Fd(fd) => rustix::fs::ftruncate(fd, len),
@@ -399,17 +427,21 @@ impl Handle {
                 // of the capture the dry run copied into it); bytes the dry run only imagined
                 // cannot be, and get a name no real hash can equal.
                 let source = sim.node(p)?.and_then(|n| match &n.content {
-                    None => n.real,
+                    None => n.real.map(Source::Real),
                     Some((_, had)) if len <= *had => n.bytes_from,
                     Some(_) => None,
                 });
-                let prefix = source.and_then(|r| {
-                    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-                    let fd = crate::resolve::at_path(&r, |d, n| rustix::fs::openat(d, n, flags, Mode::empty())).ok()?;
-                    let f = std::fs::File::from(fd);
-                    let mut h = blake3::Hasher::new();
-                    let copied = io::copy(&mut io::Read::take(f, len), &mut h).ok()?;
-                    (copied == len).then(|| h.finalize().to_hex().to_string())
+                let prefix = source.and_then(|source| match source {
+                    Source::Real(r) => {
+                        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+                        let fd =
+                            crate::resolve::at_path(&r, |d, n| rustix::fs::openat(d, n, flags, Mode::empty())).ok()?;
+                        let f = std::fs::File::from(fd);
+                        let mut h = blake3::Hasher::new();
+                        let copied = io::copy(&mut io::Read::take(f, len), &mut h).ok()?;
+                        (copied == len).then(|| h.finalize().to_hex().to_string())
+                    }
+                    Source::Held(bytes) => bytes.get(..len as usize).map(|b| blake3::hash(b).to_hex().to_string()),
                 });
                 sim.update(p, |n| {
                     if was.as_ref().is_none_or(|(_, l)| *l != len) {
@@ -444,9 +476,9 @@ pub(super) struct SimNode {
     pub(super) st: Stat,
     /// Contents (hash, length), when the dry run wrote them.
     content: Option<(String, u64)>,
-    /// The real file whose bytes those contents are (a capture the dry run copied in), so that
-    /// a truncation of them after is still known byte for byte.
-    bytes_from: Option<Vec<u8>>,
+    /// Where the bytes of those contents are (a capture the dry run copied in), so that a
+    /// truncation of them after is still known byte for byte.
+    bytes_from: Option<Source>,
     /// Symlink target, for a symlink the dry run made.
     target: Option<Vec<u8>>,
     /// Extended attributes, once the dry run changed them.

@@ -103,7 +103,57 @@ fn go_programs_linked_with_libc_and_static_ones_are_journaled_and_undone_exactly
         let changes = records_of_kind(&log, "change");
         assert!(changes.len() >= 8, "{log}");
         assert!(changes.iter().all(|r| r["prog"].as_str().unwrap().contains("fileops")), "{log}");
+        // Its small rewrites were copied into one pack, not into a file each.
+        let packs: Vec<_> = ["/existing", "/truncated"]
+            .iter()
+            .map(|name| {
+                let node = before_of(&log, name)["node"].clone();
+                assert_eq!(node["type"], "packed", "{name}: {log}");
+                node["pack"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(packs[0], packs[1], "{log}");
     }
+}
+
+/// The prior state the first change record of a path ending in `name` kept.
+fn before_of(log: &serde_json::Value, name: &str) -> serde_json::Value {
+    records_of_kind(log, "change")
+        .into_iter()
+        .find(|r| r["op"]["path"].as_str().is_some_and(|p| p.ends_with(name)))
+        .unwrap_or_else(|| panic!("no change of {name}: {log}"))["op"]["before"]
+        .clone()
+}
+
+#[test]
+fn a_packed_copy_whose_bytes_were_changed_in_the_store_is_named_and_never_written_back() {
+    let prog = go_program("fileops", true);
+    let s = scratch!();
+    s.sh(FIXTURE);
+    let session = s.session("session");
+    s.run_ok(&session, &[prog.to_str().unwrap()]);
+    let log = s.log_json(&session);
+    let before = before_of(&log, "/existing");
+    let node = &before["node"];
+    let (pack, at) = (node["pack"].as_str().unwrap(), node["at"].as_u64().unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(session.join("blobs").join(pack)).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"EVIL", at).unwrap();
+    drop(f);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let existing = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with("/existing")))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(existing["cause"]["code"], "blob_damaged", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(s.path("existing")).unwrap(),
+        "overwritten by go\n",
+        "nothing unverified written"
+    );
+    assert_eq!(std::fs::read_to_string(s.path("truncated")).unwrap(), "123456\n", "the other packed copy is put back");
 }
 
 #[test]

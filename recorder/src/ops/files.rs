@@ -174,7 +174,11 @@ fn kept_change<J: Journal, C: Caller>(
 ) -> Pending {
     let whole = match &before {
         Before::Contents(s)
-            if st.st_nlink == 1 && matches!(s.node, Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }) =>
+            if st.st_nlink == 1
+                && matches!(
+                    s.node,
+                    Node::Packed { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }
+                ) =>
         {
             Some(s.ident)
         }

@@ -65,6 +65,10 @@ pub trait Journal {
     fn calls(&self) -> &dyn FsCalls;
     /// The session directory as the session's processes know it (`AETHER_JOURNAL_DIR`).
     fn session_dir(&self) -> &[u8];
+    /// Where this writer packs small copies ([`aether_journal::pack`]); `None`: a file each.
+    fn packer(&self) -> Option<&dyn aether_journal::capture::Packer> {
+        None
+    }
     /// The process at the root of the session's tree (from its header).
     fn root_pid(&self) -> Option<u32>;
 
@@ -242,6 +246,7 @@ fn capturer<'a, J: Journal>(journal: &'a J, blobs: BorrowedFd<'a>, intent: Inten
             .flatten()
             .map(|i| i as &dyn aether_journal::capture::CaptureIndex),
         calls: journal.calls(),
+        pack: (intent != Intent::Destroy).then(|| journal.packer()).flatten(),
     }
 }
 
@@ -494,7 +499,7 @@ fn pending_of<C: Caller>(caller: &C, before: &Before, seq: u64) -> Pending {
     match before {
         Before::Contents(s) => match &s.node {
             Node::File { blob, how: CaptureHow::Link, .. } => Pending::Linked { blob: blob.clone(), seq },
-            Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. } => {
+            Node::Packed { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. } => {
                 // Bytes and metadata are kept apart from the inode: any later change to it
                 // through a descriptor is undone by restoring this capture.
                 caller.cover(s.ident);

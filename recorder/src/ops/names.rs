@@ -136,7 +136,9 @@ pub fn before_remove<J: Journal, C: Caller>(
             capturer(journal, blobs, Intent::Destroy).capture_doomed_file(t.parent.as_fd(), &t.name)
         });
         if let Some(Some(before)) = linked {
-            names.only_if(!matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { .. })));
+            names.only_if(
+                !matches!(&before, Before::Contents(s) if matches!(s.node, Node::File { .. } | Node::Packed { .. })),
+            );
             forget_born(journal, &before);
             return change(journal, caller, call, t.abs, before);
         }

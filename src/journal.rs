@@ -421,7 +421,7 @@ fn main_lines(
 ) -> usize {
     let mut offset = 0usize;
     while offset < data.len() {
-        let Some(nl) = data[offset..].iter().position(|&b| b == b'\n') else {
+        let Some(nl) = memchr::memchr(b'\n', &data[offset..]) else {
             if last {
                 out.torn_tail = Some((place.base + offset) as u64);
                 offset = data.len();
@@ -487,10 +487,10 @@ fn segment_lines(
     let mut offset = 0usize;
     while offset < data.len() {
         if data[offset] == 0 {
-            offset += 1;
+            offset += nuls_at_start(&data[offset..]);
             continue;
         }
-        let end = data[offset..].iter().position(|&b| b == b'\n' || b == 0).map(|n| offset + n);
+        let end = memchr::memchr2(b'\n', 0, &data[offset..]).map(|n| offset + n);
         match end {
             Some(e) if data[e] == b'\n' => {
                 place.line_no += 1;
@@ -512,31 +512,40 @@ fn segment_lines(
     offset
 }
 
+/// How many NUL bytes `data` starts with: a segment's preallocated rest (most of a big one,
+/// in a short session) is skipped sixteen bytes at a time.
+fn nuls_at_start(data: &[u8]) -> usize {
+    let whole = data.chunks_exact(16).take_while(|c| *c == [0u8; 16]).count() * 16;
+    whole + data[whole..].iter().take_while(|&&b| b == 0).count()
+}
+
 /// How much of a journal file is read at once: a segment of a million records is 200 MB,
 /// which need not be in memory whole.
 const BLOCK: usize = 1 << 20;
 
 /// Reads the file at `path` a block at a time, handing `take` what is read and not yet taken
 /// (and whether the file ends there); `take` returns how much of it it took. Returns the bytes
-/// read.
-fn read_in_blocks(path: &Path, mut take: impl FnMut(&[u8], bool) -> usize) -> io::Result<u64> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut buf: Vec<u8> = Vec::new();
+/// read. `buf` is the reader's own, kept from file to file: a buffer allocated and zeroed for
+/// each of a session's many small segments cost more than reading them (and, freed on one of
+/// several threads, a TLB shootdown on the others).
+fn read_in_blocks(path: &Path, buf: &mut Vec<u8>, mut take: impl FnMut(&[u8], bool) -> usize) -> io::Result<u64> {
+    let f = std::fs::File::open(path)?;
+    // A small file is read whole at once (its length and one more byte, to see its end).
+    let len = f.metadata().map_or(BLOCK as u64, |m| m.len());
+    let block = usize::try_from(len).map_or(BLOCK, |l| l.saturating_add(1).min(BLOCK));
+    buf.clear();
     let mut total = 0u64;
     loop {
-        let have = buf.len();
-        buf.resize(have + BLOCK, 0);
+        buf.reserve(block);
         let n = loop {
-            match f.read(&mut buf[have..]) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            match rustix::io::read(&f, rustix::buffer::spare_capacity(buf)) {
+                Err(rustix::io::Errno::INTR) => continue,
                 other => break other?,
             }
         };
-        buf.truncate(have + n);
         total += n as u64;
         let last = n == 0;
-        let took = take(&buf, last);
+        let took = take(buf, last);
         buf.drain(..took.min(buf.len()));
         if last {
             return Ok(total);
@@ -605,7 +614,8 @@ pub fn visit_with_segments<A: Send>(
     let mut out = JournalContents::default();
     let mut main = init();
     let mut place = Place::default();
-    let read = read_in_blocks(journal, |data, last| {
+    let mut buf = Vec::new();
+    let read = read_in_blocks(journal, &mut buf, |data, last| {
         main_lines(data, &mut place, last, &mut out, &mut |r| visit(&mut main, r))
     });
     match read {
@@ -630,6 +640,7 @@ pub fn visit_with_segments<A: Send>(
                 scope.spawn(|| {
                     let mut acc = init();
                     let mut mine = Vec::new();
+                    let mut buf = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(name) = names.get(i) else { break };
@@ -637,7 +648,7 @@ pub fn visit_with_segments<A: Send>(
                         let label = name.to_string_lossy();
                         let mut part = JournalContents::default();
                         let mut place = Place::default();
-                        let read = read_in_blocks(&path, |data, last| {
+                        let read = read_in_blocks(&path, &mut buf, |data, last| {
                             segment_lines(&label, data, &mut place, last, &mut part, &mut |r| visit(&mut acc, r))
                         });
                         // Named in the error: the caller reports it against the journal as a whole.
@@ -1091,6 +1102,19 @@ mod tests {
             (want.torn_tail, &want.torn_in_segments, want.bytes)
         );
         assert_eq!(got.torn_tail, Some((m.len() - tail.len() + 1) as u64));
+    }
+
+    #[test]
+    fn the_nuls_a_segment_starts_with_are_counted_exactly_however_many() {
+        for len in 0..70 {
+            for at in 0..=len {
+                let mut data = vec![0u8; len];
+                if at < len {
+                    data[at] = b'x';
+                }
+                assert_eq!(nuls_at_start(&data), at, "{len} bytes, the first non-NUL at {at}");
+            }
+        }
     }
 
     #[test]

@@ -595,7 +595,13 @@ pub fn records_per_reader(segments_dir: &Path) -> usize {
 /// Segments are parsed on as many threads as there are CPUs (a session of 20,000 records took
 /// 34 ms on one), at most eight.
 fn reader_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
+    cpus().min(8)
+}
+
+/// The CPUs this process may run on, asked once (each ask reads the process's cgroup files).
+pub(crate) fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Every record of a session's journal (the main file `journal` and every segment under
@@ -634,42 +640,44 @@ pub fn visit_with_segments<A: Send>(
     let threads = reader_threads().min(names.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     type Parsed<A> = (A, Vec<(usize, io::Result<JournalContents>)>);
-    let parsed: Vec<Parsed<A>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut acc = init();
-                    let mut mine = Vec::new();
-                    let mut buf = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(name) = names.get(i) else { break };
-                        let path = segments_dir.join(name);
-                        let label = name.to_string_lossy();
-                        let mut part = JournalContents::default();
-                        let mut place = Place::default();
-                        let read = read_in_blocks(&path, &mut buf, |data, last| {
-                            segment_lines(&label, data, &mut place, last, &mut part, &mut |r| visit(&mut acc, r))
-                        });
-                        // Named in the error: the caller reports it against the journal as a whole.
-                        let read =
-                            read.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))).map(|n| {
-                                part.bytes = n;
-                                part
-                            });
-                        mine.push((i, read));
-                    }
-                    (acc, mine)
+    let reader = || -> Parsed<A> {
+        let mut acc = init();
+        let mut mine = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(name) = names.get(i) else { break };
+            let path = segments_dir.join(name);
+            let label = name.to_string_lossy();
+            let mut part = JournalContents::default();
+            let mut place = Place::default();
+            let read = read_in_blocks(&path, &mut buf, |data, last| {
+                segment_lines(&label, data, &mut place, last, &mut part, &mut |r| visit(&mut acc, r))
+            });
+            // Named in the error: the caller reports it against the journal as a whole.
+            let read = read.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))).map(|n| {
+                part.bytes = n;
+                part
+            });
+            mine.push((i, read));
+        }
+        (acc, mine)
+    };
+    // One file (a short session: its marks, or one writer's segment) is read here: a thread
+    // started for it costs more than the reading.
+    let parsed: Vec<Parsed<A>> = if threads == 1 {
+        vec![reader()]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(reader)).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| (init(), vec![(0, Err(io::Error::other("a segment reader panicked")))]))
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| (init(), vec![(0, Err(io::Error::other("a segment reader panicked")))]))
-            })
-            .collect()
-    });
+                .collect()
+        })
+    };
     let (mut accs, parts): (Vec<A>, Vec<_>) = parsed.into_iter().unzip();
     let mut parts: Vec<(usize, io::Result<JournalContents>)> = parts.into_iter().flatten().collect();
     parts.sort_by_key(|(i, _)| *i);

@@ -142,41 +142,65 @@ fn new_mark() -> u64 {
 /// (One process: a shell that looked for it in its mappings with `grep` took two, 3.6 ms of
 /// every `run` against 1.5.)
 pub fn shim_loads(shim: &Path) -> Result<(), String> {
-    let name = shim.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let out = std::process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg("exit 0")
-        .env("LD_PRELOAD", shim)
-        .env("LD_DEBUG", "files")
-        .env_remove("LD_DEBUG_OUTPUT")
-        .env(ENV_SWITCH, "off")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start /bin/sh to check the shim: {e}"))?;
-    let report = String::from_utf8_lossy(&out.stderr);
-    let init = format!("calling init: {}", shim.display());
-    if out.status.success() && report.lines().any(|l| l.trim_end().ends_with(&init)) {
-        return Ok(());
+    ShimCheck::start(shim)?.verdict()
+}
+
+/// [`shim_loads`] under way: `run` starts it first and asks its verdict before it makes the
+/// session, so that the check's 1.5 ms overlap with the seccomp probe's.
+pub struct ShimCheck {
+    child: std::process::Child,
+    shim: PathBuf,
+}
+
+impl ShimCheck {
+    /// Starts the shell that loads `shim`.
+    pub fn start(shim: &Path) -> Result<ShimCheck, String> {
+        let child = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg("exit 0")
+            .env("LD_PRELOAD", shim)
+            .env("LD_DEBUG", "files")
+            .env_remove("LD_DEBUG_OUTPUT")
+            .env(ENV_SWITCH, "off")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start /bin/sh to check the shim: {e}"))?;
+        Ok(ShimCheck { child, shim: shim.to_path_buf() })
     }
-    // What the loader said of it (its errors carry no pid; its report of every file does),
-    // with any report line that says it cannot do something.
-    let why = report
-        .lines()
-        .filter(|l| l.contains("cannot") || !l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join("; ");
-    Err(format!(
-        "the shim {} ({name}) does not load into programs{}: nothing would be journaled",
-        shim.display(),
-        if why.is_empty() { String::new() } else { format!(" ({why})") }
-    ))
+
+    /// Waits for the shell: whether the loader called the shim's initializer, and if not,
+    /// what the loader said of it.
+    pub fn verdict(self) -> Result<(), String> {
+        let shim = self.shim;
+        let name = shim.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let out = self.child.wait_with_output().map_err(|e| format!("cannot check the shim: {e}"))?;
+        let report = String::from_utf8_lossy(&out.stderr);
+        let init = format!("calling init: {}", shim.display());
+        if out.status.success() && report.lines().any(|l| l.trim_end().ends_with(&init)) {
+            return Ok(());
+        }
+        // What the loader said of it (its errors carry no pid; its report of every file does),
+        // with any report line that says it cannot do something.
+        let why = report
+            .lines()
+            .filter(|l| l.contains("cannot") || !l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(format!(
+            "the shim {} ({name}) does not load into programs{}: nothing would be journaled",
+            shim.display(),
+            if why.is_empty() { String::new() } else { format!(" ({why})") }
+        ))
+    }
 }
 
 /// Runs the command; returns its exit status (128 + signal number when it was killed).
 pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
     let shim = find_shim()?;
-    shim_loads(&shim)?;
+    let check = ShimCheck::start(&shim)?;
     let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let id = session::new_session_id();
     let root = session::sessions_root();
@@ -185,6 +209,7 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
         None => root.clone().ok_or("neither XDG_STATE_HOME nor HOME is set: pass --journal DIR")?.join(&id),
     };
     let (mut coverage, killable) = coverage(opts.no_supervise);
+    check.verdict()?;
     let mark = killable.map(|_| new_mark());
     let installer = killable.zip(mark).map(|(k, m)| {
         let i = Installer::new(aether_journal_supervisor::filter::program(m), m, k);

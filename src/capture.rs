@@ -424,19 +424,22 @@ impl Capturer<'_> {
         let limit = crate::pack::PACK_MAX as usize;
         let mut bytes = vec![0u8; (st.st_size.max(0) as usize).min(limit) + 1];
         let mut len = 0;
+        // A regular file reads short only at its end: a file of the size `fstat` gave costs one
+        // read (the buffer is one byte longer).
         loop {
             match rustix::io::read(&src, &mut bytes[len..]) {
                 Ok(0) => break,
                 Ok(n) => len += n,
-                Err(Errno::INTR) => {}
+                Err(Errno::INTR) => continue,
                 Err(e) => return Some(failed("read", io::Error::from(e))),
             }
             if len > limit {
                 return None;
             }
-            if len == bytes.len() {
-                bytes.resize(len * 2, 0);
+            if len < bytes.len() {
+                break;
             }
+            bytes.resize(len * 2, 0);
         }
         bytes.truncate(len);
         let hash = blake3::hash(&bytes).to_hex().to_string();

@@ -68,7 +68,9 @@ pub fn launch(mut command: Command, store: Store, installer: Installer, workers:
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
             drop(from_supervisor);
-            let code = supervise(&mut command, &store, installer, workers, to_run);
+            // The supervisor's threads hold it until the process ends (see `supervise`).
+            let store: &'static Store = Box::leak(Box::new(store));
+            let code = supervise(&mut command, store, installer, workers, to_run);
             // SAFETY: ends the supervisor without running `run`'s exit handlers twice.
             unsafe { libc::_exit(code) }
         }
@@ -166,7 +168,16 @@ fn reap(pid: u32) -> Option<i32> {
 }
 
 /// The supervisor process: starts the command, serves its listener, reaps, reports to `run`.
-fn supervise(command: &mut Command, store: &Store, installer: Installer, workers: usize, to_run: OwnedFd) -> i32 {
+/// It ends once it has reaped the last process of the session (it is their subreaper, so every
+/// process that could still make a watched call is one it would reap), without waiting for its
+/// workers: they wait on the listener for ever once nothing is left to watch.
+fn supervise(
+    command: &mut Command,
+    store: &'static Store,
+    installer: Installer,
+    workers: usize,
+    to_run: OwnedFd,
+) -> i32 {
     let mut to_run = std::fs::File::from(to_run);
     // SAFETY: prctls with integer arguments: orphans of the session are reparented here (so it
     // stays an ancestor of every process it reads), and the session's processes may not
@@ -194,11 +205,12 @@ fn supervise(command: &mut Command, store: &Store, installer: Installer, workers
             installer.install(child_socket).map_err(std::io::Error::from_raw_os_error)
         });
     }
-    std::thread::scope(|scope| {
-        let server = scope.spawn(move || {
-            let listener = receive_listener(&ours).map(Listener::new);
-            drop(ours);
-            listener.map(|l| crate::serve::serve(&l, store, workers))
+    {
+        let server = std::thread::spawn(move || {
+            if let Some(listener) = receive_listener(&ours).map(Listener::new) {
+                drop(ours);
+                crate::serve::serve(&listener, store, workers);
+            }
         });
         let spawned = command.spawn();
         drop(theirs);
@@ -207,7 +219,9 @@ fn supervise(command: &mut Command, store: &Store, installer: Installer, workers
             Err(e) => {
                 let _ = writeln!(to_run, "not-started {}", e.raw_os_error().unwrap_or(libc::ENOEXEC));
                 drop(to_run);
-                let _ = server.join();
+                // No listener was sent: the server has ended, or ends when our end of the
+                // socket closes with this process.
+                drop(server);
                 return 0;
             }
         };
@@ -244,9 +258,11 @@ fn supervise(command: &mut Command, store: &Store, installer: Installer, workers
                 reported = true;
             }
         }
-        // The last event: `run` may wait for this pipe to close when the command left nobody
-        // behind, so that the session's store is no longer held open when `run` returns.
-        let _ = server.join();
+        // Nothing is left to watch: the workers are not waited for (the last one waits on the
+        // listener for ever), and end with this process. The last event: `run` may wait for
+        // this pipe to close when the command left nobody behind, so that the session's store
+        // is no longer held open when `run` returns.
+        drop(server);
         // SAFETY: getrusage fills the struct we pass.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -255,7 +271,7 @@ fn supervise(command: &mut Command, store: &Store, installer: Installer, workers
         }
         drop(to_run);
         0
-    })
+    }
 }
 
 /// The dispositions of [`PASSED_ON`] as `run` had them.

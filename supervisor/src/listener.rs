@@ -46,26 +46,11 @@ impl Listener {
         l
     }
 
-    /// Waits for the next notification. `Ok(None)`: every watched thread has gone (the
-    /// listener hung up), and none will come.
-    pub fn recv(&self) -> io::Result<Option<Notification>> {
+    /// Waits for the next notification. It waits for ever once every watched thread has gone
+    /// (a receive never learns that): the supervisor ends then without waiting for it (see
+    /// `launch.rs`). No `poll` before it: one system call fewer per notification.
+    pub fn recv(&self) -> io::Result<Notification> {
         loop {
-            let mut p = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut p, 1, -1) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(e);
-            }
-            if p.revents & libc::POLLIN == 0 {
-                if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                    return Ok(None);
-                }
-                continue;
-            }
             // The struct must be zeroed (EINVAL since Linux 5.5 otherwise).
             // SAFETY: seccomp_notif is plain data; all zeroes is a valid value.
             let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -79,13 +64,13 @@ impl Listener {
                     _ => return Err(e),
                 }
             }
-            return Ok(Some(Notification {
+            return Ok(Notification {
                 id: req.id,
                 tid: req.pid,
                 nr: i64::from(req.data.nr),
                 arch: req.data.arch,
                 args: req.data.args,
-            }));
+            });
         }
     }
 

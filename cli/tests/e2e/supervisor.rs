@@ -168,6 +168,61 @@ fn directories_moved_and_made_again_under_the_same_names_are_never_mistaken_for_
 }
 
 #[test]
+fn a_creation_in_a_directory_the_supervisor_remembers_costs_it_five_system_calls() {
+    // Counted, not timed: the supervisor's system calls between its first receive and its last
+    // answer, for 300 creations by a program that makes its own system calls. Five each today:
+    // the receive, the read of the name, the check that the call still waits, an lstat of the
+    // name, the answer (no poll before the receive), and a journal segment now and then. The
+    // directories are looked at again (three stats) only once each 10 ms, which strace's
+    // slowness makes often: those are allowed for by the time the trace took.
+    let s = scratch!();
+    let prog = compile(&s, "rawcreate");
+    s.sh("mkdir d");
+    let trace = s.root.join("strace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-ttt", "-o"]).arg(&trace).arg(&artifacts().cli);
+    cmd.arg("run").arg("--journal").arg(s.session("session")).arg("--").arg(&prog).arg("300");
+    cmd.current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    let out = cmd.output().expect("strace (.ci/run installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let worker = text
+        .lines()
+        .find(|l| l.contains("SECCOMP_IOCTL_NOTIF_RECV"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no receive in the trace"))
+        .to_string();
+    // The worker's calls (`PID TIME CALL(...`) from its first receive to its last answer;
+    // strace splits a call that blocks in two lines, and its resumption is not a call.
+    let calls: Vec<(f64, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.splitn(3, ' ');
+            let (pid, time, call) = (w.next()?, w.next()?, w.next()?.trim_start());
+            (pid == worker && !call.starts_with('<')).then(|| Some((time.parse().ok()?, call))).flatten()
+        })
+        .skip_while(|(_, c)| !c.contains("SECCOMP_IOCTL_NOTIF_RECV"))
+        .collect();
+    let last = calls.iter().rposition(|(_, c)| c.contains("SECCOMP_IOCTL_NOTIF_SEND")).unwrap();
+    let calls = &calls[..=last];
+    let count = |what: &str| calls.iter().filter(|(_, c)| c.starts_with(what)).count();
+    let received = calls.iter().filter(|(_, c)| c.contains("SECCOMP_IOCTL_NOTIF_RECV")).count();
+    assert!(received >= 300, "{received} notifications");
+    assert_eq!(count("poll("), 0, "no poll before a receive");
+    let stats = count("newfstatat(") + count("statx(");
+    let windows = ((calls[last].0 - calls[0].0) * 1000.0 / 10.0).ceil() as usize + 1;
+    assert!(
+        stats <= received + 3 * windows + 10,
+        "{stats} stats for {received} notifications in {windows} windows of 10 ms: a remembered directory was looked at"
+    );
+    let per = (calls.len() - stats) as f64 / received as f64;
+    assert!(per <= 4.3, "{per:.2} system calls but stats per notification (four today)");
+    let log = s.log_json(&s.session("session"));
+    assert!(records_of_kind(&log, "change").len() >= 300, "{log}");
+}
+
+#[test]
 fn a_directory_the_supervisor_remembers_is_never_trusted_past_a_rename_or_a_change_of_working_directory() {
     let prog = go_program("staledirs", true);
     let s = scratch!();

@@ -249,8 +249,9 @@ def timed(cmd, cwd, env, cpu=None):
 
 
 class Variant:
-    """How a workload is run: `bare`; `preload` (LD_PRELOAD=shim, as a bare preload session); or
-    `run` (aether-journal run, supervisor included), each of one build (`label`)."""
+    """How a workload is run: `bare`; `preload` (LD_PRELOAD=shim, as a bare preload session);
+    `run` (aether-journal run, supervisor included), each of one build (`label`); or `filter`
+    (under a seccomp filter that allows every call, nothing else: `shim` is the wrapper)."""
 
     def __init__(self, label, kind, shim=None, cli=None):
         self.label, self.kind, self.shim, self.cli = label, kind, shim, cli
@@ -286,6 +287,9 @@ class Runner:
         if variant.kind == "preload":
             env, session = self.env(True, variant.shim)
             return cmd, env, session
+        if variant.kind == "filter":
+            env, session = self.env(False)
+            return [variant.shim, "sh", "-c", cmd], env, None
         env, session = self.env(True)
         for k in ("LD_PRELOAD", "AETHER_JOURNAL_DIR"):
             env.pop(k, None)
@@ -326,7 +330,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,EXEC,CMD,RSS,RT,SUPMEM,UNDO)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,EXEC,CMD,RSS,RT,SUPMEM,FILTER,UNDO)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--mode", choices=("preload", "run"), default="preload",
                     help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")
@@ -425,6 +429,23 @@ def main():
             rows.append("| per command from a %s (%d pairs of %d), us | %s | %s | +%s us | | | | |" % (
                 label, rounds, n, spread(times[False], "%.0f"), spread(times[True], "%.0f"), spread(per, "%.0f")))
             results["CMD " + label] = {"bare_us": times[False], "shim_us": times[True]}
+    if a.mode == "run" and (not only or "FILTER" in only):
+        # The floor under run for work that makes no watched call: the read-only workloads
+        # under a filter that allows every call, with no supervisor and no shim.
+        floor_variant = Variant("any filter", "filter", os.path.join(a.progs, "allowall"))
+        for w in workloads(inp, a.dir, a.progs):
+            if w.key not in ("W1", "W7"):
+                continue
+            runs = w.runs or max(a.runs, w.min_runs)
+            print("FILTER: %s, %d rounds of bare and under a filter that allows everything..." % (w.key, runs),
+                  file=sys.stderr)
+            got = runner.rounds(w, runs, [variants[0], floor_variant])
+            ratios = [x / y for x, y in zip(got["any filter"]["wall"], got["bare"]["wall"])]
+            cpu = [x / max(y, 1e-6) for x, y in zip(got["any filter"]["cpu"], got["bare"]["cpu"])]
+            rows.append("| %s %s (a seccomp filter that allows every call, nothing else) | %s | %s | %s | %s | 0 | | the floor |" % (
+                w.key, w.name, spread(got["bare"]["wall"], "%.3f"), spread(got["any filter"]["wall"], "%.3f"),
+                spread(ratios, "%.2f"), spread(cpu, "%.2f")))
+            results["FILTER " + w.key] = {"bare": got["bare"], "filter": got["any filter"]}
     if a.mode == "run" and (not only or "RT" in only):
         # One round trip to the supervisor: a loop of watched calls it answers at once, less
         # the same loop bare, less run's own start and seal (the loop of 0 calls).

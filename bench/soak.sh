@@ -57,6 +57,11 @@ for i in range(30):
   rm -rf build && mkdir build && for i in 1 2 3; do head -c 5000 /dev/urandom > build/new$i.o; done
   mkdir -p out && tar xf pack.tar -C out && cp -a src out/copy && rm -rf out
   chmod 600 docs/README; chmod 640 docs/README
+  # A static program: every change it makes reaches the supervisor (rewrites kept in packs).
+  if command -v busybox >/dev/null; then
+    busybox sh -c "for f in src/file3*.txt src/file4*.txt; do [ -f \$f ] && echo static >> \$f && echo rewritten > \$f; done"
+    busybox sed -i s/line/LINE/ src/file5*.txt
+  fi
 done
 '
 

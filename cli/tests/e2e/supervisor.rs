@@ -198,8 +198,10 @@ fn a_creation_in_a_directory_the_supervisor_remembers_costs_it_five_system_calls
     let calls: Vec<(f64, &str)> = text
         .lines()
         .filter_map(|l| {
-            let mut w = l.splitn(3, ' ');
-            let (pid, time, call) = (w.next()?, w.next()?, w.next()?.trim_start());
+            // strace pads the pid to a width of its own choosing.
+            let (pid, rest) = l.trim_start().split_once(char::is_whitespace)?;
+            let (time, call) = rest.trim_start().split_once(char::is_whitespace)?;
+            let call = call.trim_start();
             (pid == worker && !call.starts_with('<')).then(|| Some((time.parse().ok()?, call))).flatten()
         })
         .skip_while(|(_, c)| !c.contains("SECCOMP_IOCTL_NOTIF_RECV"))

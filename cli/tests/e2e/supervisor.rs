@@ -133,6 +133,19 @@ fn a_packed_copy_whose_bytes_were_changed_in_the_store_is_named_and_never_writte
     let session = s.session("session");
     s.run_ok(&session, &[prog.to_str().unwrap()]);
     let log = s.log_json(&session);
+    // Review reads the prior bytes out of the pack.
+    let out = s.cli(&["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review --json");
+    let diff = review["modified"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"].as_str().is_some_and(|p| p.ends_with("/existing")))
+        .and_then(|m| m["diff"].as_str())
+        .unwrap_or_else(|| panic!("no diff of existing: {review}"))
+        .to_string();
+    assert!(diff.contains("-old") && diff.contains("+overwritten by go"), "{diff}");
     let before = before_of(&log, "/existing");
     let node = &before["node"];
     let (pack, at) = (node["pack"].as_str().unwrap(), node["at"].as_u64().unwrap());

@@ -931,25 +931,28 @@ fn renames_onto_one_name_that_both_captured_it_before_either_ran_are_undone_exac
 }
 
 #[test]
-fn a_dry_run_knows_the_bytes_a_copy_then_a_truncation_leave() {
+fn a_dry_run_knows_the_bytes_a_copy_then_a_truncation_leave_from_a_blob_or_a_pack() {
     // Newest first, the undo copies a capture back into f (13 bytes) and then truncates it to
     // an append's prior length (11): the oldest capture is then already what f holds, which
-    // the dry run must see as the undo does.
-    let mut f = Fixture::new();
-    fs::write(f.p("f"), b"0123456789\n").unwrap();
-    f.change("f", Intent::Overwrite);
-    fs::write(f.p("f"), b"0123456789\n").unwrap();
-    f.change("f", Intent::Append);
-    fs::write(f.p("f"), b"0123456789\nXY").unwrap();
-    f.change("f", Intent::Overwrite);
-    fs::write(f.p("f"), b"new").unwrap();
-    let plan = f.undo_sealed(true);
-    let r = f.undo_sealed(false);
-    // The same outcomes, causes and reasons: the oldest step finds f already as it was.
-    let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
-    assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo");
-    assert!(r.outcomes[2].why.starts_with("its contents were already as before"), "{:?}", r.outcomes);
-    assert_eq!(fs::read(f.p("f")).unwrap(), b"0123456789\n");
+    // the dry run must see as the undo does, whether the copy is a blob or in a pack.
+    for mut f in [Fixture::new(), Fixture::packing()] {
+        fs::write(f.p("f"), b"0123456789\n").unwrap();
+        f.change("f", Intent::Overwrite);
+        fs::write(f.p("f"), b"0123456789\n").unwrap();
+        f.change("f", Intent::Append);
+        fs::write(f.p("f"), b"0123456789\nXY").unwrap();
+        f.change("f", Intent::Overwrite);
+        fs::write(f.p("f"), b"new").unwrap();
+        let packed = matches!(node_of(&f, 2), crate::record::Node::Packed { size: 13, .. });
+        assert_eq!(packed, f.packing);
+        let plan = f.undo_sealed(true);
+        let r = f.undo_sealed(false);
+        // The same outcomes, causes and reasons: the oldest step finds f already as it was.
+        let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
+        assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo (packed: {packed})");
+        assert!(r.outcomes[2].why.starts_with("its contents were already as before"), "{:?}", r.outcomes);
+        assert_eq!(fs::read(f.p("f")).unwrap(), b"0123456789\n");
+    }
 }
 
 fn code_of(o: &StepReport) -> String {
@@ -1027,26 +1030,4 @@ fn packed_bytes_that_no_longer_match_their_hash_are_never_written_back() {
     fs::remove_file(&pack).unwrap();
     let r = f.undo();
     assert_eq!(code(&r, of("/c")), "blob_missing", "{:?}", r.outcomes);
-}
-
-#[test]
-fn a_dry_run_knows_the_bytes_a_packed_copy_then_a_truncation_leave() {
-    // As for a copy in a blob: newest first, the packed capture is written back (13 bytes),
-    // then truncated to an append's prior length (11), which the oldest capture then already
-    // is.
-    let mut f = Fixture::packing();
-    fs::write(f.p("f"), b"0123456789\n").unwrap();
-    f.change("f", Intent::Overwrite);
-    fs::write(f.p("f"), b"0123456789\n").unwrap();
-    f.change("f", Intent::Append);
-    fs::write(f.p("f"), b"0123456789\nXY").unwrap();
-    f.change("f", Intent::Overwrite);
-    fs::write(f.p("f"), b"new").unwrap();
-    assert!(matches!(node_of(&f, 2), crate::record::Node::Packed { size: 13, .. }));
-    let plan = f.undo_sealed(true);
-    let r = f.undo_sealed(false);
-    let steps = |r: &Report| r.outcomes.iter().map(|o| (o.outcome, code_of(o), o.why.clone())).collect::<Vec<_>>();
-    assert_eq!(steps(&plan), steps(&r), "the dry run predicts the undo");
-    assert!(r.outcomes[2].why.starts_with("its contents were already as before"), "{:?}", r.outcomes);
-    assert_eq!(fs::read(f.p("f")).unwrap(), b"0123456789\n");
 }

@@ -390,14 +390,21 @@ impl Dirs {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_remembered_directory_serves_while_its_path_leads_to_it_and_not_after_it_moved() {
+    /// A temporary directory holding `a/b`, this thread's id, a cache with the root in it, and
+    /// the temporary directory's path relative to the root.
+    fn with_a_b() -> (tempfile::TempDir, u32, Dirs, Dir, Vec<u8>) {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
         let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let mut dirs = Dirs::default();
         let root = dirs.root().unwrap();
         let tmp = t.path().strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
+        (t, me, dirs, root, tmp)
+    }
+
+    #[test]
+    fn a_remembered_directory_serves_while_its_path_leads_to_it_and_not_after_it_moved() {
+        let (t, me, mut dirs, root, tmp) = with_a_b();
         let ab = aether_journal::bpath::join(&tmp, b"a/b");
         let first = dirs.below(me, &root, &ab, None).unwrap();
         assert!(first.path.ends_with(b"/a/b"));
@@ -414,12 +421,7 @@ mod tests {
 
     #[test]
     fn a_remembered_directory_is_trusted_only_within_its_time_and_under_the_same_generations() {
-        let t = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
-        let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-        let mut dirs = Dirs::default();
-        let root = dirs.root().unwrap();
-        let tmp = t.path().strip_prefix("/").unwrap().as_os_str().as_encoded_bytes().to_vec();
+        let (t, me, mut dirs, root, tmp) = with_a_b();
         let ab = aether_journal::bpath::join(&tmp, b"a/b");
         let checked = Checked { names: 7, cwd: 3, at: coarse_now() };
         let first = dirs.below(me, &root, &ab, Some(checked)).unwrap();

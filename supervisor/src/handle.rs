@@ -134,6 +134,16 @@ impl<'s> Worker<'s> {
         // is ever made again.)
         let restarted = self.abandoned.lock().ok().and_then(|mut a| a.remove(&n.tid)) == Some((n.nr, n.args));
         if restarted {
+            // Not journaled again, but under way again: what it may change is not trusted
+            // until it has run (see `dirs.rs`).
+            match moves_paths(n.nr) {
+                Some(Moves::Cwd) => self.changes.begin(n.tid, n.nr, true),
+                Some(Moves::Names) => {
+                    self.store.counters().names_changing();
+                    self.changes.begin(n.tid, n.nr, false);
+                }
+                None => {}
+            }
             return Answer::Proceed;
         }
         if self.processes.len() > 4096 {
@@ -242,6 +252,27 @@ fn absent(path: &[u8]) -> bool {
             rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
         )
+}
+
+/// What a watched call may change of where paths lead.
+enum Moves {
+    /// A working directory.
+    Cwd,
+    /// Where names lead (a directory or symlink renamed or removed).
+    Names,
+}
+
+/// What call `nr` may change of where paths lead, if anything.
+fn moves_paths(nr: i64) -> Option<Moves> {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(nr, libc::SYS_rename | libc::SYS_renameat | libc::SYS_unlink | libc::SYS_rmdir) {
+        return Some(Moves::Names);
+    }
+    match nr {
+        libc::SYS_chdir | libc::SYS_fchdir => Some(Moves::Cwd),
+        libc::SYS_renameat2 | libc::SYS_unlinkat => Some(Moves::Names),
+        _ => None,
+    }
 }
 
 fn is_exec(nr: i64) -> bool {

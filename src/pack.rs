@@ -14,7 +14,7 @@
 //! capture bigger than [`PACK_MAX`] (those get a file of their own).
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -143,16 +143,12 @@ impl Pack {
         self.end = at + bytes.len() as u64;
         Ok(at)
     }
-
-    /// The pack's descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn a_packed_capture_reads_back_only_while_its_bytes_are_the_ones_captured() {

@@ -134,14 +134,23 @@ pub(super) fn run_plan_streaming(
         exec.prechecked.set(true);
     }
     exec.learn_prior_facts(plan, &failed_calls);
+    // Files are removed by a thread of their own while the next steps are taken.
+    let removing = if plan.opts.dry_run { None } else { super::remover::start() };
     // The steps not yet handed to the sink start here.
     let mut kept = 0;
     for (i, rec) in todo.into_iter().enumerate() {
         progress(i, total);
-        if let Some(sink) = sink.as_mut() {
+        let overlaps = removing.is_some() && exec.may_overlap_removals(rec);
+        if !overlaps {
+            super::remover::wait();
+        }
+        exec.report_failed_removals(&mut report);
+        // (A step after a removal still queued may yet be failed by it: printed once it is not.)
+        if let Some(sink) = sink.as_mut().filter(|_| super::remover::queued() == 0) {
             report.stream_from(kept, *sink);
             kept = report.outcomes.len();
         }
+        super::remover::set_step(Some(rec.seq), overlaps);
         if plan.already.contains(&rec.seq) {
             if rec.op.primary_path().is_some() && !matches!(rec.op, Op::Exec { .. }) {
                 report.outcomes.push(StepReport {
@@ -171,6 +180,10 @@ pub(super) fn run_plan_streaming(
             report.undone.push(rec.seq);
         }
     }
+    super::remover::set_step(None, false);
+    super::remover::wait();
+    exec.report_failed_removals(&mut report);
+    drop(removing);
     progress(total, total);
     let before = report.outcomes.len();
     exec.apply_deferred(&mut report.outcomes);
@@ -238,6 +251,46 @@ pub(super) fn temp_name_candidates(template: &BPath) -> Vec<String> {
 }
 
 impl<'a> Executor<'a> {
+    /// Whether `rec`'s undo may be taken while removals queued before it are still being made
+    /// (see [`super::remover`]): it can at most remove its own path, which none of them is in or
+    /// at.
+    fn may_overlap_removals(&self, rec: &Record) -> bool {
+        match &rec.op {
+            Op::Change { path, before: Before::Absent | Before::Exclusive } => {
+                !super::remover::must_wait(path.as_bytes())
+            }
+            _ => false,
+        }
+    }
+
+    /// Turns the steps whose queued removal failed into failures (and takes back what the
+    /// undo's own journal said of them).
+    fn report_failed_removals(&self, report: &mut Report) {
+        for f in super::remover::take_failures() {
+            super::redo::removal_failed(f.logged, &f.path, f.errno);
+            let (outcome, why, cause) =
+                failed_errno(f.errno, format!("could not remove it: {}", describe_errno(f.errno)));
+            let queued_by = report.outcomes.iter_mut().rev().find(|o| {
+                o.seq == f.step
+                    && o.outcome == Outcome::Removed
+                    && o.path.as_ref().is_some_and(|p| p.as_bytes() == f.path)
+            });
+            match queued_by {
+                Some(o) => (o.outcome, o.why, o.cause) = (outcome, why, cause),
+                None => report.outcomes.push(StepReport {
+                    seq: f.step,
+                    outcome,
+                    path: Some(BPath::new(f.path)),
+                    why,
+                    cause,
+                }),
+            }
+            if let Some(step) = f.step {
+                report.undone.retain(|&s| s != step);
+            }
+        }
+    }
+
     pub(super) fn undo_record(&self, rec: &'a Record, out: &mut Vec<StepReport>) {
         let seq = Some(rec.seq);
         self.current.set(seq);

@@ -40,6 +40,7 @@ mod meta;
 mod plan;
 mod prior;
 mod redo;
+mod remover;
 mod rename;
 mod report;
 mod restore;

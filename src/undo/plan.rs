@@ -64,7 +64,7 @@ pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
     f.write_all(text.as_bytes())?;
     if let Some(mut seal) = Seal::read(session.dir())? {
         let journal = session.read_journal().map_err(io::Error::other)?;
-        reseal(&mut seal, &journal, seqs);
+        reseal(&mut seal, &journal, seqs, None);
         seal.write(session.dir())?;
     }
     if session.state() == State::Undone {
@@ -230,7 +230,8 @@ fn undo_inner(
         false => {
             room_for_redo(session, &plan)?;
             let (settings, _) = crate::config::Settings::from_env();
-            let log = super::redo::UndoLog::create(session.dir(), settings.budget)
+            let named = super::redo::named_inodes(&plan.journal.records);
+            let log = super::redo::UndoLog::create(session.dir(), settings.budget, named)
                 .map_err(|source| SessionError::Io { path: session.dir().join(super::redo::UNDOS_DIR), source })?;
             Some(log.start())
         }
@@ -301,7 +302,7 @@ fn undo_inner(
         if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.take()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
-            reseal(&mut seal, &journal, &report.undone);
+            reseal(&mut seal, &journal, &report.undone, undo_log.as_ref().map(|done| &done.absent));
             bookkeeping = seal.write(session.dir()).map_err(|e| (SEAL_FILE, e));
         }
         let undone: HashSet<u64> = report.undone.iter().copied().collect();
@@ -524,8 +525,9 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
     run_plan(&plan, &mut |_, _| {})
 }
 
-/// Takes into `seal` the state, now, of every path the records `undone` name.
-fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64]) {
+/// Takes into `seal` the state, now, of every path the records `undone` name (without looking
+/// at those the undo's own journal says it left `absent`).
+fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64], absent: Option<&HashSet<Vec<u8>>>) {
     let undone: HashSet<u64> = undone.iter().copied().collect();
     let mut seen = HashSet::new();
     let paths: Vec<&crate::bpath::BPath> = journal
@@ -535,6 +537,11 @@ fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64]) {
         .flat_map(crate::select::record_paths)
         .filter(|p| seen.insert(*p))
         .collect();
+    let (gone, paths): (Vec<_>, Vec<_>) =
+        paths.into_iter().partition(|p| absent.is_some_and(|a| a.contains(p.as_bytes())));
+    for p in gone {
+        seal.set_state(p, crate::seal::AfterState::Absent);
+    }
     let states = crate::seal::states_of(&paths, None);
     for (p, st) in paths.into_iter().zip(states) {
         if let Some(Ok(st)) = st {

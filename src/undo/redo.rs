@@ -38,11 +38,6 @@ pub const REDONE_FILE: &str = "redone";
 /// (a redo makes them not undone again).
 pub const REVERSED_FILE: &str = "reversed";
 
-/// How many bytes of records an undo's journal gathers before it writes them: none, so that a
-/// killed undo's journal names everything it changed (measured: batching saved 3% of an undo
-/// of 100,000 creations).
-pub const BATCH: usize = 1;
-
 /// The journal an undo in progress writes.
 pub(super) struct UndoLog {
     dir: PathBuf,
@@ -70,6 +65,14 @@ pub(super) struct UndoLog {
     not_kept_why: RefCell<Option<String>>,
     written: Cell<u64>,
     prog: std::sync::Arc<BPath>,
+    /// This process's id, for every record (asked once).
+    pid: u32,
+    /// The inodes the session's records name by identity ([`named_inodes`]): one of them that
+    /// the undo removes is kept as itself, never as a copy.
+    named: HashSet<crate::record::Ident>,
+    /// Where small files it removes are copied ([`crate::capture::Capturer::capture_small_doomed`]),
+    /// begun with the first.
+    pack: RefCell<Option<crate::pack::Pack>>,
 }
 
 /// What an undo's journal holds when the undo ends ([`UndoLog::finish`]).
@@ -104,6 +107,19 @@ impl Counters for UndoLog {
     }
 }
 
+impl crate::capture::Packer for UndoLog {
+    fn append(&self, blobs: BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<(String, u64)> {
+        let mut slot = self.pack.borrow_mut();
+        let mut pack = match slot.take().filter(|p| p.has_room(bytes.len() as u64)) {
+            Some(pack) => pack,
+            None => crate::pack::Pack::create(&Direct, blobs, self.next_id(), false)?,
+        };
+        let placed = pack.append(bytes, false).map(|at| (pack.name.clone(), at));
+        *slot = Some(pack);
+        placed
+    }
+}
+
 thread_local! {
     /// The journal of the undo running on this thread, if it journals (a real undo, not a dry
     /// run or a redo).
@@ -125,7 +141,11 @@ fn next_dir(session: &Path) -> PathBuf {
 
 impl UndoLog {
     /// Opens a new undo journal in the session at `session`.
-    pub(super) fn create(session: &Path, budget: Budget) -> std::io::Result<UndoLog> {
+    pub(super) fn create(
+        session: &Path,
+        budget: Budget,
+        named: HashSet<crate::record::Ident>,
+    ) -> std::io::Result<UndoLog> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = next_dir(session);
         std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir.join(crate::session::BLOBS_DIR))?;
@@ -139,7 +159,7 @@ impl UndoLog {
         Ok(UndoLog {
             dir,
             writer,
-            pending: RefCell::new(Vec::with_capacity(BATCH + 4096)),
+            pending: RefCell::new(Vec::with_capacity(64 << 10)),
             pending_records: Cell::new(0),
             blobs,
             next: Cell::new(0),
@@ -154,6 +174,9 @@ impl UndoLog {
             not_kept_why: RefCell::new(None),
             written: Cell::new(0),
             prog,
+            pid: std::process::id(),
+            named,
+            pack: RefCell::new(None),
         })
     }
 
@@ -192,7 +215,17 @@ impl UndoLog {
         pending.clear();
     }
 
+    /// Journals `op`, written now with every record before it.
     fn record(&self, op: Op) -> u64 {
+        let seq = self.record_held(op);
+        self.flush();
+        seq
+    }
+
+    /// Journals `op` without writing it yet: the caller makes its change only after
+    /// [`flush_held`] (the removal thread hands a batch of removals over once their records
+    /// are written, one `write` for them all).
+    fn record_held(&self, op: Op) -> u64 {
         if let Op::Change { before: Before::Irreversible { reason }, .. }
         | Op::Rename { to_before: Before::Irreversible { reason }, .. } = &op
         {
@@ -212,22 +245,15 @@ impl UndoLog {
             v: RECORD_VERSION,
             seq,
             time: crate::record::Stamp::now(),
-            pid: std::process::id(),
+            pid: self.pid,
             ppid: 0,
             prog: self.prog.clone(),
             call: "undo".into(),
             op,
         };
         let line = crate::journal::encode_line(&rec);
-        let full = {
-            let mut pending = self.pending.borrow_mut();
-            pending.extend_from_slice(&line);
-            pending.len() >= BATCH
-        };
+        self.pending.borrow_mut().extend_from_slice(&line);
         self.pending_records.set(self.pending_records.get() + 1);
-        if full {
-            self.flush();
-        }
         seq
     }
 
@@ -239,7 +265,7 @@ impl UndoLog {
             sync: false,
             index: None,
             calls: &Direct,
-            pack: None,
+            pack: Some(self),
         }
     }
 
@@ -273,13 +299,45 @@ fn child(dir: &[u8], name: &[u8]) -> Vec<u8> {
     crate::bpath::join(dir, name)
 }
 
-/// Removes the regular file `name` (whose `lstat` is `st`) from `dir` (at `path`) by moving it
-/// into this undo's store, journaled as kept by link: one rename instead of a link and an
-/// unlink in what may be a directory of many thousands of names (an undo of 100,000 creations
-/// spent more time linking than removing). `None` when no undo journal is kept, or the move
-/// cannot be made (the store on another file system): the caller removes the name itself.
+/// Every inode `records` name by identity: a file a rename moved, a node whose prior state or
+/// metadata was kept. An undo that removes one of them keeps that very inode (moved into its
+/// store), so that after a redo puts it back, another undo finds the inode the records name
+/// (a copy put back would be another inode, and a conflict).
+pub(super) fn named_inodes(records: &[crate::record::Record]) -> HashSet<crate::record::Ident> {
+    let mut named = HashSet::new();
+    let of_before = |b: &Before, named: &mut HashSet<_>| {
+        if let Before::Contents(snap) = b {
+            named.insert(snap.ident);
+            if let crate::record::Node::File { twin: Some(twin), .. } = &snap.node {
+                named.insert(*twin);
+            }
+        }
+    };
+    for r in records {
+        match &r.op {
+            Op::Change { before, .. } => of_before(before, &mut named),
+            Op::Rename { moved, to_before, .. } => {
+                named.extend(*moved);
+                of_before(to_before, &mut named);
+            }
+            Op::Meta { before, .. } => {
+                named.insert(before.ident);
+            }
+            _ => {}
+        }
+    }
+    named
+}
+
+/// Removes the regular file `name` (whose `lstat` is `st`) from `dir` (at `path`), keeping it
+/// for `redo` the cheapest way: a small file with no other name copied into this undo's pack
+/// (see [`crate::capture::Capturer::capture_small_doomed`]), any other moved into its store,
+/// journaled as kept by link: one rename instead of a link and an unlink in what may be a
+/// directory of many thousands of names (an undo of 100,000 creations spent more time linking
+/// than removing). `None` when no undo journal is kept, or the move cannot be made (the store
+/// on another file system): the caller removes the name itself.
 pub(super) fn remove_by_moving(
-    path: &[u8],
+    path: &std::rc::Rc<[u8]>,
     dir: BorrowedFd<'_>,
     name: &[u8],
     st: &Stat,
@@ -293,6 +351,21 @@ pub(super) fn remove_by_moving(
         return None;
     }
     log.note_dir(path);
+    let small = (!log.named.contains(&ident_of(st))).then(|| log.capturer().capture_small_doomed(dir, name, st));
+    if let Some(before) = small.flatten() {
+        // Journaled before the removal, and taken back with a call_failed record if it fails.
+        let seq = log.record_held(Op::Change { path: BPath::new(p.clone()), before });
+        return Some(match super::remover::unlink(path, dir, name, Some(seq)) {
+            Ok(()) => {
+                log.removed.borrow_mut().insert(p);
+                Ok(())
+            }
+            Err(e) => {
+                log.record(Op::CallFailed { of_seq: seq, errno: e.raw_os_error() });
+                Err(e)
+            }
+        });
+    }
     let blob = crate::capture::blob_name(log.next_id());
     // Journaled before the move (an undo killed right after it leaves its record), and taken
     // back with a call_failed record if the move does not happen.
@@ -320,6 +393,23 @@ pub(super) fn remove_by_moving(
             if e == rustix::io::Errno::XDEV { None } else { Some(Err(e)) }
         }
     }
+}
+
+/// Writes the records of this thread's undo journal not yet written (see
+/// [`UndoLog::record_held`]).
+pub(super) fn flush_held() {
+    with_log(|log| log.flush());
+}
+
+/// A removal handed to the removal thread after its record `logged` failed with `errno`: the
+/// record is taken back, and `path` is not absent for the seal of this undo.
+pub(super) fn removal_failed(logged: Option<u64>, path: &[u8], errno: rustix::io::Errno) {
+    with_log(|log| {
+        if let Some(seq) = logged {
+            log.record(Op::CallFailed { of_seq: seq, errno: errno.raw_os_error() });
+        }
+        log.removed.borrow_mut().remove(path);
+    });
 }
 
 /// Before the undo removes `name` (whose `lstat` is `st`) from the directory `dir` (at `path`).

@@ -163,12 +163,18 @@ impl Dir {
         note_entries_changed(&self.path);
         let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         match &self.sim {
+            None if dir => {
+                // After every removal queued before it (some may be of its entries).
+                super::remover::wait();
+                super::redo::before_remove(&self.path, self.fd()?, name, st);
+                rustix::fs::unlinkat(self.fd()?, name, AtFlags::REMOVEDIR)
+            }
             None => {
                 if let Some(done) = super::redo::remove_by_moving(&self.path, self.fd()?, name, st) {
                     return done;
                 }
                 super::redo::before_remove(&self.path, self.fd()?, name, st);
-                rustix::fs::unlinkat(self.fd()?, name, if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() })
+                super::remover::unlink(&self.path, self.fd()?, name, None)
             }
             Some(sim) => {
                 let p = self.child(name);

@@ -10,7 +10,7 @@ fn have(tool: &str) -> bool {
     Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
 }
 
-fn require(tool: &str) {
+pub(crate) fn require(tool: &str) {
     assert!(have(tool), "{tool} is needed by this test; .ci/run installs it");
 }
 

@@ -1673,3 +1673,47 @@ fn an_undo_says_when_another_running_session_has_journaled_the_same_paths() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
+fn a_file_the_undo_cannot_remove_is_failed_even_when_removed_beside_the_next_steps() {
+    require_root("to make a file immutable");
+    let s = scratch!();
+    let session = s.session("session");
+    // Enough creations for the removals to be handed over in batches, one in the middle.
+    s.run_ok(&session, &["sh", "-c", "for i in $(seq 1 600); do echo $i > f$i; done"]);
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(s.path("f300")).status().is_ok_and(|s| s.success());
+    assert!(chattr("+i"), "the scratch file system must support chattr +i");
+    let undo = |what: &str| {
+        let out = s.cli(&[what.as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report");
+        (out.status.code(), report)
+    };
+    let (code, report) = undo("undo");
+    chattr("-i");
+    assert_eq!(code, Some(3), "{}", report["summary"]);
+    assert_eq!(report["complete"], false);
+    let steps = report["outcomes"].as_array().unwrap();
+    let of = |name: &str| {
+        let path = s.path(name).to_string_lossy().into_owned();
+        steps.iter().filter(|o| o["path"] == path.as_str()).map(|o| o["outcome"].as_str().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(of("f300"), ["failed"], "{}", report["summary"]);
+    assert_eq!(of("f299"), ["removed"]);
+    let failed: Vec<_> = steps.iter().filter(|o| o["outcome"] != "removed" && o["outcome"] != "restored").collect();
+    assert_eq!(failed.len(), 1, "only f300 is not removed: {failed:?}");
+    let left: Vec<_> = std::fs::read_dir(s.tree()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["f300"], "every other file is gone, and that one is still there");
+    // The undo's own journal says f300 was not removed: its redo puts back the 599 others and
+    // leaves f300 alone.
+    let (code, report) = undo("redo");
+    assert_eq!(code, Some(0), "{}", report["summary"]);
+    // (It knows, from the record the undo added when the removal failed.)
+    let f300 = s.path("f300").to_string_lossy().into_owned();
+    let redone: Vec<_> = report["outcomes"].as_array().unwrap().iter().filter(|o| o["path"] == f300.as_str()).collect();
+    assert_eq!(redone.len(), 1, "{redone:?}");
+    assert_eq!(redone[0]["cause"]["code"], "call_changed_nothing", "{redone:?}");
+    for i in 1..=600 {
+        assert_eq!(std::fs::read_to_string(s.path(&format!("f{i}"))).unwrap(), format!("{i}\n"));
+    }
+}

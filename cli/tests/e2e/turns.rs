@@ -559,6 +559,53 @@ fn undo_redo_and_undo_again_are_each_exact() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no undo of this session to take back"), "{out:?}");
 }
 
+/// The files an undo removes are kept for `redo`: a small file with one name as a copy in the
+/// undo's pack (no file of its own in the store), any other as its inode (moved into the store),
+/// and either comes back from `redo` exactly, an inherited ACL and a set-back time included.
+#[test]
+fn small_files_an_undo_removes_share_one_pack_and_come_back_from_redo_exactly() {
+    crate::fidelity::require("setfacl");
+    let s = scratch!();
+    // Files made in `d` inherit an access ACL from its default one (an xattr no record sets).
+    s.sh("mkdir d && setfacl -d -m u:65534:rw d");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    s.run_ok(
+        &session,
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 1 50); do echo $i > d/f$i; done; : > d/empty; head -c 40000 /dev/zero > d/big; \
+             chmod 604 d/f7; ln d/f9 d/f9.link",
+        ],
+    );
+    let after = manifest(&s.tree());
+    assert!(xattr_names(&s.path("d/f1")).contains("system.posix_acl_access"), "the ACL was inherited");
+    let (code, report) = s.undo_json(&session);
+    assert_complete(code, &report);
+    assert_same_tree(&before, &manifest(&s.tree()));
+    // One pack for the 48 small files with one name; `big` (over the copy size), `f7` (named
+    // by its chmod's record) and `f9` (two names) each kept as itself.
+    let mut kept = Vec::new();
+    for shard in std::fs::read_dir(session.join("undos/1/blobs")).unwrap() {
+        kept.extend(std::fs::read_dir(shard.unwrap().path()).unwrap().map(|e| e.unwrap().path()));
+    }
+    assert_eq!(kept.len(), 1 + 4, "{kept:?}");
+    let (code, report) = redo_json(&s, &session);
+    assert_complete(code, &report);
+    assert_same_tree(&after, &manifest(&s.tree()));
+    let (code, report) = s.undo_json(&session);
+    assert_complete(code, &report);
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+/// The names of `p`'s extended attributes.
+fn xattr_names(p: &Path) -> String {
+    let mut names = vec![0u8; 4096];
+    let n = rustix::fs::llistxattr(p, &mut names[..]).unwrap_or(0);
+    String::from_utf8_lossy(&names[..n]).into_owned()
+}
+
 /// `undo --no-redo` keeps no journal of itself: nothing for `redo` to take back.
 #[test]
 fn an_undo_without_its_journal_cannot_be_redone_and_says_so() {

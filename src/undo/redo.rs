@@ -330,13 +330,15 @@ pub(super) fn named_inodes(records: &[crate::record::Record]) -> HashSet<crate::
 }
 
 /// Removes the regular file `name` (whose `lstat` is `st`) from `dir` (at `path`), keeping it
-/// for `redo` the cheapest way: a small file with no other name copied into this undo's pack
-/// (see [`crate::capture::Capturer::capture_small_doomed`]), any other moved into its store,
+/// for `redo` the cheapest way: a small file with one name, whose inode no record of the
+/// session names ([`named_inodes`]), copied into this undo's pack (see
+/// [`crate::capture::Capturer::capture_small_doomed`]; its removal may be queued, see
+/// [`super::remover`]), any other moved into its store,
 /// journaled as kept by link: one rename instead of a link and an unlink in what may be a
 /// directory of many thousands of names (an undo of 100,000 creations spent more time linking
 /// than removing). `None` when no undo journal is kept, or the move cannot be made (the store
 /// on another file system): the caller removes the name itself.
-pub(super) fn remove_by_moving(
+pub(super) fn remove_keeping(
     path: &std::rc::Rc<[u8]>,
     dir: BorrowedFd<'_>,
     name: &[u8],

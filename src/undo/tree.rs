@@ -170,7 +170,7 @@ impl Dir {
                 rustix::fs::unlinkat(self.fd()?, name, AtFlags::REMOVEDIR)
             }
             None => {
-                if let Some(done) = super::redo::remove_by_moving(&self.path, self.fd()?, name, st) {
+                if let Some(done) = super::redo::remove_keeping(&self.path, self.fd()?, name, st) {
                     return done;
                 }
                 super::redo::before_remove(&self.path, self.fd()?, name, st);

@@ -411,8 +411,10 @@ impl Capturer<'_> {
     /// [`DOOMED_PACK_MAX`] bytes and no other name is copied into the pack, which costs less
     /// than linking or moving its inode into the store (a directory entry made there). `None`
     /// when `st` (its `lstat`) says it does not qualify, the writer has no pack, or it has
-    /// grown since: capture it the usual way. Undo puts it back as a new inode with the same
-    /// bytes and metadata; a file with other names is never copied (they must keep sharing it).
+    /// grown since, or the copy could not be made (a file it may not read, a full store): capture
+    /// it the usual way, which may still keep it whole (moving its inode needs neither). Undo
+    /// puts it back as a new inode with the same bytes and metadata; a file with other names is
+    /// never copied (they must keep sharing it).
     pub fn capture_small_doomed(&self, parent: BorrowedFd<'_>, name: &[u8], st: &Stat) -> Option<Before> {
         let packer = self.pack?;
         let size = st.st_size.max(0) as u64;
@@ -426,7 +428,8 @@ impl Capturer<'_> {
         match self.pack_copy(parent, name, packer)? {
             // Given another name since it was looked at: link it as any other file.
             Before::Contents(snap) if snap.links > 0 => None,
-            before => Some(before),
+            before @ Before::Contents(_) => Some(before),
+            _ => None,
         }
     }
 
@@ -1108,6 +1111,25 @@ pub(crate) mod tests {
     /// A capturer into `blobs` with `budget`, counting in `c`, making its calls directly.
     fn capturer<'a>(blobs: &'a fs::File, c: &'a TestCounters, budget: Budget) -> Capturer<'a> {
         Capturer { blobs: blobs.as_fd(), budget, counters: c, sync: false, index: None, calls: &Direct, pack: None }
+    }
+
+    /// A pack that cannot be written to (a full store).
+    struct FullPack;
+
+    impl Packer for FullPack {
+        fn append(&self, _: BorrowedFd<'_>, _: &[u8]) -> io::Result<(String, u64)> {
+            Err(io::Error::from(Errno::NOSPC))
+        }
+    }
+
+    #[test]
+    fn a_small_doomed_file_whose_copy_cannot_be_made_is_left_to_be_kept_another_way() {
+        let (t, blobs, work) = setup();
+        fs::write(t.path().join("work/f"), b"small").unwrap();
+        let st = rustix::fs::statat(&work, "f", AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        let c = TestCounters::default();
+        let cap = Capturer { pack: Some(&FullPack), ..capturer(&blobs, &c, Budget::default()) };
+        assert!(cap.capture_small_doomed(work.as_fd(), b"f", &st).is_none(), "not journaled irreversible");
     }
 
     fn setup() -> (tempfile::TempDir, fs::File, fs::File) {

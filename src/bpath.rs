@@ -18,14 +18,15 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A path or file name held as raw bytes.
+/// A path or file name held as raw bytes (a boxed slice, not a `Vec`: a journal of a million
+/// records holds millions of them, and a capacity word and growth slack each add up).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct BPath(Vec<u8>);
+pub struct BPath(Box<[u8]>);
 
 impl BPath {
     /// Wraps raw bytes.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        BPath(bytes.into())
+        BPath(bytes.into().into_boxed_slice())
     }
 
     /// The raw bytes.
@@ -40,7 +41,7 @@ impl BPath {
 
     /// Consumes the value, returning its bytes.
     pub fn into_bytes(self) -> Vec<u8> {
-        self.0
+        self.0.into_vec()
     }
 
     /// The UTF-8 form when the bytes are valid UTF-8.
@@ -102,19 +103,19 @@ impl fmt::Debug for BPath {
 
 impl From<&[u8]> for BPath {
     fn from(b: &[u8]) -> Self {
-        BPath(b.to_vec())
+        BPath(b.into())
     }
 }
 
 impl From<&str> for BPath {
     fn from(s: &str) -> Self {
-        BPath(s.as_bytes().to_vec())
+        BPath(s.as_bytes().into())
     }
 }
 
 impl From<&Path> for BPath {
     fn from(p: &Path) -> Self {
-        BPath(p.as_os_str().as_bytes().to_vec())
+        BPath(p.as_os_str().as_bytes().into())
     }
 }
 
@@ -141,7 +142,7 @@ impl<'de> Deserialize<'de> for BPath {
                 f.write_str("a path string or {\"b64\": ...}")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<BPath, E> {
-                Ok(BPath(v.as_bytes().to_vec()))
+                Ok(BPath(v.as_bytes().into()))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BPath, A::Error> {
                 let mut out = None;
@@ -151,7 +152,7 @@ impl<'de> Deserialize<'de> for BPath {
                         let bytes = B64
                             .decode(text.as_bytes())
                             .map_err(|e| de::Error::custom(format!("bad base64 path: {e}")))?;
-                        out = Some(BPath(bytes));
+                        out = Some(BPath::new(bytes));
                     } else {
                         map.next_value::<de::IgnoredAny>()?;
                     }

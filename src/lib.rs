@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod bpath;
+pub mod byteset;
 pub mod capture;
 pub mod config;
 pub mod exec_check;

@@ -574,9 +574,9 @@ impl Seal {
 /// [`take_seal`] without hashing the store's linked blobs: only the state of each of `touched`
 /// (its records' paths; `through` the seq of the last), without looking at those the caller
 /// knows it left `absent` (an undo's own removals).
-pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: &std::collections::HashSet<Vec<u8>>) -> Seal {
+pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: impl Fn(&[u8]) -> bool + Sync) -> Seal {
     let states = in_parallel(&touched, |p| {
-        if absent.contains(p.as_bytes()) {
+        if absent(p.as_bytes()) {
             return Some(AfterState::Absent);
         }
         AfterState::of_sealing(p.as_bytes()).ok()
@@ -1290,7 +1290,7 @@ mod tests {
             .iter()
             .map(|p| BPath::new(format!("{root}/{p}").into_bytes()))
             .collect();
-        let seal = take_seal_of_paths(paths.clone(), 6, &Default::default());
+        let seal = take_seal_of_paths(paths.clone(), 6, |_| false);
         let kind = |p: &BPath| match seal.state_of(p) {
             Some(AfterState::Absent) => "absent",
             Some(AfterState::File { size: 4, .. }) => "file",

@@ -302,7 +302,7 @@ fn undo_inner(
         if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.take()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
-            reseal(&mut seal, &journal, &report.undone, undo_log.as_ref().map(|done| &done.absent));
+            reseal(&mut seal, &journal, &report.undone, undo_log.as_ref().map(|done| &done.paths));
             bookkeeping = seal.write(session.dir()).map_err(|e| (SEAL_FILE, e));
         }
         let undone: HashSet<u64> = report.undone.iter().copied().collect();
@@ -527,7 +527,7 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
 
 /// Takes into `seal` the state, now, of every path the records `undone` name (without looking
 /// at those the undo's own journal says it left `absent`).
-fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64], absent: Option<&HashSet<Vec<u8>>>) {
+fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64], absent: Option<&super::redo::Paths>) {
     let undone: HashSet<u64> = undone.iter().copied().collect();
     let mut seen = HashSet::new();
     let paths: Vec<&crate::bpath::BPath> = journal
@@ -538,7 +538,7 @@ fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64], absent: Op
         .filter(|p| seen.insert(*p))
         .collect();
     let (gone, paths): (Vec<_>, Vec<_>) =
-        paths.into_iter().partition(|p| absent.is_some_and(|a| a.contains(p.as_bytes())));
+        paths.into_iter().partition(|p| absent.is_some_and(|a| a.left_absent(p.as_bytes())));
     for p in gone {
         seal.set_state(p, crate::seal::AfterState::Absent);
     }

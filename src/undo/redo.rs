@@ -23,6 +23,7 @@ use std::rc::Rc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
 use crate::bpath::BPath;
+use crate::byteset::ByteSet;
 use crate::capture::{Capturer, Counters, Direct, Intent, ident_of, meta_before};
 use crate::config::Budget;
 use crate::journal::JournalWriter;
@@ -48,17 +49,15 @@ pub(super) struct UndoLog {
     next: Cell<u64>,
     kept: Cell<u64>,
     budget: Budget,
-    /// Paths this undo made: what it does to them later needs no record of its own.
-    made: RefCell<HashSet<Vec<u8>>>,
+    /// Every path a record names, and which of them this undo made (what it does to them
+    /// later needs no record of its own) or removed and did not make again (absent when it
+    /// ends, without looking). The seal of the undo is taken of them when it ends, without
+    /// reading its journal back.
+    paths: RefCell<Paths>,
     /// Directories whose times are journaled already.
     dirs: RefCell<HashSet<Vec<u8>>>,
-    /// Paths this undo removed (and did not make again): absent when it ends, without looking.
-    removed: RefCell<HashSet<Vec<u8>>>,
     /// Records that could not be written.
     lost: Cell<u64>,
-    /// Every path a record names, in the order written (the seal of the undo is taken of
-    /// them when it ends, without reading its journal back).
-    touched: RefCell<Vec<BPath>>,
     /// Records whose prior state could not be kept (over a budget, a full store), and the
     /// reason of the first.
     not_kept: Cell<u64>,
@@ -83,14 +82,65 @@ pub(super) struct Finished {
     pub(super) written: u64,
     /// The seq of its last record.
     pub(super) last_seq: u64,
-    /// Every path its records name (repeats included).
-    pub(super) touched: Vec<BPath>,
+    /// Every path its records name, once each, and what the undo did to it.
+    pub(super) paths: Paths,
     /// Records that could not be written.
     pub(super) lost: u64,
     /// Records whose prior state could not be kept, and why the first could not.
     pub(super) not_kept: (u64, Option<String>),
-    /// The paths the undo left absent.
-    pub(super) absent: HashSet<Vec<u8>>,
+}
+
+/// A path an undo made ([`Paths::mark`]).
+pub(super) const MADE: u8 = 1;
+/// A path an undo removed and did not make again: absent when it ends.
+pub(super) const REMOVED: u8 = 2;
+
+/// Every path an undo's journal names, once each (in one buffer: an undo of a million
+/// removals names a million paths), with what the undo did to each ([`MADE`], [`REMOVED`]).
+#[derive(Debug, Default)]
+pub(super) struct Paths {
+    pub(super) set: ByteSet,
+    /// The marks of each path, by its index in `set`.
+    marks: Vec<u8>,
+}
+
+impl Paths {
+    /// Counts `path` among those the journal names.
+    fn touch(&mut self, path: &[u8]) -> usize {
+        let (i, _) = self.set.insert_full(path);
+        if i >= self.marks.len() {
+            self.marks.resize(i + 1, 0);
+        }
+        i
+    }
+
+    /// Whether `path` is marked `mark`.
+    fn has(&self, path: &[u8], mark: u8) -> bool {
+        self.set.index_of(path).is_some_and(|i| self.marks[i] & mark != 0)
+    }
+
+    /// Marks `path` (counting it among those named).
+    fn mark(&mut self, path: &[u8], mark: u8) {
+        let i = self.touch(path);
+        self.marks[i] |= mark;
+    }
+
+    /// Takes `mark` off `path`: whether it had it.
+    fn unmark(&mut self, path: &[u8], mark: u8) -> bool {
+        match self.set.index_of(path) {
+            Some(i) => {
+                let had = self.marks[i] & mark != 0;
+                self.marks[i] &= !mark;
+                had
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the undo left `path` absent (it removed it and did not make it again).
+    pub(super) fn left_absent(&self, path: &[u8]) -> bool {
+        self.has(path, REMOVED)
+    }
 }
 
 impl Counters for UndoLog {
@@ -165,11 +215,9 @@ impl UndoLog {
             next: Cell::new(0),
             kept: Cell::new(0),
             budget,
-            made: Default::default(),
+            paths: Default::default(),
             dirs: Default::default(),
-            removed: Default::default(),
             lost: Cell::new(0),
-            touched: RefCell::new(Vec::new()),
             not_kept: Cell::new(0),
             not_kept_why: RefCell::new(None),
             written: Cell::new(0),
@@ -195,10 +243,9 @@ impl UndoLog {
             dir: self.dir.clone(),
             written: self.written.get(),
             last_seq: self.next.get(),
-            touched: self.touched.take(),
+            paths: self.paths.take(),
             lost: self.lost.get(),
             not_kept: (self.not_kept.get(), self.not_kept_why.take()),
-            absent: self.removed.take(),
         }
     }
 
@@ -233,10 +280,15 @@ impl UndoLog {
             self.not_kept_why.borrow_mut().get_or_insert_with(|| reason.to_string());
         }
         {
-            let mut touched = self.touched.borrow_mut();
+            let mut paths = self.paths.borrow_mut();
             match &op {
-                Op::Change { path, .. } | Op::Meta { path, .. } => touched.push(path.clone()),
-                Op::Rename { from, to, .. } => touched.extend([from.clone(), to.clone()]),
+                Op::Change { path, .. } | Op::Meta { path, .. } => {
+                    paths.touch(path.as_bytes());
+                }
+                Op::Rename { from, to, .. } => {
+                    paths.touch(from.as_bytes());
+                    paths.touch(to.as_bytes());
+                }
                 _ => {}
             }
         }
@@ -271,7 +323,7 @@ impl UndoLog {
 
     /// The directory `path`'s times, once, before the undo first changes its entries.
     fn note_dir(&self, path: &[u8]) {
-        if !self.dirs.borrow_mut().insert(path.to_vec()) || self.made.borrow().contains(path) {
+        if !self.dirs.borrow_mut().insert(path.to_vec()) || self.paths.borrow().has(path, MADE) {
             return;
         }
         if let Ok(st) = rustix::fs::lstat(path) {
@@ -349,7 +401,7 @@ pub(super) fn remove_keeping(
     }
     let log = LOG.with(|l| l.borrow().clone())?;
     let p = child(path, name);
-    if log.made.borrow().contains(&p) {
+    if log.paths.borrow().has(&p, MADE) {
         return None;
     }
     log.note_dir(path);
@@ -359,7 +411,7 @@ pub(super) fn remove_keeping(
         let seq = log.record_held(Op::Change { path: BPath::new(p.clone()), before });
         return Some(match super::remover::unlink(path, dir, name, Some(seq)) {
             Ok(()) => {
-                log.removed.borrow_mut().insert(p);
+                log.paths.borrow_mut().mark(&p, REMOVED);
                 Ok(())
             }
             Err(e) => {
@@ -387,7 +439,7 @@ pub(super) fn remove_keeping(
     });
     match moved {
         Ok(()) => {
-            log.removed.borrow_mut().insert(p);
+            log.paths.borrow_mut().mark(&p, REMOVED);
             Some(Ok(()))
         }
         Err(e) => {
@@ -410,7 +462,7 @@ pub(super) fn removal_failed(logged: Option<u64>, path: &[u8], errno: rustix::io
         if let Some(seq) = logged {
             log.record(Op::CallFailed { of_seq: seq, errno: errno.raw_os_error() });
         }
-        log.removed.borrow_mut().remove(path);
+        log.paths.borrow_mut().unmark(path, REMOVED);
     });
 }
 
@@ -419,12 +471,12 @@ pub(super) fn before_remove(path: &[u8], dir: BorrowedFd<'_>, name: &[u8], st: &
     with_log(|log| {
         log.note_dir(path);
         let p = child(path, name);
-        if log.made.borrow_mut().remove(&p) {
+        if log.paths.borrow_mut().unmark(&p, MADE) {
             // Made by this undo and removed again: the redo has nothing to put back.
             return;
         }
         let before = log.capturer().capture_stat(dir, name, st, Intent::Destroy);
-        log.removed.borrow_mut().insert(p.clone());
+        log.paths.borrow_mut().mark(&p, REMOVED);
         log.record(Op::Change { path: BPath::new(p), before });
     });
 }
@@ -449,17 +501,15 @@ pub(super) fn before_rename(
         } else {
             log.capturer().capture(to, to_name, Intent::Destroy)
         };
-        let mut made = log.made.borrow_mut();
-        if made.remove(&from) {
-            made.insert(dest.clone());
+        let mut paths = log.paths.borrow_mut();
+        if paths.unmark(&from, MADE) {
+            paths.mark(&dest, MADE);
         }
-        drop(made);
-        let mut removed = log.removed.borrow_mut();
-        removed.remove(&dest);
+        paths.unmark(&dest, REMOVED);
         if !flags.contains(RenameFlags::EXCHANGE) {
-            removed.insert(from.clone());
+            paths.mark(&from, REMOVED);
         }
-        drop(removed);
+        drop(paths);
         log.record(Op::Rename { from: BPath::new(from), to: BPath::new(dest), flags: flags.bits(), moved, to_before });
     });
 }
@@ -469,8 +519,10 @@ pub(super) fn before_make(path: &[u8], name: &[u8]) {
     with_log(|log| {
         log.note_dir(path);
         let p = child(path, name);
-        log.made.borrow_mut().insert(p.clone());
-        log.removed.borrow_mut().remove(&p);
+        let mut paths = log.paths.borrow_mut();
+        paths.mark(&p, MADE);
+        paths.unmark(&p, REMOVED);
+        drop(paths);
         log.record(Op::Change { path: BPath::new(p), before: Before::Absent });
     });
 }
@@ -479,7 +531,7 @@ pub(super) fn before_make(path: &[u8], name: &[u8]) {
 pub(super) fn before_rewrite(path: &[u8], dir: BorrowedFd<'_>, name: &[u8], st: &Stat) {
     with_log(|log| {
         let p = child(path, name);
-        if log.made.borrow().contains(&p) {
+        if log.paths.borrow().has(&p, MADE) {
             return;
         }
         let before = log.capturer().capture_stat(dir, name, st, Intent::Overwrite);
@@ -491,7 +543,7 @@ pub(super) fn before_rewrite(path: &[u8], dir: BorrowedFd<'_>, name: &[u8], st: 
 /// attribute's name).
 pub(super) fn before_meta(path: &[u8], node: BorrowedFd<'_>, what: MetaKind, xattr: Option<&[u8]>) {
     with_log(|log| {
-        if log.made.borrow().contains(path) {
+        if log.paths.borrow().has(path, MADE) {
             return;
         }
         let Ok(st) = rustix::fs::fstat(node) else { return };
@@ -530,10 +582,9 @@ pub(super) fn close(done: Finished, reversed: &[u64]) {
     // The state of every path the undo changed, from the paths it journaled (its journal is
     // not read back: its records hold every capture); its kept inodes are not hashed (they
     // were this undo's own moves and links, a moment ago).
-    let mut touched = done.touched;
+    let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::from).collect();
     touched.sort_unstable();
-    touched.dedup();
-    let seal = crate::seal::take_seal_of_paths(touched, done.last_seq, &done.absent);
+    let seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
     let _ = seal.write(&done.dir);
 }
 

@@ -28,7 +28,7 @@ impl Span {
 }
 
 /// A set of byte strings in one buffer (see the module documentation).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct ByteSet {
     bytes: Vec<u8>,
     /// Each member's place in `order`, found by the hash of its bytes.

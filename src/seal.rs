@@ -20,6 +20,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::bpath::BPath;
+use crate::byteset::ByteSet;
 use crate::capture::{hash_regular, ident_of};
 
 std::thread_local! {
@@ -155,10 +156,23 @@ impl<'de> crate::record::tag_first::TagFirst<'de> for AfterState {
     }
 }
 
-/// The seal's `paths`, each state read tag first.
-fn paths_tag_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(BPath, AfterState)>, D::Error> {
-    let paths = Vec::<(BPath, TagFirstState)>::deserialize(d)?;
-    Ok(paths.into_iter().map(|(p, s)| (p, s.0)).collect())
+/// The seal's `paths`, each state read tag first, into the set as they are read.
+fn paths_tag_first<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SealedPaths, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = SealedPaths;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of [path, state] pairs")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<SealedPaths, A::Error> {
+            let mut out = SealedPaths::default();
+            while let Some((p, s)) = seq.next_element::<(BPath, TagFirstState)>()? {
+                out.add_first(p.as_bytes(), s.0);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(V)
 }
 
 /// What a path was when the session ended.
@@ -421,9 +435,9 @@ pub struct Seal {
     /// is not as sealed for a reason the seal does not know, and is checked the unsealed way.
     #[serde(default)]
     pub through: u64,
-    /// After-state of every touched path (a list, since paths are bytes).
+    /// After-state of every touched path (a list in JSON, since paths are bytes).
     #[serde(deserialize_with = "paths_tag_first")]
-    pub paths: Vec<(BPath, AfterState)>,
+    pub paths: SealedPaths,
     /// BLAKE3 of every blob that was captured without a hash (linked and cloned captures), in
     /// seals of older builds; a seal of this one holds [`Seal::blob_stats`] instead (empty).
     pub blob_hashes: BTreeMap<String, String>,
@@ -437,10 +451,84 @@ pub struct Seal {
     /// otherwise have changed the inode after it was captured).
     #[serde(default)]
     pub blob_intact: std::collections::BTreeSet<String>,
-    /// Where each path is in `paths`, built on first use (a scan per path made an undo of
-    /// 100,000 records quadratic).
-    #[serde(skip)]
-    index: std::sync::OnceLock<PathIndex>,
+}
+
+/// A seal's paths and the after-state of each, found by path. The paths are held in one
+/// [`ByteSet`] (with its table, about 50 bytes a path where a list of `BPath`s and a map to
+/// them took 100: a seal of a million paths is read whole by undo), the states beside them in
+/// the same order. A path a list repeats is held once, with its first state.
+#[derive(Clone, Default)]
+pub struct SealedPaths {
+    names: ByteSet,
+    /// The state of each name, by its index in `names` (which never removes one).
+    states: Vec<AfterState>,
+}
+
+impl SealedPaths {
+    /// How many paths it holds.
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// The state of `path`, if it is held.
+    pub fn get(&self, path: &[u8]) -> Option<&AfterState> {
+        self.names.index_of(path).map(|i| &self.states[i])
+    }
+
+    /// Sets the state of `path`, adding it at the end when it is not held.
+    pub fn set(&mut self, path: &[u8], state: AfterState) {
+        match self.names.insert_full(path) {
+            (_, true) => self.states.push(state),
+            (i, false) => self.states[i] = state,
+        }
+    }
+
+    /// Adds `path` with `state` unless it is held already (then the first state stays).
+    fn add_first(&mut self, path: &[u8], state: AfterState) {
+        if self.names.insert(path) {
+            self.states.push(state);
+        }
+    }
+
+    /// Every path and its state, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &AfterState)> + '_ {
+        self.names.iter().zip(&self.states)
+    }
+}
+
+impl FromIterator<(BPath, AfterState)> for SealedPaths {
+    fn from_iter<I: IntoIterator<Item = (BPath, AfterState)>>(iter: I) -> Self {
+        let mut out = SealedPaths::default();
+        for (p, s) in iter {
+            out.add_first(p.as_bytes(), s);
+        }
+        out
+    }
+}
+
+impl PartialEq for SealedPaths {
+    fn eq(&self, other: &SealedPaths) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for SealedPaths {}
+
+impl std::fmt::Debug for SealedPaths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(|(p, s)| (BPath::from(p), s))).finish()
+    }
+}
+
+impl Serialize for SealedPaths {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter().map(|(p, st)| (BPath::from(p), st)))
+    }
 }
 
 /// Passes a key that is already a hash (an xxh3 of a path) through.
@@ -461,59 +549,6 @@ impl std::hash::Hasher for HashedKey {
     }
 }
 
-/// Where each path is in a seal's `paths`, by a 64-bit hash of it: the paths are not copied
-/// again (a million of them made a map by name as large as the paths themselves). A path
-/// whose hash an earlier, different path already has is kept by name.
-#[derive(Clone, Debug)]
-struct PathIndex {
-    by_hash: std::collections::HashMap<u64, usize, std::hash::BuildHasherDefault<HashedKey>>,
-    collided: std::collections::HashMap<BPath, usize>,
-    hash: fn(&[u8]) -> u64,
-}
-
-impl PartialEq for PathIndex {
-    fn eq(&self, other: &PathIndex) -> bool {
-        (&self.by_hash, &self.collided) == (&other.by_hash, &other.collided)
-    }
-}
-
-impl Eq for PathIndex {}
-
-impl PathIndex {
-    fn of(paths: &[(BPath, AfterState)], hash: fn(&[u8]) -> u64) -> PathIndex {
-        let mut index = PathIndex {
-            by_hash: std::collections::HashMap::with_capacity_and_hasher(paths.len(), Default::default()),
-            collided: Default::default(),
-            hash,
-        };
-        for (i, (p, _)) in paths.iter().enumerate() {
-            index.add(paths, p, i);
-        }
-        index
-    }
-
-    /// Notes that `paths[i]` is `path`, unless an earlier entry already holds that path.
-    fn add(&mut self, paths: &[(BPath, AfterState)], path: &BPath, i: usize) {
-        match self.by_hash.entry((self.hash)(path.as_bytes())) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(i);
-            }
-            std::collections::hash_map::Entry::Occupied(e) if paths[*e.get()].0 != *path => {
-                self.collided.entry(path.clone()).or_insert(i);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => {}
-        }
-    }
-
-    fn get(&self, paths: &[(BPath, AfterState)], path: &BPath) -> Option<usize> {
-        match self.by_hash.get(&(self.hash)(path.as_bytes())) {
-            Some(&i) if paths[i].0 == *path => Some(i),
-            Some(_) => self.collided.get(path).copied(),
-            None => None,
-        }
-    }
-}
-
 fn xxh3_of(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
@@ -521,26 +556,13 @@ fn xxh3_of(bytes: &[u8]) -> u64 {
 impl Seal {
     /// The sealed after-state of a path.
     pub fn state_of(&self, path: &BPath) -> Option<&AfterState> {
-        self.position(path).map(|i| &self.paths[i].1)
-    }
-
-    fn position(&self, path: &BPath) -> Option<usize> {
-        self.index.get_or_init(|| PathIndex::of(&self.paths, xxh3_of)).get(&self.paths, path)
+        self.paths.get(path.as_bytes())
     }
 
     /// Sets the after-state of `path` (an undo that changed it makes what it left the state
     /// later changes are measured against).
     pub fn set_state(&mut self, path: &BPath, state: AfterState) {
-        match self.position(path) {
-            Some(i) => self.paths[i].1 = state,
-            None => {
-                self.paths.push((path.clone(), state));
-                let i = self.paths.len() - 1;
-                if let Some(index) = self.index.get_mut() {
-                    index.add(&self.paths, path, i);
-                }
-            }
-        }
+        self.paths.set(path.as_bytes(), state);
     }
 
     /// Writes the seal into `session_dir`, atomically and durably (an undo's, which a rerun
@@ -590,7 +612,6 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: impl Fn(&[u
         blob_hashes: BTreeMap::new(),
         blob_stats: BTreeMap::new(),
         blob_intact: Default::default(),
-        index: Default::default(),
     }
 }
 
@@ -876,7 +897,6 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
         blob_hashes: BTreeMap::new(),
         blob_stats,
         blob_intact,
-        index: Default::default(),
     }
 }
 
@@ -1174,8 +1194,8 @@ mod tests {
         assert_eq!(records, whole.records.len());
         let text = std::fs::read_to_string(store.join(SEAL_FILE)).unwrap();
         let got = Seal::read(&store).unwrap().unwrap();
-        let sealed: Vec<&BPath> = got.paths.iter().map(|(p, _)| p).collect();
-        assert_eq!(sealed, [path("a"), path("sub/b"), path("c"), path("gone"), path("d")].iter().collect::<Vec<_>>());
+        let sealed: Vec<BPath> = got.paths.iter().map(|(p, _)| BPath::from(p)).collect();
+        assert_eq!(sealed, [path("a"), path("sub/b"), path("c"), path("gone"), path("d")]);
         assert_eq!((got.through, &got.paths), (7, &expected.paths));
         assert!(got.blob_stats.contains_key("01/1") && got.blob_stats == expected.blob_stats);
         assert_eq!(got.blob_intact, expected.blob_intact);
@@ -1224,7 +1244,6 @@ mod tests {
             blob_hashes: BTreeMap::new(),
             blob_stats: BTreeMap::new(),
             blob_intact: Default::default(),
-            index: Default::default(),
         };
         let first = serde_json::to_string(&seal).unwrap();
         assert!(first.contains(r#""hash":"unreadable:4:1.2:3.4""#), "{first}");
@@ -1248,35 +1267,31 @@ mod tests {
     }
 
     #[test]
-    fn the_index_finds_every_path_even_when_their_hashes_collide_and_the_first_of_a_repeated_one() {
-        let paths: Vec<(BPath, AfterState)> = ["/a", "/b", "/a", "/c"]
+    fn a_seal_finds_every_path_keeps_the_first_of_a_repeated_one_and_adds_new_ones_at_the_end() {
+        let paths: Vec<(BPath, AfterState)> = [&b"/a"[..], b"/b", b"/a", b"/c", b"/b\xff"]
             .iter()
             .enumerate()
             .map(|(i, p)| (BPath::from(*p), AfterState::Other { ident: Ident { dev: 0, ino: i as u64 }, mode: 0 }))
             .collect();
-        // Every path the same hash: only names tell them apart.
-        for hash in [xxh3_of as fn(&[u8]) -> u64, |_: &[u8]| 7] {
-            let mut index = PathIndex::of(&paths, hash);
-            assert_eq!(index.get(&paths, &BPath::from("/a")), Some(0), "the first of a repeated path");
-            assert_eq!(index.get(&paths, &BPath::from("/b")), Some(1));
-            assert_eq!(index.get(&paths, &BPath::from("/c")), Some(3));
-            assert_eq!(index.get(&paths, &BPath::from("/d")), None);
-            let mut more = paths.clone();
-            more.push((BPath::from("/d"), AfterState::Absent));
-            index.add(&more, &BPath::from("/d"), 4);
-            assert_eq!(index.get(&more, &BPath::from("/d")), Some(4));
-        }
-        // And through the seal, with a path added after the index was built.
-        let mut seal = Seal { paths: paths.clone(), ..Default::default() };
-        assert!(matches!(
-            seal.state_of(&BPath::from("/c")),
-            Some(AfterState::Other { ident: Ident { ino: 3, .. }, .. })
-        ));
+        let mut seal = Seal { paths: paths.iter().cloned().collect(), ..Default::default() };
+        let ino = |seal: &Seal, p: &[u8]| match seal.state_of(&BPath::from(p)) {
+            Some(AfterState::Other { ident, .. }) => Some(ident.ino),
+            None => None,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ino(&seal, b"/a"), Some(0), "the first of a repeated path");
+        assert_eq!((ino(&seal, b"/b"), ino(&seal, b"/c"), ino(&seal, b"/b\xff")), (Some(1), Some(3), Some(4)));
+        assert_eq!(ino(&seal, b"/d"), None);
+        assert_eq!(seal.paths.len(), 4);
         seal.set_state(&BPath::from("/e"), AfterState::Absent);
         seal.set_state(&BPath::from("/a"), AfterState::Absent);
         assert_eq!(seal.state_of(&BPath::from("/e")), Some(&AfterState::Absent));
         assert_eq!(seal.state_of(&BPath::from("/a")), Some(&AfterState::Absent));
-        assert_eq!(seal.paths.len(), 5);
+        let order: Vec<BPath> = seal.paths.iter().map(|(p, _)| BPath::from(p)).collect();
+        assert_eq!(order, [&b"/a"[..], b"/b", b"/c", b"/b\xff", b"/e"].map(BPath::from));
+        // Written and read back as the same list.
+        let back: Seal = serde_json::from_str(&serde_json::to_string(&seal).unwrap()).unwrap();
+        assert_eq!(back.paths, seal.paths);
     }
 
     #[test]

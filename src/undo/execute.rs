@@ -210,12 +210,13 @@ pub(super) fn run_plan_streaming(
     // Every path the seal holds was named by a record when the session was sealed: a path no
     // record names now lost its record (a journal truncated or removed since).
     if let (None, Some(seal)) = (plan.only, plan.seal) {
-        let named: HashSet<&BPath> = plan.journal.records.iter().flat_map(crate::select::record_paths).collect();
+        let named: HashSet<&[u8]> =
+            plan.journal.records.iter().flat_map(crate::select::record_paths).map(BPath::as_bytes).collect();
         for (path, _) in seal.paths.iter().filter(|(p, _)| !named.contains(p)) {
             report.outcomes.push(StepReport {
                 seq: None,
                 outcome: Outcome::Failed,
-                path: Some(path.clone()),
+                path: Some(BPath::from(path)),
                 why: "the seal lists it as changed by the session, but no record of the journal names it now: its records were lost or removed, so it was not put back".into(),
                 cause: Cause::DamagedJournal,
             });

@@ -67,6 +67,11 @@ impl ByteSet {
         &self.bytes[self.order[at as usize].range()]
     }
 
+    /// The member at `index` (see [`ByteSet::index_of`]), unless it was removed.
+    pub fn get(&self, index: usize) -> Option<&[u8]> {
+        self.order.get(index).filter(|s| s.len != GONE).map(|s| &self.bytes[s.range()])
+    }
+
     /// Whether `member` is in the set.
     pub fn contains(&self, member: &[u8]) -> bool {
         self.index_of(member).is_some()
@@ -184,6 +189,8 @@ mod tests {
         assert_eq!(set.insert_full(b"a"), (1, false));
         assert_eq!(set.index_of(b"d"), Some(3));
         assert_eq!(set.index_of(b"e"), None);
+        assert_eq!((set.get(3), set.get(1), set.get(9)), (Some(&b"d"[..]), Some(&b"a"[..]), None));
+        assert_eq!(set.get(2), None, "a removed member is not got by its old index");
         let listed: Vec<&[u8]> = set.iter().collect();
         assert_eq!(listed, vec![&b"c"[..], b"a", b"d", b"b"]);
     }

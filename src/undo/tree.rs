@@ -22,6 +22,7 @@ use std::rc::Rc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
 use rustix::io::Errno;
 
+use crate::byteset::ByteSet;
 use crate::capture::hash_fd;
 
 /// A directory an action works in: its path, and, when it really exists, its descriptor
@@ -503,13 +504,56 @@ pub(super) enum Where {
     Node(Box<SimNode>),
 }
 
-/// Names in one directory.
-type Names = HashSet<Box<[u8]>>;
+/// The names with a slot in one directory, by their index in [`Slots::paths`].
+type Names = HashSet<u32>;
+
+/// What the overlay holds at each path it has a slot for: the paths in one [`ByteSet`] (a dry
+/// run of a million removals holds a million slots), the slots beside them by index.
+#[derive(Default)]
+struct Slots {
+    /// Every path that ever had a slot (one that lost it keeps its index).
+    paths: ByteSet,
+    slots: Vec<Option<Slot>>,
+    /// How many of `slots` are held.
+    held: usize,
+}
+
+impl Slots {
+    fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    fn get(&self, path: &[u8]) -> Option<&Slot> {
+        self.paths.index_of(path).and_then(|i| self.slots[i].as_ref())
+    }
+
+    /// Sets the slot of `path`: its index.
+    fn insert(&mut self, path: &[u8], slot: Slot) -> u32 {
+        let (i, new) = self.paths.insert_full(path);
+        if new {
+            self.slots.push(None);
+        }
+        if self.slots[i].replace(slot).is_none() {
+            self.held += 1;
+        }
+        i as u32
+    }
+
+    fn remove(&mut self, path: &[u8]) -> Option<Slot> {
+        let taken = self.paths.index_of(path).and_then(|i| self.slots[i].take());
+        self.held -= usize::from(taken.is_some());
+        taken
+    }
+
+    fn path(&self, index: u32) -> &[u8] {
+        self.paths.get(index as usize).unwrap_or_default()
+    }
+}
 
 /// The overlay of a dry run (see the module documentation).
 pub(super) struct Sim {
-    slots: RefCell<HashMap<Box<[u8]>, Slot>>,
-    /// The names (last components) with a slot, by parent directory.
+    slots: RefCell<Slots>,
+    /// The names with a slot, by parent directory.
     kids: RefCell<HashMap<Box<[u8]>, Names>>,
     next_ino: Cell<u64>,
     /// A real status whose every field the dry run overwrites for a node it makes.
@@ -594,9 +638,8 @@ impl Sim {
     }
 
     pub(super) fn set(&self, path: &[u8], slot: Slot) {
-        let leaf = &path[path.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1)..];
-        self.kids.borrow_mut().entry(parent(path).into()).or_default().insert(leaf.into());
-        self.slots.borrow_mut().insert(path.into(), slot);
+        let i = self.slots.borrow_mut().insert(path, slot);
+        self.kids.borrow_mut().entry(parent(path).into()).or_default().insert(i);
     }
 
     /// Changes the node at `path` (taken into the overlay first).
@@ -623,7 +666,11 @@ impl Sim {
             }
         }
         if let Some(kids) = self.kids.borrow().get(path) {
-            names.extend(kids.iter().map(|k| k.to_vec()));
+            let slots = self.slots.borrow();
+            names.extend(kids.iter().map(|&k| {
+                let p = slots.path(k);
+                p[p.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1)..].to_vec()
+            }));
         }
         let mut present: Vec<Vec<u8>> =
             names.into_iter().filter(|n| self.lstat(&join(path, n)).is_ok_and(|st| st.is_some())).collect();
@@ -690,8 +737,9 @@ impl Sim {
         let mut dirs = vec![from.to_vec()];
         while let Some(d) = dirs.pop() {
             if let Some(kids) = self.kids.borrow_mut().remove(d.as_slice()) {
+                let slots = self.slots.borrow();
                 for k in kids {
-                    let k = join(&d, &k);
+                    let k = slots.path(k).to_vec();
                     dirs.push(k.clone());
                     below.push(k);
                 }
@@ -701,7 +749,7 @@ impl Sim {
         below
             .into_iter()
             .filter_map(|k| {
-                let slot = slots.remove(k.as_slice())?;
+                let slot = slots.remove(&k)?;
                 let mut nk = to.to_vec();
                 nk.extend_from_slice(&k[from.len()..]);
                 Some((nk, slot))

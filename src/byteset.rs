@@ -9,8 +9,8 @@
 //!
 //! What it cannot do: give back the space of a removed member (its bytes stay in the buffer
 //! until the set is dropped), or hold more than 4 GiB of bytes in all (an insertion beyond
-//! that panics; an undo's paths are far from it). The hash is keyed per process
-//! ([`std::hash::RandomState`]), so names chosen to collide cannot make it slow.
+//! that panics; an undo's paths are far from it). The hash (xxh3: SipHash was a tenth of a
+//! dry run's time) is seeded at random per set, so names chosen to collide cannot make it slow.
 
 use std::hash::BuildHasher;
 
@@ -28,14 +28,29 @@ impl Span {
 }
 
 /// A set of byte strings in one buffer (see the module documentation).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ByteSet {
     bytes: Vec<u8>,
     /// Each member's place in `order`, found by the hash of its bytes.
     table: hashbrown::HashTable<u32>,
     /// Every member ever inserted, in insertion order; a removed one is marked [`GONE`].
     order: Vec<Span>,
-    state: std::hash::RandomState,
+    seed: u64,
+}
+
+impl Default for ByteSet {
+    fn default() -> ByteSet {
+        ByteSet { bytes: Vec::new(), table: Default::default(), order: Vec::new(), seed: random_seed() }
+    }
+}
+
+/// A seed no two sets share (std's per-process random keys, stepped for each).
+fn random_seed() -> u64 {
+    std::hash::RandomState::new().hash_one(0u64)
+}
+
+fn hash_of(seed: u64, bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, seed)
 }
 
 /// The length that marks a removed member's place in the order.
@@ -80,7 +95,7 @@ impl ByteSet {
     /// Where `member` is in the order of insertion (counting removed members), if it is in
     /// the set: an index a caller may keep facts by, in a vector beside the set.
     pub fn index_of(&self, member: &[u8]) -> Option<usize> {
-        let hash = self.state.hash_one(member);
+        let hash = hash_of(self.seed, member);
         self.table.find(hash, |&at| self.member(at) == member).map(|&at| at as usize)
     }
 
@@ -98,10 +113,10 @@ impl ByteSet {
     /// # Panics
     /// As [`ByteSet::insert`].
     pub fn insert_full(&mut self, member: &[u8]) -> (usize, bool) {
-        let hash = self.state.hash_one(member);
-        let Self { bytes, table, order, state } = self;
+        let hash = hash_of(self.seed, member);
+        let Self { bytes, table, order, seed } = self;
         let at = |i: &u32| &bytes[order[*i as usize].range()];
-        match table.entry(hash, |i| at(i) == member, |i| state.hash_one(at(i))) {
+        match table.entry(hash, |i| at(i) == member, |i| hash_of(*seed, at(i))) {
             hashbrown::hash_table::Entry::Occupied(o) => (*o.get() as usize, false),
             hashbrown::hash_table::Entry::Vacant(slot) => {
                 let too_big = "a ByteSet holds at most 4 GiB of bytes and 2^32 members";
@@ -118,7 +133,7 @@ impl ByteSet {
 
     /// Takes `member` out of the set; false when it was not in it.
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        let hash = self.state.hash_one(member);
+        let hash = hash_of(self.seed, member);
         let Self { bytes, table, order, .. } = self;
         match table.find_entry(hash, |i| &bytes[order[*i as usize].range()] == member) {
             Ok(entry) => {

@@ -3,13 +3,14 @@
 //!
 //! A `HashSet<Vec<u8>>` pays, for each member, a 24-byte `Vec`, an allocation with its
 //! allocator header and rounding, and the table's slot: about 100 bytes for a 30-byte path.
-//! Here the bytes of every member follow one another in one `Vec<u8>`, and the table holds
-//! only where each starts and how long it is (12 bytes), looked up by the bytes' hash: about
-//! 50 bytes a path. Members keep the order they were first inserted in ([`ByteSet::iter`]).
+//! Here the bytes of every member follow one another in one `Vec<u8>`, a list says where each
+//! starts and how long it is (8 bytes), and the table holds each member's place in that list
+//! (4 bytes), found by the bytes' hash: about 50 bytes a path. A member's place is its index,
+//! by which a caller keeps facts about it in a vector of its own.
 //!
-//! What it cannot do: give back the space of a removed member (its bytes stay in the buffer
-//! until the set is dropped), or hold more than 4 GiB of bytes in all (an insertion beyond
-//! that panics; an undo's paths are far from it). The hash (xxh3: SipHash was a tenth of a
+//! What it cannot do: remove a member (its users mark one instead, by its index), or hold
+//! more than 4 GiB of bytes in all (an insertion beyond that panics; an undo's paths are far
+//! from it). The hash (xxh3: SipHash was a tenth of a
 //! dry run's time) is seeded at random per set, so names chosen to collide cannot make it slow.
 
 use std::hash::BuildHasher;
@@ -33,7 +34,7 @@ pub struct ByteSet {
     bytes: Vec<u8>,
     /// Each member's place in `order`, found by the hash of its bytes.
     table: hashbrown::HashTable<u32>,
-    /// Every member ever inserted, in insertion order; a removed one is marked [`GONE`].
+    /// Where each member's bytes are, in insertion order.
     order: Vec<Span>,
     seed: u64,
 }
@@ -52,9 +53,6 @@ fn random_seed() -> u64 {
 fn hash_of(seed: u64, bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(bytes, seed)
 }
-
-/// The length that marks a removed member's place in the order.
-const GONE: u32 = u32::MAX;
 
 impl std::fmt::Debug for ByteSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,9 +80,9 @@ impl ByteSet {
         &self.bytes[self.order[at as usize].range()]
     }
 
-    /// The member at `index` (see [`ByteSet::index_of`]), unless it was removed.
+    /// The member at `index` (see [`ByteSet::index_of`]).
     pub fn get(&self, index: usize) -> Option<&[u8]> {
-        self.order.get(index).filter(|s| s.len != GONE).map(|s| &self.bytes[s.range()])
+        self.order.get(index).map(|s| &self.bytes[s.range()])
     }
 
     /// Whether `member` is in the set.
@@ -92,8 +90,8 @@ impl ByteSet {
         self.index_of(member).is_some()
     }
 
-    /// Where `member` is in the order of insertion (counting removed members), if it is in
-    /// the set: an index a caller may keep facts by, in a vector beside the set.
+    /// Where `member` is in the order of insertion, if it is in the set: an index a caller
+    /// may keep facts by, in a vector beside the set.
     pub fn index_of(&self, member: &[u8]) -> Option<usize> {
         let hash = hash_of(self.seed, member);
         self.table.find(hash, |&at| self.member(at) == member).map(|&at| at as usize)
@@ -108,7 +106,7 @@ impl ByteSet {
     }
 
     /// Adds `member`: its [`ByteSet::index_of`], and whether it is new (indexes of new
-    /// members count up from 0, one by one, removed members included).
+    /// members count up from 0, one by one).
     ///
     /// # Panics
     /// As [`ByteSet::insert`].
@@ -121,7 +119,7 @@ impl ByteSet {
             hashbrown::hash_table::Entry::Vacant(slot) => {
                 let too_big = "a ByteSet holds at most 4 GiB of bytes and 2^32 members";
                 let start = u32::try_from(bytes.len()).expect(too_big);
-                let len = u32::try_from(member.len()).ok().filter(|&l| l != GONE).expect(too_big);
+                let len = u32::try_from(member.len()).expect(too_big);
                 start.checked_add(len).expect(too_big);
                 slot.insert(u32::try_from(order.len()).expect(too_big));
                 order.push(Span { start, len });
@@ -131,31 +129,9 @@ impl ByteSet {
         }
     }
 
-    /// Takes `member` out of the set; false when it was not in it.
-    pub fn remove(&mut self, member: &[u8]) -> bool {
-        let hash = hash_of(self.seed, member);
-        let Self { bytes, table, order, .. } = self;
-        match table.find_entry(hash, |i| &bytes[order[*i as usize].range()] == member) {
-            Ok(entry) => {
-                let (i, _) = entry.remove();
-                order[i as usize].len = GONE;
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
     /// The members, in the order they were first inserted.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.order.iter().filter(|s| s.len != GONE).map(|s| &self.bytes[s.range()])
-    }
-}
-
-impl Extend<Vec<u8>> for ByteSet {
-    fn extend<I: IntoIterator<Item = Vec<u8>>>(&mut self, iter: I) {
-        for m in iter {
-            self.insert(&m);
-        }
+        self.order.iter().map(|s| &self.bytes[s.range()])
     }
 }
 
@@ -176,16 +152,13 @@ mod tests {
                 _ => Vec::new(),
             })
             .collect();
-        for (i, n) in names.iter().enumerate() {
+        for n in &names {
             assert_eq!(set.insert(n), model.insert(n.clone()), "insert {n:?}");
-            if i % 3 == 0 {
-                let victim = &names[i / 2];
-                assert_eq!(set.remove(victim), model.remove(victim), "remove {victim:?}");
-            }
             assert_eq!(set.len(), model.len());
         }
         for n in &names {
-            assert_eq!(set.contains(n), model.contains(n), "contains {n:?}");
+            assert!(set.contains(n), "contains {n:?}");
+            assert_eq!(set.get(set.index_of(n).unwrap()), Some(&n[..]));
         }
         assert!(!set.contains(b"/t/d/never"));
         let listed: Vec<&[u8]> = set.iter().collect();
@@ -199,14 +172,12 @@ mod tests {
         for n in [&b"c"[..], b"a", b"c", b"b", b"a", b"d"] {
             set.insert(n);
         }
-        set.remove(b"b");
-        assert_eq!(set.insert_full(b"b"), (4, true), "a member inserted again is new, at the end");
+        assert_eq!(set.insert_full(b"e"), (4, true), "a new member comes last");
         assert_eq!(set.insert_full(b"a"), (1, false));
         assert_eq!(set.index_of(b"d"), Some(3));
-        assert_eq!(set.index_of(b"e"), None);
+        assert_eq!(set.index_of(b"f"), None);
         assert_eq!((set.get(3), set.get(1), set.get(9)), (Some(&b"d"[..]), Some(&b"a"[..]), None));
-        assert_eq!(set.get(2), None, "a removed member is not got by its old index");
         let listed: Vec<&[u8]> = set.iter().collect();
-        assert_eq!(listed, vec![&b"c"[..], b"a", b"d", b"b"]);
+        assert_eq!(listed, vec![&b"c"[..], b"a", b"b", b"d", b"e"]);
     }
 }

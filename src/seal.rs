@@ -460,7 +460,7 @@ pub struct Seal {
 #[derive(Clone, Default)]
 pub struct SealedPaths {
     names: ByteSet,
-    /// The state of each name, by its index in `names` (which never removes one).
+    /// The state of each name, by its index in `names`.
     states: Vec<AfterState>,
 }
 

@@ -210,9 +210,12 @@ pub(super) fn run_plan_streaming(
     // Every path the seal holds was named by a record when the session was sealed: a path no
     // record names now lost its record (a journal truncated or removed since).
     if let (None, Some(seal)) = (plan.only, plan.seal) {
-        let named: HashSet<&[u8]> =
+        // Sorted and searched (a set of a million paths was 36 MB at the undo's peak).
+        let mut named: Vec<&[u8]> =
             plan.journal.records.iter().flat_map(crate::select::record_paths).map(BPath::as_bytes).collect();
-        for (path, _) in seal.paths.iter().filter(|(p, _)| !named.contains(p)) {
+        named.sort_unstable();
+        named.dedup();
+        for (path, _) in seal.paths.iter().filter(|(p, _)| named.binary_search(p).is_err()) {
             report.outcomes.push(StepReport {
                 seq: None,
                 outcome: Outcome::Failed,

@@ -55,13 +55,8 @@ fn read_undone(session: &Session) -> HashMap<u64, (bool, Option<i64>)> {
 /// After a redo: the session records `seqs` that its undo reversed are not undone any more,
 /// and the seal takes the state the redo left.
 pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let now = crate::undo::now_ns();
-    let text: String = seqs.iter().map(|s| format!("-{s} {now}\n")).collect();
-    let mut f =
-        std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
-    f.write_all(text.as_bytes())?;
+    append_undone_lines(session, seqs, b"-", now)?;
     if let Some(mut seal) = Seal::read(session.dir())? {
         let journal = session.read_journal().map_err(io::Error::other)?;
         let mut seqs = seqs.to_vec();
@@ -77,25 +72,32 @@ pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
 }
 
 fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if seqs.is_empty() {
         return Ok(());
     }
-    let f = std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
     let now = crate::undo::now_ns();
-    // Written as it is made (the text of a million lines was 30 MB at the undo's peak).
+    append_undone_lines(session, seqs, b"", now)?;
+    crate::marks::wait_for_clock_tick(now);
+    Ok(())
+}
+
+/// Appends a line `{sign}SEQ NOW` to the `undone` file for each of `seqs`, written as it is
+/// made (the text of a million lines was 30 MB at an undo's peak).
+fn append_undone_lines(session: &Session, seqs: &[u64], sign: &[u8], now: i64) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
     let mut w = io::BufWriter::with_capacity(1 << 16, f);
     let (mut seq, mut at) = (itoa::Buffer::new(), itoa::Buffer::new());
     let at = at.format(now);
     for s in seqs {
+        w.write_all(sign)?;
         w.write_all(seq.format(*s).as_bytes())?;
         w.write_all(b" ")?;
         w.write_all(at.as_bytes())?;
         w.write_all(b"\n")?;
     }
     w.into_inner().map_err(io::IntoInnerError::into_error)?;
-    crate::marks::wait_for_clock_tick(now);
     Ok(())
 }
 

@@ -319,6 +319,42 @@ fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page
 }
 
 #[test]
+fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store() {
+    // bash opens /dev/tty read-write as it starts, and `> /dev/null` opens /dev/null for
+    // writing: neither is journaled, and neither may cost the process the session's store
+    // (its header, counters, journal and blobs directory: about 25 system calls).
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo x > made"]);
+    let trace = s.root.join("strace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=open,openat,openat2", "-o"]).arg(&trace);
+    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
+    cmd.args(["bash", "-c", "echo x > /dev/null; : >> /dev/null"]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.contains("\"/dev/null\", O_WRONLY|O_CREAT|O_TRUNC"), "the redirect was not traced: {text}");
+    let session_name = session.to_string_lossy().into_owned();
+    let store_opens: Vec<&str> = text.lines().filter(|l| l.contains(&session_name)).collect();
+    assert!(store_opens.is_empty(), "the shell opened the session's store: {store_opens:#?}");
+}
+
+#[test]
+fn a_truncation_through_dev_stdout_is_journaled_and_undone_like_any_other() {
+    // /dev/stdout is a symlink to whatever descriptor 1 is: here a file of the tree, which the
+    // second open truncates. A shortcut that left every name in /dev out unresolved would lose
+    // the file's prior contents.
+    let s = scratch!();
+    s.sh("printf 'before\\n' > f");
+    let f = s.path("f");
+    roundtrip_changing(&s, &["sh", "-c", "exec 1>>f; echo after > /dev/stdout"], |_| {
+        assert_eq!(std::fs::read(&f).unwrap(), b"after\n", "the truncation did not happen");
+    });
+}
+
+#[test]
 fn a_read_only_open_costs_no_system_call_of_the_shims_own() {
     let s = scratch!();
     let src = repo_root().join("bench/progs/open_close.c");

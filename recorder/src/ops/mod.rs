@@ -100,6 +100,28 @@ pub fn excluded(abs: &[u8]) -> bool {
     starts_with_dir(abs, b"/dev") && !starts_with_dir(abs, b"/dev/shm")
 }
 
+/// Whether `path` is certainly [`excluded`] without resolving it: an absolute name directly in
+/// `/dev` (not `/dev/shm`, which holds ordinary files), where `/dev` is a directory and the
+/// name is not a symlink (a missing name too: a file created there is left out as well). A
+/// caller may then let the call pass without opening the session's store: every `bash` opens
+/// `/dev/tty` read-write as it starts, and every `> /dev/null` opens `/dev/null` for writing,
+/// which cost a process that changes nothing a whole store (about 25 system calls) each. Two
+/// `lstat`s; `false` whenever the name is anything but plain, and the caller resolves it as
+/// usual.
+pub fn plainly_excluded(path: &[u8]) -> bool {
+    let Some(name) = path.strip_prefix(b"/dev/") else { return false };
+    if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." || name == b"shm" {
+        return false;
+    }
+    let dev_is_dir =
+        rustix::fs::lstat("/dev").is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    dev_is_dir
+        && match rustix::fs::lstat(path) {
+            Ok(st) => FileType::from_raw_mode(st.st_mode) != FileType::Symlink,
+            Err(e) => e == Errno::NOENT,
+        }
+}
+
 /// How long a directory path a caller resolved may be trusted without looking again, when no
 /// process of the session has renamed or removed a directory or symlink since (the names
 /// generation): the time within which a directory moved by a process outside the session is
@@ -553,5 +575,41 @@ fn before_of(origin: Origin) -> Before {
     match origin {
         Origin::Born(created) => Before::Born { created },
         Origin::Kept(by) => Before::Kept { by },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_name_directly_in_dev_is_excluded_without_resolving_it() {
+        // Device nodes every Linux system has, and a name that is not there (a file created in
+        // /dev is left out as well).
+        for path in [&b"/dev/null"[..], b"/dev/zero", b"/dev/aether-journal-no-such-node"] {
+            assert!(plainly_excluded(path), "{}", String::from_utf8_lossy(path));
+            assert!(excluded(path), "plainly excluded must imply excluded");
+        }
+        // Symlinks (/dev/stdout leads to whatever descriptor 1 is, a file in the tree maybe),
+        // deeper names, /dev/shm (ordinary files), relative and degenerate names: resolved as
+        // usual.
+        let stdout_is_link =
+            rustix::fs::lstat("/dev/stdout").is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+        assert!(stdout_is_link, "the test needs /dev/stdout to be a symlink, as on every Linux system");
+        for path in [
+            &b"/dev/stdout"[..],
+            b"/dev/fd",
+            b"/dev/fd/1",
+            b"/dev/shm",
+            b"/dev/shm/x",
+            b"/dev/",
+            b"/dev/.",
+            b"/dev/..",
+            b"dev/null",
+            b"/devnull",
+            b"/dev//null",
+        ] {
+            assert!(!plainly_excluded(path), "{}", String::from_utf8_lossy(path));
+        }
     }
 }

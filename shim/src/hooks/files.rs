@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong};
 use journal_core::record::MetaKind;
 use libc::FILE;
 
-use super::{Account, CPath, Ret, after_call, injected_kill_after, journaled, journaled_with};
+use super::{Account, CPath, Ret, after_call, injected_kill_after, journaled, journaled_unless, journaled_with};
 use aether_journal_recorder::ops::{self as rec, Pending, Removes};
 
 use crate::ops::{self, ME};
@@ -51,9 +51,12 @@ fn open_mutating<R: Ret>(
     path: CPath,
     flags: c_int,
 ) -> R {
-    journaled(
+    journaled_unless(
         call,
         path,
+        // `/dev/tty`, `/dev/null`: left out of the journal wherever they lead (the dirfd does
+        // not matter to an absolute path).
+        || flags & libc::O_TMPFILE != libc::O_TMPFILE && path.bytes().is_some_and(rec::plainly_excluded),
         |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_open(s, ME, call, dirfd, p, flags)),
         real,
     )

@@ -481,7 +481,22 @@ pub fn journaled<R: Ret>(
     pre: impl FnOnce(&'static Store) -> Pending,
     real: impl FnOnce(Account) -> R,
 ) -> R {
-    journaled_with(call, name, pre, real, |r| (r.succeeded(), r.fd()), R::refused)
+    journaled_unless(call, name, || false, pre, real)
+}
+
+/// [`journaled`], except that a call `outside` says leaves the journaled world alone (judged
+/// under the guard and `catch_unwind`, before the store is opened) is made as the shim's own
+/// without journaling anything, as it would be once `pre` had found the same: no process pays
+/// for a store it would not write to.
+pub fn journaled_unless<R: Ret>(
+    call: &'static str,
+    name: CPath,
+    outside: impl FnOnce() -> bool,
+    pre: impl FnOnce(&'static Store) -> Pending,
+    real: impl FnOnce(Account) -> R,
+) -> R {
+    let (pending, account) = before_call(call, name, outside, pre);
+    after_journaled(call, pending, account, real, |r| (r.succeeded(), r.fd()), R::refused)
 }
 
 /// [`journaled`] for calls that judge their result or report refusal their own way (stdio's
@@ -494,7 +509,19 @@ pub fn journaled_with<R>(
     outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
     refused: impl FnOnce(c_int) -> R,
 ) -> R {
-    let (pending, account) = before_call(call, name, pre);
+    let (pending, account) = before_call(call, name, || false, pre);
+    after_journaled(call, pending, account, real, outcome, refused)
+}
+
+/// The real call and what follows it, for [`journaled_with`] and [`journaled_unless`].
+fn after_journaled<R>(
+    call: &'static str,
+    pending: Option<(&'static Store, Pending)>,
+    account: Account,
+    real: impl FnOnce(Account) -> R,
+    outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
+    refused: impl FnOnce(c_int) -> R,
+) -> R {
     if let Some((_, Pending::Refuse(errno))) = pending {
         return refused(errno);
     }
@@ -521,12 +548,18 @@ pub fn journaled_with<R>(
 fn before_call(
     call: &'static str,
     name: CPath,
+    outside: impl FnOnce() -> bool,
     pre: impl FnOnce(&'static Store) -> Pending,
 ) -> (Option<(&'static Store, Pending)>, Account) {
     let Some(guard) = Guard::enter() else {
         return (None, busy_account());
     };
     let saved = errno();
+    if catch_unwind(AssertUnwindSafe(outside)).unwrap_or(false) {
+        drop(guard);
+        set_errno(saved);
+        return (None, Account::Journaled);
+    }
     let pending = catch_unwind(AssertUnwindSafe(|| {
         store().map(|s| {
             injected_fault(name);

@@ -66,9 +66,10 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         state::capture_early_env();
         state::adopt_mark();
         state::adopt_store_after_fork();
-        // SAFETY: registering a handler with no preparation or parent part; the child part
-        // only stores into atomics, which is safe in a freshly forked child.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        // SAFETY: registering handlers whose preparation opens the store (under the guard, with
+        // the shim's own allocator: before glibc takes its fork locks, like any hook), and whose
+        // child part only stores into atomics, which is safe in a freshly forked child.
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
     });
     // Everything else is built on first use: a process that changes nothing (most execs of a
     // build) pays for loading the library and the scan above, not for the configuration. The
@@ -86,6 +87,11 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         }
     }
     set_errno(saved);
+}
+
+/// Before a `fork`: the child inherits this process's store rather than opening its own.
+extern "C" fn before_fork() {
+    state::open_store_before_fork();
 }
 
 /// In a forked child: it owns its copies of the store's descriptors now, its parent's

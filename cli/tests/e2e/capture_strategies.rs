@@ -342,6 +342,33 @@ fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store()
 }
 
 #[test]
+fn a_shell_running_a_list_of_commands_opens_the_session_store_once() {
+    // bash forks for each command but the last, which it execs itself; every exec is
+    // journaled. The store the shell opens before its first fork is the one its children
+    // journal their execs through, instead of one each (about 25 system calls apiece).
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo x > made"]);
+    let trace = s.root.join("strace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=open,openat,openat2,execve", "-o"]).arg(&trace);
+    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
+    cmd.args(["bash", "-c", "/bin/true; /bin/true; /bin/true"]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let execs = text.lines().filter(|l| l.contains("execve(\"/bin/true\"")).count();
+    assert_eq!(execs, 3, "{text}");
+    let header = session.join("session.json").to_string_lossy().into_owned();
+    let opens: Vec<&str> = text.lines().filter(|l| l.contains(&header)).collect();
+    assert_eq!(opens.len(), 1, "the session's store was opened {} times: {opens:#?}", opens.len());
+    let log = s.log_json(&session);
+    let journaled = log["records"].as_array().unwrap().iter().filter(|r| r["op"]["program"] == "/bin/true").count();
+    assert_eq!(journaled, 3, "every exec is journaled: {log}");
+}
+
+#[test]
 fn a_truncation_through_dev_stdout_is_journaled_and_undone_like_any_other() {
     // /dev/stdout is a symlink to whatever descriptor 1 is: here a file of the tree, which the
     // second open truncates. A shortcut that left every name in /dev out unresolved would lose

@@ -351,6 +351,26 @@ fn open_store_for_children() {
     crate::guard::set_errno(saved);
 }
 
+/// Called before every `fork` (the `pthread_atfork` preparation): opens and publishes this
+/// process's store if it has none yet, so that the child inherits it. A forked child usually
+/// execs and journals its exec, which without a store of its parent's costs it a store of its
+/// own (about 25 system calls): a shell running a list of commands opens one store instead of
+/// one per command. A process that forks pays for the store once, whether its children need it
+/// or not. Nothing is opened in a `vfork` child, or while this thread is inside the shim.
+pub fn open_store_before_fork() {
+    if STORE.get().is_some() || !owns_memory() {
+        return;
+    }
+    let saved = crate::guard::errno();
+    if let Some(guard) = crate::guard::Guard::enter() {
+        let _ = std::panic::catch_unwind(|| {
+            let _ = store();
+        });
+        drop(guard);
+    }
+    crate::guard::set_errno(saved);
+}
+
 impl Store {
     /// Appends a record for `op`, made by `call`. A record that cannot be written is counted
     /// as lost, so that no undo of this session can claim completeness.

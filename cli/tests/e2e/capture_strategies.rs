@@ -318,6 +318,21 @@ fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page
     );
 }
 
+/// `bash -c script` joining the session at `session` (made first by a command that changes a
+/// file) under the shim, traced by `strace -f -e trace=calls`: the trace's text.
+fn trace_joining(s: &Scratch, session: &std::path::Path, calls: &str, script: &str) -> String {
+    s.run_ok(session, &["sh", "-c", "echo x > made"]);
+    let trace = s.root.join("strace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"]).arg(&trace);
+    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
+    cmd.args(["bash", "-c", script]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
+    std::fs::read_to_string(&trace).unwrap()
+}
+
 #[test]
 fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store() {
     // bash opens /dev/tty read-write as it starts, and `> /dev/null` opens /dev/null for
@@ -325,16 +340,7 @@ fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store()
     // (its header, counters, journal and blobs directory: about 25 system calls).
     let s = scratch!();
     let session = s.session("session");
-    s.run_ok(&session, &["sh", "-c", "echo x > made"]);
-    let trace = s.root.join("strace");
-    let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-qq", "-e", "trace=open,openat,openat2", "-o"]).arg(&trace);
-    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
-    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
-    cmd.args(["bash", "-c", "echo x > /dev/null; : >> /dev/null"]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
-    let text = std::fs::read_to_string(&trace).unwrap();
+    let text = trace_joining(&s, &session, "open,openat,openat2", "echo x > /dev/null; : >> /dev/null");
     assert!(text.contains("\"/dev/null\", O_WRONLY|O_CREAT|O_TRUNC"), "the redirect was not traced: {text}");
     let session_name = session.to_string_lossy().into_owned();
     let store_opens: Vec<&str> = text.lines().filter(|l| l.contains(&session_name)).collect();
@@ -348,16 +354,7 @@ fn a_shell_running_a_list_of_commands_opens_the_session_store_once() {
     // journal their execs through, instead of one each (about 25 system calls apiece).
     let s = scratch!();
     let session = s.session("session");
-    s.run_ok(&session, &["sh", "-c", "echo x > made"]);
-    let trace = s.root.join("strace");
-    let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-qq", "-e", "trace=open,openat,openat2,execve", "-o"]).arg(&trace);
-    cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
-    cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
-    cmd.args(["bash", "-c", "/bin/true; /bin/true; /bin/true"]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
-    let text = std::fs::read_to_string(&trace).unwrap();
+    let text = trace_joining(&s, &session, "open,openat,openat2,execve", "/bin/true; /bin/true; /bin/true");
     let execs = text.lines().filter(|l| l.contains("execve(\"/bin/true\"")).count();
     assert_eq!(execs, 3, "{text}");
     let header = session.join("session.json").to_string_lossy().into_owned();

@@ -333,16 +333,23 @@ pub fn open_store_children_need() {
 #[cold]
 #[inline(never)]
 fn open_store_for_children() {
-    // Only the process that owns this memory opens its store here: in a vfork child (which a
-    // program might make wait for a child of its own) the request stays for the parent.
+    // Busy (a wait in a signal handler that interrupted a hook): the request stays for the
+    // next wait.
+    publish_store_outside_a_hook(|| CHILD_OPENED_STORE.store(false, Ordering::Relaxed));
+}
+
+/// Opens and publishes this process's store from outside a hook (a wait, a fork), under the
+/// guard and `catch_unwind`, with errno preserved, after `entered` once the guard is held.
+/// Only the process that owns this memory does: in a vfork child (which a program might make
+/// wait for or fork a child of its own) nothing is opened. Nothing either while this thread is
+/// inside the shim already.
+fn publish_store_outside_a_hook(entered: impl FnOnce()) {
     if !owns_memory() {
         return;
     }
     let saved = crate::guard::errno();
-    // Busy (a wait in a signal handler that interrupted a hook): the request stays for the
-    // next wait.
     if let Some(guard) = crate::guard::Guard::enter() {
-        CHILD_OPENED_STORE.store(false, Ordering::Relaxed);
+        entered();
         let _ = std::panic::catch_unwind(|| {
             let _ = store();
         });
@@ -358,17 +365,9 @@ fn open_store_for_children() {
 /// one per command. A process that forks pays for the store once, whether its children need it
 /// or not. Nothing is opened in a `vfork` child, or while this thread is inside the shim.
 pub fn open_store_before_fork() {
-    if STORE.get().is_some() || !owns_memory() {
-        return;
+    if STORE.get().is_none() {
+        publish_store_outside_a_hook(|| {});
     }
-    let saved = crate::guard::errno();
-    if let Some(guard) = crate::guard::Guard::enter() {
-        let _ = std::panic::catch_unwind(|| {
-            let _ = store();
-        });
-        drop(guard);
-    }
-    crate::guard::set_errno(saved);
 }
 
 impl Store {

@@ -1,7 +1,9 @@
 //! Deciding, just before an exec, whether the shim will be loaded into the new program.
 //!
-//! Reads the executable's ELF header and program headers (a few hundred bytes), its mode bits
-//! and its `security.capability` attribute, and follows `#!` to the interpreter. A program is
+//! Reads the executable's first 4 KiB (the ELF header and the program headers after it: one
+//! `pread`), its mode bits and, for anyone but root, its `security.capability` attribute, and
+//! follows `#!` to the interpreter; for a dynamic program also its section headers with the
+//! 4 KiB before them, where the section names are (a second `pread`). A program is
 //! unobservable when it is statically linked (no `PT_INTERP`), built for another architecture
 //! or word size, set-user-ID or set-group-ID to someone else, or carries file capabilities
 //! (the loader then runs in secure mode and ignores `LD_PRELOAD`).
@@ -42,19 +44,42 @@ fn machine_name(m: u16) -> String {
     }
 }
 
-/// Credentials of the process about to exec.
+/// Credentials of the process about to exec: the real ids a set-ID program is compared with,
+/// and the uid that says whether file capabilities matter (for anyone but root).
 #[derive(Clone, Copy, Debug)]
-pub struct Creds {
-    /// Real uid.
-    pub uid: u32,
-    /// Real gid.
-    pub gid: u32,
+pub enum Creds {
+    /// The calling process's, asked of the kernel only when a check needs them: the gid only
+    /// for a set-group-ID program, so that most execs cost one `getuid`, not two calls.
+    Current,
+    /// These real ids.
+    Of {
+        /// Real uid.
+        uid: u32,
+        /// Real gid.
+        gid: u32,
+    },
 }
 
 impl Creds {
-    /// The calling process's real ids.
+    /// The calling process's real ids (asked when needed).
     pub fn current() -> Creds {
-        Creds { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+        Creds::Current
+    }
+
+    /// The real uid.
+    pub fn uid(self) -> u32 {
+        match self {
+            Creds::Current => rustix::process::getuid().as_raw(),
+            Creds::Of { uid, .. } => uid,
+        }
+    }
+
+    /// The real gid.
+    pub fn gid(self) -> u32 {
+        match self {
+            Creds::Current => rustix::process::getgid().as_raw(),
+            Creds::Of { gid, .. } => gid,
+        }
     }
 }
 
@@ -185,15 +210,19 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
         Err(_) => return Ok(()),
     };
     let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(()) };
-    if st.st_mode & 0o4000 != 0 && st.st_uid != creds.uid || st.st_mode & 0o2000 != 0 && st.st_gid != creds.gid {
+    if st.st_mode & 0o4000 != 0 && st.st_uid != creds.uid() || st.st_mode & 0o2000 != 0 && st.st_gid != creds.gid() {
         return Err(UnobservedReason::SetIdExecutable { mode: st.st_mode & 0o7777 });
     }
-    if creds.uid != 0 && has_file_capabilities(&fd) {
+    if creds.uid() != 0 && has_file_capabilities(&fd) {
         return Err(UnobservedReason::FileCapabilities);
     }
-    let mut head = [0u8; 256];
-    let n = read_at(&fd, &mut head, 0).unwrap_or(0);
-    let head = &head[..n];
+    // One read for the header and, in every ordinary ELF file, its program headers (they
+    // follow it); only the first 256 bytes count as the header (the kernel reads as much of a
+    // `#!` line).
+    let mut first = vec![0u8; FIRST_READ];
+    let n = read_once(&fd, &mut first, 0).unwrap_or(0);
+    let first = &first[..n];
+    let head = &first[..n.min(256)];
     if head.starts_with(b"#!") {
         if depth >= 4 {
             return Ok(());
@@ -224,11 +253,20 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
     if phentsize < 4 || phnum == 0 || phnum > 512 {
         return Ok(());
     }
-    let mut table = vec![0u8; phentsize * phnum];
-    match read_at(&fd, &mut table, phoff) {
-        Ok(n) if n == table.len() => {}
-        _ => return Ok(()),
-    }
+    let table_len = phentsize * phnum;
+    let read_table;
+    let table = match usize::try_from(phoff).ok().and_then(|at| first.get(at..at.checked_add(table_len)?)) {
+        Some(in_first) => in_first,
+        None => {
+            let mut t = vec![0u8; table_len];
+            match read_at(&fd, &mut t, phoff) {
+                Ok(n) if n == t.len() => {}
+                _ => return Ok(()),
+            }
+            read_table = t;
+            &read_table[..]
+        }
+    };
     let dynamic = table.chunks_exact(phentsize).any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
     if !dynamic {
         return Err(UnobservedReason::StaticExecutable);
@@ -248,17 +286,33 @@ fn runtime_of(fd: &std::os::fd::OwnedFd, head: &[u8]) -> Option<&'static str> {
     if shentsize < 64 || shnum == 0 || shnum > 4096 || shstrndx >= shnum {
         return None;
     }
-    let mut table = vec![0u8; shentsize * shnum];
-    if read_at(fd, &mut table, shoff).ok()? != table.len() {
+    // The section headers and, read with them, what precedes them: the section names are
+    // there in every file GNU ld, lld and Go's linker write, so one read is enough.
+    let table_len = shentsize * shnum;
+    let before = shoff.min(TAIL_BEFORE);
+    let mut tail = vec![0u8; before as usize + table_len];
+    if read_at(fd, &mut tail, shoff - before).ok()? != tail.len() {
         return None;
     }
+    let table = &tail[before as usize..];
     let field = |sh: &[u8], o: usize| u64::from_le_bytes(sh[o..o + 8].try_into().unwrap_or([0; 8]));
     let strtab = &table[shstrndx * shentsize..(shstrndx + 1) * shentsize];
     let (str_off, str_len) = (field(strtab, 24), field(strtab, 32).min(1 << 20));
-    let mut names = vec![0u8; str_len as usize];
-    if read_at(fd, &mut names, str_off).ok()? != names.len() {
-        return None;
-    }
+    let in_tail = str_off
+        .checked_sub(shoff - before)
+        .and_then(|at| tail.get(at as usize..(at as usize).checked_add(str_len as usize)?));
+    let read_names;
+    let names = match in_tail {
+        Some(names) => names,
+        None => {
+            let mut n = vec![0u8; str_len as usize];
+            if read_at(fd, &mut n, str_off).ok()? != n.len() {
+                return None;
+            }
+            read_names = n;
+            &read_names[..]
+        }
+    };
     let name_of = |sh: &[u8]| {
         let at = u32::from_le_bytes(sh[0..4].try_into().unwrap_or([0; 4])) as usize;
         names.get(at..).map(|n| &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())])
@@ -273,6 +327,24 @@ fn runtime_of(fd: &std::os::fd::OwnedFd, head: &[u8]) -> Option<&'static str> {
 fn has_file_capabilities(fd: &std::os::fd::OwnedFd) -> bool {
     let mut buf = [0u8; 64];
     rustix::fs::fgetxattr(fd, "security.capability", &mut buf[..]).is_ok()
+}
+
+/// How much of an executable the check reads first: the ELF header and the program headers
+/// after it (a dynamic program's dozen of them take under 1 KiB).
+const FIRST_READ: usize = 4096;
+
+/// How much of what precedes the section headers is read with them (see [`runtime_of`]).
+const TAIL_BEFORE: u64 = 4096;
+
+/// One `pread` (again after `EINTR`): for the start of a file, where a short read means the
+/// file is that short, so that a small script costs one system call rather than two.
+fn read_once(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    loop {
+        match rustix::io::pread(fd, &mut *buf, offset) {
+            Err(Errno::INTR) => continue,
+            other => return other.map_err(Into::into),
+        }
+    }
 }
 
 fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -332,6 +404,52 @@ mod tests {
         elf
     }
 
+    /// A dynamic ELF of this architecture (one `PT_INTERP` at `phoff`) whose section names
+    /// (`.shstrtab` at `names_at`, then `section`) precede its section headers by `gap` bytes.
+    fn dynamic_elf_with_section(section: &str, phoff: usize, names_at: usize, gap: usize) -> Vec<u8> {
+        let names = format!("\0.shstrtab\0{section}\0").into_bytes();
+        let shoff = names_at + names.len() + gap;
+        let mut elf = vec![0u8; (shoff + 3 * 64).max(phoff + 56)];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[18..20].copy_from_slice(&NATIVE_MACHINE.to_le_bytes());
+        elf[32..40].copy_from_slice(&(phoff as u64).to_le_bytes());
+        elf[40..48].copy_from_slice(&(shoff as u64).to_le_bytes());
+        elf[54..56].copy_from_slice(&56u16.to_le_bytes());
+        elf[56..58].copy_from_slice(&1u16.to_le_bytes());
+        elf[58..60].copy_from_slice(&64u16.to_le_bytes());
+        elf[60..62].copy_from_slice(&3u16.to_le_bytes());
+        elf[62..64].copy_from_slice(&1u16.to_le_bytes());
+        elf[phoff..phoff + 4].copy_from_slice(&PT_INTERP.to_le_bytes());
+        elf[names_at..names_at + names.len()].copy_from_slice(&names);
+        for (i, name_at) in [(1usize, 1u32), (2, 11)] {
+            let sh = shoff + i * 64;
+            elf[sh..sh + 4].copy_from_slice(&name_at.to_le_bytes());
+            if i == 1 {
+                elf[sh + 24..sh + 32].copy_from_slice(&(names_at as u64).to_le_bytes());
+                elf[sh + 32..sh + 40].copy_from_slice(&(names.len() as u64).to_le_bytes());
+            }
+        }
+        elf
+    }
+
+    #[test]
+    fn a_go_program_is_found_by_its_section_wherever_its_headers_and_names_lie() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("prog");
+        let go = || Err(UnobservedReason::BypassesLibc { runtime: "go".into() });
+        // The names just before the section headers (what linkers write), far before them,
+        // and program headers beyond the first read: the same verdict each time.
+        for (phoff, names_at, gap) in [(64, 200, 0), (64, 200, 10_000), (6_000, 7_000, 0)] {
+            std::fs::write(&p, dynamic_elf_with_section(".go.buildinfo", phoff, names_at, gap)).unwrap();
+            assert_eq!(check(p.as_os_str().as_bytes(), me()), go(), "phoff {phoff}, names at {names_at}, gap {gap}");
+            std::fs::write(&p, dynamic_elf_with_section(".data.other", phoff, names_at, gap)).unwrap();
+            assert_eq!(check(p.as_os_str().as_bytes(), me()), Ok(()), "phoff {phoff}, names at {names_at}, gap {gap}");
+        }
+    }
+
     #[test]
     fn a_dynamically_linked_program_is_observable() {
         assert_eq!(check(b"/bin/sh", me()), Ok(()));
@@ -369,9 +487,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4755)).unwrap();
         use std::os::unix::ffi::OsStrExt;
-        let owner = Creds { uid: rustix::process::getuid().as_raw(), gid: 0 };
+        let uid = rustix::process::getuid().as_raw();
+        let owner = Creds::Of { uid, gid: 0 };
         assert_eq!(check(p.as_os_str().as_bytes(), owner), Ok(()), "set-id to oneself changes nothing");
-        let other = Creds { uid: owner.uid.wrapping_add(1), gid: 0 };
+        assert_eq!(check(p.as_os_str().as_bytes(), Creds::current()), Ok(()), "the caller's own ids, asked lazily");
+        let other = Creds::Of { uid: uid.wrapping_add(1), gid: 0 };
         assert!(matches!(
             check(p.as_os_str().as_bytes(), other),
             Err(UnobservedReason::SetIdExecutable { mode: 0o4755 })

@@ -319,12 +319,13 @@ fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page
 }
 
 /// `bash -c script` joining the session at `session` (made first by a command that changes a
-/// file) under the shim, traced by `strace -f -e trace=calls`: the trace's text.
+/// file) under the shim, traced by `strace -f -y -e trace=calls` (descriptors shown with their
+/// paths): the trace's text.
 fn trace_joining(s: &Scratch, session: &std::path::Path, calls: &str, script: &str) -> String {
     s.run_ok(session, &["sh", "-c", "echo x > made"]);
     let trace = s.root.join("strace");
     let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"]).arg(&trace);
+    cmd.args(["-f", "-y", "-qq", "-e", &format!("trace={calls}"), "-o"]).arg(&trace);
     cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
     cmd.arg("-E").arg(format!("AETHER_JOURNAL_DIR={}", session.display()));
     cmd.args(["bash", "-c", script]).current_dir(s.tree());
@@ -363,6 +364,30 @@ fn a_shell_running_a_list_of_commands_opens_the_session_store_once() {
     let log = s.log_json(&session);
     let journaled = log["records"].as_array().unwrap().iter().filter(|r| r["op"]["program"] == "/bin/true").count();
     assert_eq!(journaled, 3, "every exec is journaled: {log}");
+}
+
+#[test]
+fn the_check_before_an_exec_reads_the_program_in_two_reads_and_asks_no_gid() {
+    // The ELF header with the program headers after it, then the section headers with the
+    // section names before them (Go and Bun are told by a section's name): four reads before.
+    // The gid matters only for a set-group-ID program: it was asked before every exec.
+    let s = scratch!();
+    let session = s.session("session");
+    let script = "/bin/true; /bin/true";
+    let text = trace_joining(&s, &session, "pread64,getgid,execve", script);
+    let execs = text.lines().filter(|l| l.contains("execve(\"/bin/true\"") && l.ends_with("= 0")).count();
+    assert_eq!(execs, 2, "{text}");
+    let true_path = std::fs::canonicalize("/bin/true").unwrap().to_string_lossy().into_owned();
+    let reads = text.lines().filter(|l| l.contains("pread64(") && l.contains(&format!("<{true_path}>"))).count();
+    assert_eq!(reads, 2 * execs, "{text}");
+    let bare_trace = s.root.join("strace-bare");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=getgid", "-o"]).arg(&bare_trace).args(["bash", "-c", script]);
+    isolate(&mut cmd, &s.root);
+    assert!(cmd.current_dir(s.tree()).output().unwrap().status.success());
+    let gids = |t: &str| t.lines().filter(|l| l.contains("getgid(")).count();
+    let bare = std::fs::read_to_string(&bare_trace).unwrap();
+    assert_eq!(gids(&text), gids(&bare), "the shim asked for the gid:\n{text}");
 }
 
 #[test]

@@ -220,7 +220,7 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
     // follow it); only the first 256 bytes count as the header (the kernel reads as much of a
     // `#!` line).
     let mut first = vec![0u8; FIRST_READ];
-    let n = read_once(&fd, &mut first, 0).unwrap_or(0);
+    let n = read_at_least(&fd, &mut first, 0, 256).unwrap_or(0);
     let first = &first[..n];
     let head = &first[..n.min(256)];
     if head.starts_with(b"#!") {
@@ -336,20 +336,12 @@ const FIRST_READ: usize = 4096;
 /// How much of what precedes the section headers is read with them (see [`runtime_of`]).
 const TAIL_BEFORE: u64 = 4096;
 
-/// One `pread` (again after `EINTR`): for the start of a file, where a short read means the
-/// file is that short, so that a small script costs one system call rather than two.
-fn read_once(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    loop {
-        match rustix::io::pread(fd, &mut *buf, offset) {
-            Err(Errno::INTR) => continue,
-            other => return other.map_err(Into::into),
-        }
-    }
-}
-
-fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+/// Reads into `buf` from `offset` until it holds at least `min` bytes (or all of `buf`), or
+/// the file ends: a script of a few hundred bytes costs one `pread`, not a second one to find
+/// its end, and what a short read left out is read again by whoever needs it.
+fn read_at_least(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64, min: usize) -> io::Result<usize> {
     let mut done = 0;
-    while done < buf.len() {
+    while done < min.min(buf.len()) {
         match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
@@ -358,6 +350,10 @@ fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result
         }
     }
     Ok(done)
+}
+
+fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    read_at_least(fd, buf, offset, buf.len())
 }
 
 /// Resolves a program name the way `execvp` does: names with a slash are used as they are,

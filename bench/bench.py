@@ -397,11 +397,12 @@ def main():
         per = [s - b for b, s in zip(times["bare"], times["shim"])]
         over_floor = [s - f for f, s in zip(times["floor"], times["shim"])]
         floor = [f - b for b, f in zip(times["bare"], times["floor"])]
-        rows.append("| per exec of /bin/true (spawn+exec+wait, %d rounds of %d), us | %s | %s | +%s us | | 0 | <= +20 us | %s |" % (
-            rounds, n, spread(times["bare"], "%.0f"), spread(times["shim"], "%.0f"), spread(per, "%.0f"),
-            "meets" if statistics.median(per) <= 20 else "MISSES"))
+        rows.append("| per exec of /bin/true (spawn+exec+wait, %d rounds of %d), us | %s | %s | +%s us | | 0 | | |" % (
+            rounds, n, spread(times["bare"], "%.0f"), spread(times["shim"], "%.0f"), spread(per, "%.0f")))
         rows.append("| of which any preload library costs (do-nothing .so) | | | +%s us | | | | |" % spread(floor, "%.0f"))
-        rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | | |" % spread(over_floor, "%.0f"))
+        # The target (issue 23): the do-nothing library's cost plus 20 us, side by side.
+        rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | <= +20 us | %s |" % (
+            spread(over_floor, "%.0f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES"))
         results["EXEC"] = {"per_exec_us": per, "floor_us": floor, "over_floor_us": over_floor}
     if not only or "CMD" in only:
         # Per command a harness or a shell script starts: Python's subprocess and dash (the

@@ -349,6 +349,31 @@ fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store()
 }
 
 #[test]
+fn a_program_that_only_fopens_dev_null_for_writing_opens_no_store() {
+    // sed's `w` command opens its file with fopen: stdio's hooks take the same shortcut as the
+    // open family. (bash, which execs sed and journals the exec, opens the store itself.)
+    let s = scratch!();
+    let session = s.session("session");
+    let text = trace_joining(&s, &session, "open,openat,openat2,execve", "exec sed -n 'w /dev/null' made");
+    // bash execs sed in its own process: what that pid does from sed's execve on.
+    let is_sed_exec = |l: &str| l.contains("execve(") && l.contains("sed\"") && l.ends_with("= 0");
+    let sed = text
+        .lines()
+        .find(|l| is_sed_exec(l))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("sed did not run: {text}"));
+    let after_exec: Vec<&str> =
+        text.lines().filter(|l| l.split_whitespace().next() == Some(sed)).skip_while(|l| !is_sed_exec(l)).collect();
+    assert!(
+        after_exec.iter().any(|l| l.contains("\"/dev/null\", O_WRONLY|O_CREAT|O_TRUNC")),
+        "sed's fopen was not traced: {text}"
+    );
+    let header = session.join("session.json").to_string_lossy().into_owned();
+    let store_opens: Vec<&&str> = after_exec.iter().filter(|l| l.contains(&header)).collect();
+    assert!(store_opens.is_empty(), "sed opened the session's store: {store_opens:#?}");
+}
+
+#[test]
 fn a_shell_running_a_list_of_commands_opens_the_session_store_once() {
     // bash forks for each command but the last, which it execs itself; every exec is
     // journaled. The store the shell opens before its first fork is the one its children

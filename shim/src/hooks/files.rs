@@ -123,7 +123,9 @@ pub fn fopen_(call: &'static str, real: impl FnOnce(Account) -> *mut FILE, path:
         f
     };
     let pre = |s| path.bytes().map_or(Pending::Nothing, |p| rec::before_open(s, ME, call, libc::AT_FDCWD, p, flags));
-    journaled_with(call, path, pre, real, file_outcome, <*mut FILE>::refused)
+    // `/dev/null` and the like, as for the open family.
+    let outside = || path.bytes().is_some_and(rec::plainly_excluded);
+    journaled_with(call, path, outside, pre, real, file_outcome, <*mut FILE>::refused)
 }
 
 pub fn freopen_(
@@ -149,7 +151,9 @@ pub fn freopen_(
         };
         rec::before_open(s, ME, call, libc::AT_FDCWD, &target, flags)
     };
-    journaled_with(call, path, pre, real, file_outcome, <*mut FILE>::refused)
+    // `freopen("/dev/null", "w", stdout)`, as daemons do: as for fopen.
+    let outside = || path.bytes().is_some_and(rec::plainly_excluded);
+    journaled_with(call, path, outside, pre, real, file_outcome, <*mut FILE>::refused)
 }
 
 /// The mkstemp family and mkdtemp: the template is journaled before the call (a `temp_name`
@@ -211,7 +215,7 @@ pub fn fd_change<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, fd
 pub fn posix_fallocate_(call: &'static str, real: impl FnOnce(Account) -> c_int, fd: c_int) -> c_int {
     let Some(st) = ops::uncovered_fd(fd) else { return real(Account::Journaled) };
     let pre = |s| rec::before_fd_change(s, ME, call, fd, &st);
-    journaled_with(call, CPath::NONE, pre, real, |r| (*r == 0, None), |errno| errno)
+    journaled_with(call, CPath::NONE, || false, pre, real, |r| (*r == 0, None), |errno| errno)
 }
 
 pub fn rename_at<R: Ret>(

@@ -499,17 +499,18 @@ pub fn journaled_unless<R: Ret>(
     after_journaled(call, pending, account, real, |r| (r.succeeded(), r.fd()), R::refused)
 }
 
-/// [`journaled`] for calls that judge their result or report refusal their own way (stdio's
-/// `FILE *`, posix_fallocate's returned error number).
+/// [`journaled_unless`] for calls that judge their result or report refusal their own way
+/// (stdio's `FILE *`, posix_fallocate's returned error number).
 pub fn journaled_with<R>(
     call: &'static str,
     name: CPath,
+    outside: impl FnOnce() -> bool,
     pre: impl FnOnce(&'static Store) -> Pending,
     real: impl FnOnce(Account) -> R,
     outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
     refused: impl FnOnce(c_int) -> R,
 ) -> R {
-    let (pending, account) = before_call(call, name, || false, pre);
+    let (pending, account) = before_call(call, name, outside, pre);
     after_journaled(call, pending, account, real, outcome, refused)
 }
 

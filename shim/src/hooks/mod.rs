@@ -495,8 +495,7 @@ pub fn journaled_unless<R: Ret>(
     pre: impl FnOnce(&'static Store) -> Pending,
     real: impl FnOnce(Account) -> R,
 ) -> R {
-    let (pending, account) = before_call(call, name, outside, pre);
-    after_journaled(call, pending, account, real, |r| (r.succeeded(), r.fd()), R::refused)
+    journaled_with(call, name, outside, pre, real, |r| (r.succeeded(), r.fd()), R::refused)
 }
 
 /// [`journaled_unless`] for calls that judge their result or report refusal their own way
@@ -511,18 +510,6 @@ pub fn journaled_with<R>(
     refused: impl FnOnce(c_int) -> R,
 ) -> R {
     let (pending, account) = before_call(call, name, outside, pre);
-    after_journaled(call, pending, account, real, outcome, refused)
-}
-
-/// The real call and what follows it, for [`journaled_with`] and [`journaled_unless`].
-fn after_journaled<R>(
-    call: &'static str,
-    pending: Option<(&'static Store, Pending)>,
-    account: Account,
-    real: impl FnOnce(Account) -> R,
-    outcome: impl FnOnce(&R) -> (bool, Option<c_int>),
-    refused: impl FnOnce(c_int) -> R,
-) -> R {
     if let Some((_, Pending::Refuse(errno))) = pending {
         return refused(errno);
     }

@@ -453,13 +453,16 @@ mod tests {
         let counters = SharedCounters::open(&t.path().join("counters")).unwrap();
         let changes = Changes::default();
         assert!(Checked::now(&changes, &counters).is_some(), "nothing under way");
-        // A thread asleep in a call: still in it, as far as /proc says.
+        // A thread asleep in a call: still in it, as far as /proc says. Waited for until it is
+        // in sleep's own call: while it starts, /proc can show it blocked in the loader's calls
+        // or in a page fault (-1), and then running, which would say nothing below.
         let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
         let tid = child.id();
         let asleep_in = |tid: u32| -> i64 {
-            for _ in 0..200 {
+            for _ in 0..1000 {
                 let s = std::fs::read_to_string(format!("/proc/{tid}/syscall")).unwrap_or_default();
-                if let Some(nr) = s.split(' ').next().and_then(|v| v.parse().ok()) {
+                let nr = s.split(' ').next().and_then(|v| v.parse().ok());
+                if let Some(nr @ (libc::SYS_clock_nanosleep | libc::SYS_nanosleep)) = nr {
                     return nr;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));

@@ -241,6 +241,18 @@ pub enum Problem {
         /// `seq` two records have.
         last_id: Option<u64>,
     },
+    /// A valid record the session's seal covers (its `seq` is not above the seal's newest)
+    /// that names a path the seal does not hold: every path a record named when the session
+    /// was sealed is in it, so this record was written since (forged or damaged). It is never
+    /// acted on.
+    Unsealed {
+        /// Its `seq`.
+        seq: u64,
+        /// The first of its paths the seal does not hold.
+        path: crate::bpath::BPath,
+        /// The newest record the seal covers.
+        through: u64,
+    },
 }
 
 impl Problem {
@@ -248,7 +260,7 @@ impl Problem {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Problem::Corrupt { seq, .. } | Problem::UnknownVersion { seq, .. } => *seq,
-            Problem::Unaccounted { seq, .. } => Some(*seq),
+            Problem::Unaccounted { seq, .. } | Problem::Unsealed { seq, .. } => Some(*seq),
         }
     }
 
@@ -276,6 +288,10 @@ impl Problem {
             Problem::Unaccounted { seq, last_id: None } => format!(
                 "two records have seq {seq}, which the session's counter hands out once (one is forged or damaged); neither was acted on"
             ),
+            Problem::Unsealed { seq, path, through } => format!(
+                "the record of seq {seq} names {}, which the session's seal (of its records through seq {through}) does not hold: no record named it when the session was sealed, so this one was written since (forged or damaged); it was not acted on",
+                path.display_lossy()
+            ),
         }
     }
 
@@ -286,7 +302,7 @@ impl Problem {
                 *offset = at_offset as u64;
                 *line = at_line;
             }
-            Problem::Unaccounted { .. } => {}
+            Problem::Unaccounted { .. } | Problem::Unsealed { .. } => {}
         }
     }
 }
@@ -330,6 +346,32 @@ impl JournalContents {
                 continue;
             }
             kept.push(r);
+        }
+        self.records = kept;
+    }
+
+    /// Sets aside, as [`Problem::Unsealed`], every record `seal` covers that names a path it
+    /// does not hold. A seal holds every path the records it covers name (those up to
+    /// [`crate::seal::Seal::through`]; every record, for a seal of a build that did not keep
+    /// it), so such a record was written after the seal by something other than the session's
+    /// writers: acting on it would let a forged line remove or write any file the user can.
+    /// Records newer than the seal (a process that joined the session after `run` sealed it)
+    /// are kept: they are checked the unsealed way.
+    pub fn set_aside_unsealed(&mut self, seal: &crate::seal::Seal) {
+        let covered = |r: &crate::record::Record| seal.through == 0 || r.seq <= seal.through;
+        let outside = |r: &crate::record::Record| {
+            crate::select::record_paths(r).into_iter().find(|p| seal.state_of(p).is_none()).cloned()
+        };
+        if !self.records.iter().any(|r| covered(r) && outside(r).is_some()) {
+            return;
+        }
+        let records = std::mem::take(&mut self.records);
+        let mut kept = Vec::with_capacity(records.len());
+        for r in records {
+            match outside(&r).filter(|_| covered(&r)) {
+                Some(path) => self.problems.push(Problem::Unsealed { seq: r.seq, path, through: seal.through }),
+                None => kept.push(r),
+            }
         }
         self.records = kept;
     }
@@ -746,6 +788,43 @@ mod tests {
             call: "open".into(),
             op: Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
         }
+    }
+
+    #[test]
+    fn records_the_seal_covers_that_name_a_path_it_does_not_hold_are_set_aside_and_newer_ones_kept() {
+        let at = |seq: u64, op: Op| Record { op, ..rec(seq) };
+        let change = |p: &str| Op::Change { path: BPath::from(p), before: Before::Absent };
+        let rename = |from: &str, to: &str| Op::Rename {
+            from: BPath::from(from),
+            to: BPath::from(to),
+            moved: None,
+            flags: 0,
+            to_before: Before::Absent,
+        };
+        let records = || {
+            vec![
+                at(1, change("/t/a")),
+                at(2, rename("/t/a", "/t/forged")),
+                at(3, change("/t/\u{e9}")),
+                at(4, change("/t/b")),
+                // Newer than the seal: a process that joined after it.
+                at(9, change("/t/late")),
+            ]
+        };
+        let sealed = |through: u64| {
+            let paths = ["/t/a", "/t/b", "/t/\u{e9}"].map(BPath::from).to_vec();
+            crate::seal::take_seal_of_paths(paths, through, |_| true)
+        };
+        let mut j = JournalContents { records: records(), ..Default::default() };
+        j.set_aside_unsealed(&sealed(4));
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 3, 4, 9]);
+        assert_eq!(j.problems, [Problem::Unsealed { seq: 2, path: BPath::from("/t/forged"), through: 4 }]);
+        assert!(j.problems[0].describe().contains("seq 2 names /t/forged"), "{}", j.problems[0].describe());
+        // A seal that does not say how far it goes covers every record.
+        let mut j = JournalContents { records: records(), ..Default::default() };
+        j.set_aside_unsealed(&sealed(0));
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 3, 4]);
+        assert_eq!(j.problems.iter().map(|p| p.seq()).collect::<Vec<_>>(), [Some(2), Some(9)]);
     }
 
     #[test]

@@ -150,7 +150,13 @@ fn undo_inner(
     }
     let mut notes_live = None;
     let mut report_notes_resumed = None;
-    let journal = session.read_journal()?;
+    let mut journal = session.read_journal()?;
+    // A record the seal covers naming a path it does not hold was written since: set aside.
+    let mut seal =
+        Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
+    if let Some(seal) = &seal {
+        journal.set_aside_unsealed(seal);
+    }
     let undone_at = read_undone(session);
     let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();
     let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, (_, t))| Some((*s, (*t)?))).collect();
@@ -213,8 +219,6 @@ fn undo_inner(
     }
     let others_note = other_sessions_on_these_paths(session, &journal, opts, &already);
     let blobs = session.blobs_dir();
-    let mut seal =
-        Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
     let only = opts.select.as_ref().map(|sel| select(&journal, sel));
     let plan = Plan {
         journal: &journal,

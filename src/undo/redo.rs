@@ -692,8 +692,12 @@ pub fn redo_session(
         });
     };
     let journal_path = dir.join(crate::session::JOURNAL_FILE);
-    let journal = crate::journal::read_with_segments(&journal_path, &dir.join("none")).map_err(io_at(&journal_path))?;
+    let mut journal =
+        crate::journal::read_with_segments(&journal_path, &dir.join("none")).map_err(io_at(&journal_path))?;
     let seal = crate::seal::Seal::read(&dir).map_err(io_at(&dir))?;
+    if let Some(seal) = &seal {
+        journal.set_aside_unsealed(seal);
+    }
     let blobs = dir.join(crate::session::BLOBS_DIR);
     let (none, no_times) = (HashSet::new(), std::collections::HashMap::new());
     let plan = super::Plan {

@@ -240,6 +240,25 @@ impl Drop for Scratch {
     }
 }
 
+/// `redo --json`, preceded by `redo --dry-run --json`, which must predict it.
+pub fn redo_json(s: &Scratch, session: &Path) -> (i32, serde_json::Value) {
+    let redo = |dry: bool| {
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["redo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
+        if dry {
+            args.push("--dry-run".as_ref());
+        }
+        let out = s.cli(&args);
+        let json = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("redo printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code().unwrap_or(-1), json)
+    };
+    let predicted = redo(true);
+    let done = redo(false);
+    assert_dry_run_predicts(&predicted, &done);
+    done
+}
+
 /// Requires a dry run's report to predict the undo's: exit code, completeness, and the
 /// outcome of every step, path by path, in order (the explanations may differ in tense).
 pub fn assert_dry_run_predicts(dry: &(i32, serde_json::Value), undo: &(i32, serde_json::Value)) {

@@ -1740,3 +1740,57 @@ fn a_file_the_undo_cannot_remove_is_failed_even_when_removed_beside_the_next_ste
         assert_eq!(std::fs::read_to_string(s.path(&format!("f{i}"))).unwrap(), format!("{i}\n"));
     }
 }
+
+#[test]
+fn a_record_the_seal_covers_that_names_a_path_the_seal_does_not_hold_is_named_and_never_acted_on() {
+    // A seq the counter handed out that no record took (an id spent on a blob name), and a
+    // seq of one of the session's own records, in a forged line naming a file outside the
+    // tree as one the session created: the seal, which holds every path its records named,
+    // does not hold it.
+    let s = scratch!();
+    s.sh("echo kept > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > f && echo made > g && mv g h"]);
+    let victims = [s.root.join("victim-in-a-gap"), s.root.join("victim-after-the-first")];
+    for v in &victims {
+        std::fs::write(v, "the user's own\n").unwrap();
+    }
+    let log = s.log_json(&session);
+    let seqs: Vec<u64> = log["records"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let last = *seqs.iter().max().unwrap();
+    let gap = (1..last).find(|q| !seqs.contains(q)).expect("an id no record took (the capture of f)");
+    let mut journal = std::fs::OpenOptions::new().append(true).open(session.join("journal")).unwrap();
+    use std::io::Write;
+    journal.write_all(&forged_creation(&victims[0], gap)).unwrap();
+    drop(journal);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(std::fs::read_to_string(&victims[0]).unwrap(), "the user's own\n", "{r}");
+    let damaged: Vec<_> = r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["cause"]["code"] == "damaged_journal")
+        .map(|o| o["why"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(damaged.len(), 1, "{r}");
+    assert!(damaged[0].contains(&format!("seq {gap} names {}", victims[0].display())), "{r}");
+    assert!(damaged[0].contains("does not hold"), "{r}");
+    // The session's own changes were put back all the same.
+    assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "kept\n");
+    assert!(!s.path("g").exists() && !s.path("h").exists());
+    // A redo takes back the undo, and its journal is checked against its own seal likewise.
+    let undo_dir = session.join("undos/1");
+    let undo_log: Vec<u8> = std::fs::read(undo_dir.join("journal")).unwrap();
+    let undo_seqs: Vec<u64> = undo_log
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice::<serde_json::Value>(&l[17..]).unwrap()["seq"].as_u64().unwrap())
+        .collect();
+    let mut journal = std::fs::OpenOptions::new().append(true).open(undo_dir.join("journal")).unwrap();
+    journal.write_all(&forged_creation(&victims[1], undo_seqs[0])).unwrap();
+    drop(journal);
+    let (code, r) = redo_json(&s, &session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(std::fs::read_to_string(&victims[1]).unwrap(), "the user's own\n", "{r}");
+}

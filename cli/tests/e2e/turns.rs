@@ -71,24 +71,6 @@ fn mark(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
     cli_json(s, "mark", session, args)
 }
 
-/// `redo --json`, preceded by `redo --dry-run --json`, which must predict it.
-fn redo_json(s: &Scratch, session: &Path) -> (i32, serde_json::Value) {
-    let redo = |dry: bool| {
-        let mut args: Vec<&OsStr> = vec!["redo".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()];
-        if dry {
-            args.push("--dry-run".as_ref());
-        }
-        let out = s.cli(&args);
-        let json = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("redo printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-        (out.status.code().unwrap_or(-1), json)
-    };
-    let predicted = redo(true);
-    let done = redo(false);
-    assert_dry_run_predicts(&predicted, &done);
-    done
-}
-
 fn review_json(s: &Scratch, session: &Path, args: &[&str]) -> serde_json::Value {
     cli_json(s, "review", session, args)
 }

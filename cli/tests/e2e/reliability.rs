@@ -1763,6 +1763,15 @@ fn a_record_the_seal_covers_that_names_a_path_the_seal_does_not_hold_is_named_an
     use std::io::Write;
     journal.write_all(&forged_creation(&victims[0], gap)).unwrap();
     drop(journal);
+    // Review, read before deciding, shows it as undo will treat it: not as a file made.
+    let out = s.cli(&["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review --json");
+    let victim = victims[0].display().to_string();
+    let listed: Vec<&str> =
+        review["irreversible"].as_array().unwrap().iter().filter_map(|i| i["what"].as_str()).collect();
+    assert!(listed.iter().any(|w| w.contains(&victim) && w.contains("does not hold")), "{review}");
+    let shown_as_made = review["created"].as_array().unwrap().iter().any(|c| c["path"].as_str() == Some(&victim));
+    assert!(!shown_as_made, "{review}");
     let (code, r) = s.undo_json(&session);
     assert_eq!(code, 3, "{r}");
     assert_eq!(std::fs::read_to_string(&victims[0]).unwrap(), "the user's own\n", "{r}");

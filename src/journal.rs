@@ -253,6 +253,31 @@ pub enum Problem {
         /// The newest record the seal covers.
         through: u64,
     },
+    /// A valid record the seal covers whose line is not one the journal's files held when
+    /// the session was sealed ([`crate::digest`]): written or changed since (forged or
+    /// damaged). It is never acted on.
+    Rewritten {
+        /// The file it is in, by its name in the session directory (`journal`,
+        /// `segments/NAME`).
+        file: String,
+        /// The byte offset of its line.
+        offset: u64,
+        /// Its `seq`.
+        seq: u64,
+        /// The newest record the seal covers.
+        through: u64,
+    },
+    /// Lines a journal file held when the session was sealed that it no longer holds (beyond
+    /// those named as corrupt): records removed, or changed beyond reading, since. What they
+    /// would undo cannot be known.
+    Gone {
+        /// The file, by its name in the session directory.
+        file: String,
+        /// How many lines.
+        count: usize,
+        /// Whether the file itself is gone.
+        whole_file: bool,
+    },
 }
 
 impl Problem {
@@ -260,7 +285,10 @@ impl Problem {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Problem::Corrupt { seq, .. } | Problem::UnknownVersion { seq, .. } => *seq,
-            Problem::Unaccounted { seq, .. } | Problem::Unsealed { seq, .. } => Some(*seq),
+            Problem::Unaccounted { seq, .. } | Problem::Unsealed { seq, .. } | Problem::Rewritten { seq, .. } => {
+                Some(*seq)
+            }
+            Problem::Gone { .. } => None,
         }
     }
 
@@ -292,6 +320,15 @@ impl Problem {
                 "the record of seq {seq} names {}, which the session's seal (of its records through seq {through}) does not hold: no record named it when the session was sealed, so this one was written since (forged or damaged); it was not acted on",
                 path.display_lossy()
             ),
+            Problem::Rewritten { file, offset, seq, through } => format!(
+                "the record of seq {seq} at byte {offset} of {file} is one the session's seal covers (its records through seq {through}), but the journal held no such line when the session was sealed: it was written or changed since (forged or damaged); it was not acted on"
+            ),
+            Problem::Gone { file, count, whole_file: true } => format!(
+                "{file}, which held {count} record(s) when the session was sealed, is gone: what they would undo cannot be known, and was not put back"
+            ),
+            Problem::Gone { file, count, whole_file: false } => format!(
+                "{count} record(s) that {file} held when the session was sealed are gone from it (removed or changed since): what they would undo cannot be known, and was not put back"
+            ),
         }
     }
 
@@ -302,7 +339,10 @@ impl Problem {
                 *offset = at_offset as u64;
                 *line = at_line;
             }
-            Problem::Unaccounted { .. } | Problem::Unsealed { .. } => {}
+            Problem::Unaccounted { .. }
+            | Problem::Unsealed { .. }
+            | Problem::Rewritten { .. }
+            | Problem::Gone { .. } => {}
         }
     }
 }
@@ -374,6 +414,54 @@ impl JournalContents {
             }
         }
         self.records = kept;
+    }
+
+    /// Sets aside what the journal's files in `session_dir` hold that they did not hold when
+    /// `seal` was taken ([`crate::digest`]): records the seal covers whose line is not one it
+    /// hashed ([`Problem::Rewritten`], for those still among the records: call it after the
+    /// other checks, so that a record is named once), and names the hashed lines that are gone
+    /// ([`Problem::Gone`], beyond the lines of the file already named as corrupt). Nothing, for
+    /// a seal of a build that did not hash the journal. `records` must be sorted by `seq`. An
+    /// error: a journal file could not be read.
+    pub fn set_aside_altered(&mut self, seal: &crate::seal::Seal, session_dir: &Path) -> io::Result<()> {
+        let Some(digest) = &seal.journal_digest else { return Ok(()) };
+        let findings = digest.check(session_dir, seal.through)?;
+        let mut aside = Vec::new();
+        for f in findings {
+            match f {
+                crate::digest::Finding::Unsealed { seq, .. }
+                    if self.records.binary_search_by_key(&seq, |r| r.seq).is_err() => {}
+                crate::digest::Finding::Unsealed { file, offset, seq } => {
+                    aside.push(seq);
+                    self.problems.push(Problem::Rewritten { file, offset, seq, through: seal.through });
+                }
+                crate::digest::Finding::Gone { file, count, gone } => {
+                    // A line damaged in place is gone from the hashes and named as corrupt.
+                    let corrupt = self
+                        .problems
+                        .iter()
+                        .filter(|p| match p {
+                            Problem::Corrupt { segment, .. } | Problem::UnknownVersion { segment, .. } => {
+                                segment.as_deref().map_or(file == crate::session::JOURNAL_FILE, |s| {
+                                    file.strip_prefix(crate::session::SEGMENTS_DIR).and_then(|f| f.strip_prefix('/'))
+                                        == Some(s)
+                                })
+                            }
+                            _ => false,
+                        })
+                        .count();
+                    if gone || count > corrupt {
+                        let count = if gone { count } else { count - corrupt };
+                        self.problems.push(Problem::Gone { file, count, whole_file: gone });
+                    }
+                }
+            }
+        }
+        if !aside.is_empty() {
+            aside.sort_unstable();
+            self.records.retain(|r| aside.binary_search(&r.seq).is_err());
+        }
+        Ok(())
     }
 
     /// The records whose call is known to have failed (every `call_failed`'s `of_seq`).
@@ -745,7 +833,7 @@ fn salvage_seq(json: &[u8]) -> Option<u64> {
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
-fn parse_line(line: &[u8]) -> Result<Record, Problem> {
+pub(crate) fn parse_line(line: &[u8]) -> Result<Record, Problem> {
     if line.len() < CHECK_LEN + 2 || line[CHECK_LEN] != b' ' {
         return Err(corrupt(salvage_seq(line), "the line does not start with a 16-digit check and a space"));
     }

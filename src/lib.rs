@@ -32,6 +32,7 @@ pub mod bpath;
 pub mod byteset;
 pub mod capture;
 pub mod config;
+pub mod digest;
 pub mod exec_check;
 pub mod exit_codes;
 pub mod internal;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::bpath::BPath;
 use crate::byteset::ByteSet;
 use crate::capture::{hash_regular, ident_of};
+use crate::digest::JournalDigest;
 
 std::thread_local! {
     /// The directory the last [`AfterState::of_sealing`] on this thread looked in, open, or
@@ -451,6 +452,10 @@ pub struct Seal {
     /// otherwise have changed the inode after it was captured).
     #[serde(default)]
     pub blob_intact: std::collections::BTreeSet<String>,
+    /// What the journal's files held when the session was sealed ([`JournalDigest`]), so that
+    /// a record changed, removed or added since is found (`None` in seals of older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_digest: Option<JournalDigest>,
 }
 
 /// A seal's paths and the after-state of each, found by path. The paths are held in one
@@ -612,6 +617,7 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: impl Fn(&[u
         blob_hashes: BTreeMap::new(),
         blob_stats: BTreeMap::new(),
         blob_intact: Default::default(),
+        journal_digest: None,
     }
 }
 
@@ -897,6 +903,7 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
         blob_hashes: BTreeMap::new(),
         blob_stats,
         blob_intact,
+        journal_digest: None,
     }
 }
 
@@ -941,15 +948,18 @@ struct SealAsWritten<'a, F: Fn() + Sync> {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     blob_stats: &'a BTreeMap<String, BlobStat>,
     blob_intact: &'a std::collections::BTreeSet<String>,
+    journal_digest: &'a JournalDigest,
 }
 
 /// Seals a session from its journal without holding its records or its seal whole: what
 /// every reader of its records gathered (`parts`, [`Gathered`]), the counter read after them,
-/// the session's store of blobs; written to `session_dir` as durably as asked. `progress` is
-/// called once per path and per unhashed blob. Returns how many records the seal covers.
+/// the digest of the journal's files taken after them, the session's store of blobs; written
+/// to `session_dir` as durably as asked. `progress` is called once per path and per unhashed
+/// blob. Returns how many records the seal covers.
 pub fn seal_streamed(
     parts: Vec<Gathered>,
     last_id: Option<u64>,
+    journal_digest: &JournalDigest,
     session_dir: &Path,
     blobs_dir: &Path,
     durability: crate::session::Durability,
@@ -966,6 +976,7 @@ pub fn seal_streamed(
         blob_hashes: BTreeMap::new(),
         blob_stats: &blob_stats,
         blob_intact: &blob_intact,
+        journal_digest,
     };
     crate::session::write_atomically_as(&session_dir.join(SEAL_FILE), durability, |w| {
         serde_json::to_writer(w, &seal).map_err(io::Error::other)
@@ -1189,8 +1200,10 @@ mod tests {
         whole.set_aside_unaccounted(Some(8));
         let expected = take_seal(&whole, &blobs, || {});
         let (parts, _) = visit_with_segments(&journal, &segments, Gathered::default, |g, r| g.take(&r)).unwrap();
+        let digest = JournalDigest::take(&store).unwrap();
         let records =
-            seal_streamed(parts, Some(8), &store, &blobs, crate::session::Durability::InKernel, || {}).unwrap();
+            seal_streamed(parts, Some(8), &digest, &store, &blobs, crate::session::Durability::InKernel, || {})
+                .unwrap();
         assert_eq!(records, whole.records.len());
         let text = std::fs::read_to_string(store.join(SEAL_FILE)).unwrap();
         let got = Seal::read(&store).unwrap().unwrap();
@@ -1199,7 +1212,10 @@ mod tests {
         assert_eq!((got.through, &got.paths), (7, &expected.paths));
         assert!(got.blob_stats.contains_key("01/1") && got.blob_stats == expected.blob_stats);
         assert_eq!(got.blob_intact, expected.blob_intact);
-        let written_whole = serde_json::to_string(&Seal { sealed: got.sealed.clone(), ..expected }).unwrap();
+        assert_eq!(got.journal_digest.as_ref(), Some(&digest));
+        let written_whole =
+            serde_json::to_string(&Seal { sealed: got.sealed.clone(), journal_digest: Some(digest), ..expected })
+                .unwrap();
         assert_eq!(text.trim_end(), written_whole, "a reader cannot tell the two apart");
     }
 
@@ -1244,6 +1260,7 @@ mod tests {
             blob_hashes: BTreeMap::new(),
             blob_stats: BTreeMap::new(),
             blob_intact: Default::default(),
+            journal_digest: None,
         };
         let first = serde_json::to_string(&seal).unwrap();
         assert!(first.contains(r#""hash":"unreadable:4:1.2:3.4""#), "{first}");

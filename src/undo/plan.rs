@@ -156,6 +156,9 @@ fn undo_inner(
         Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
     if let Some(seal) = &seal {
         journal.set_aside_unsealed(seal);
+        journal
+            .set_aside_altered(seal, session.dir())
+            .map_err(|source| SessionError::Io { path: session.journal_path(), source })?;
     }
     let undone_at = read_undone(session);
     let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();

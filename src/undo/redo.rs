@@ -584,7 +584,8 @@ pub(super) fn close(done: Finished, reversed: &[u64]) {
     // were this undo's own moves and links, a moment ago).
     let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::from).collect();
     touched.sort_unstable();
-    let seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
+    let mut seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
+    seal.journal_digest = crate::digest::JournalDigest::take(&done.dir).ok();
     let _ = seal.write(&done.dir);
 }
 
@@ -697,6 +698,7 @@ pub fn redo_session(
     let seal = crate::seal::Seal::read(&dir).map_err(io_at(&dir))?;
     if let Some(seal) = &seal {
         journal.set_aside_unsealed(seal);
+        journal.set_aside_altered(seal, &dir).map_err(io_at(&journal_path))?;
     }
     let blobs = dir.join(crate::session::BLOBS_DIR);
     let (none, no_times) = (HashSet::new(), std::collections::HashMap::new());

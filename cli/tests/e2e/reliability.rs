@@ -1803,3 +1803,155 @@ fn a_record_the_seal_covers_that_names_a_path_the_seal_does_not_hold_is_named_an
     assert_eq!(code, 3, "{r}");
     assert_eq!(std::fs::read_to_string(&victims[1]).unwrap(), "the user's own\n", "{r}");
 }
+
+/// Rewrites, in place, every line of the journal file at `file` whose record `edit` changes
+/// (it returns whether it did), with a valid check: what a program with write access to the
+/// store can do.
+fn rewrite_records(file: &std::path::Path, mut edit: impl FnMut(&mut serde_json::Value) -> bool) -> usize {
+    let bytes = std::fs::read(file).unwrap();
+    let mut out = Vec::new();
+    let mut changed = 0;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        let mut rec: serde_json::Value = match body.get(17..).map(serde_json::from_slice) {
+            Some(Ok(v)) => v,
+            _ => {
+                out.extend_from_slice(line);
+                continue;
+            }
+        };
+        if !edit(&mut rec) {
+            out.extend_from_slice(line);
+            continue;
+        }
+        changed += 1;
+        let json = serde_json::to_vec(&rec).unwrap();
+        out.extend_from_slice(&aether_journal::journal::check_of(&json));
+        out.push(b' ');
+        out.extend_from_slice(&json);
+        out.push(b'\n');
+    }
+    std::fs::write(file, out).unwrap();
+    changed
+}
+
+fn damaged_whys(r: &serde_json::Value) -> Vec<String> {
+    r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["cause"]["code"] == "damaged_journal")
+        .map(|o| o["why"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_record_rewritten_after_the_seal_is_found_by_the_seals_line_hashes_and_never_acted_on() {
+    // The session's chmod record rewritten with a valid check to say the file was set-uid
+    // before: its path is one the seal holds and its seq is its own, so only the seal's hashes
+    // of the journal can tell.
+    let s = scratch!();
+    s.sh("echo kept > f && chmod 644 f");
+    let session = s.session("session");
+    // Beside it, a hundred creations, some of them journaled in the same file.
+    s.run_ok(&session, &["sh", "-c", "chmod 600 f && for i in $(seq 1 100); do echo made > a$i; done"]);
+    let f = s.path("f").display().to_string();
+    let mut forged_seq = None;
+    let n = rewrite_records(&session.join("journal"), |rec| {
+        let op = &mut rec["op"];
+        if op["kind"] != "meta" || op["path"].as_str() != Some(&f) {
+            return false;
+        }
+        op["before"]["mode"] = serde_json::json!(0o4755);
+        forged_seq = rec["seq"].as_u64();
+        true
+    });
+    assert_eq!(n, 1, "the chmod's record was rewritten");
+    let forged_seq = forged_seq.unwrap();
+    let out = s.cli(&["review".as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review --json");
+    let listed: Vec<&str> =
+        review["irreversible"].as_array().unwrap().iter().filter_map(|i| i["what"].as_str()).collect();
+    assert!(listed.iter().any(|w| w.contains("the journal held no such line")), "{review}");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.path("f")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "the forged mode was not set: {r}");
+    let damaged = damaged_whys(&r);
+    let rewritten = format!("the record of seq {forged_seq} at byte");
+    assert!(damaged.iter().any(|w| w.contains(&rewritten) && w.contains("the journal held no such line")), "{r}");
+    assert!(
+        damaged.iter().any(|w| w.contains("1 record(s) that journal held when the session was sealed are gone")),
+        "{r}"
+    );
+    // f, whose only record was set aside, is named as not put back; every other step was.
+    let f_named = r["outcomes"].as_array().unwrap().iter().any(|o| o["path"].as_str() == Some(&f));
+    assert!(f_named, "{r}");
+    assert_eq!(damaged.len(), 3, "{r}");
+    for i in 1..=100 {
+        assert!(!s.path(&format!("a{i}")).exists(), "the session's other steps were undone: {r}");
+    }
+    // The undo's own journal is hashed by its seal likewise: a redo finds it rewritten.
+    let undo_journal = session.join("undos/1/journal");
+    let n = rewrite_records(&undo_journal, |rec| {
+        rec["pid"] = serde_json::json!(1);
+        true
+    });
+    assert!(n > 0);
+    let (code, r) = redo_json(&s, &session);
+    assert_eq!(code, 3, "{r}");
+    assert!(damaged_whys(&r).iter().any(|w| w.contains("the journal held no such line")), "{r}");
+}
+
+#[test]
+fn a_record_the_seal_covers_added_since_is_never_acted_on_even_naming_a_path_the_seal_holds() {
+    // A forged creation of f, a file the session changed (so the seal holds it), with a seq
+    // the counter handed out that no record took: appended to the journal, and in a segment
+    // of its own.
+    let s = scratch!();
+    s.sh("echo kept > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > f && echo made > g && mv g h"]);
+    let log = s.log_json(&session);
+    let seqs: Vec<u64> = log["records"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let last = *seqs.iter().max().unwrap();
+    let gap = (1..last).find(|q| !seqs.contains(q)).expect("an id no record took (the capture of f)");
+    use std::io::Write;
+    for place in [session.join("journal"), session.join("segments/1-1")] {
+        let mut file = std::fs::OpenOptions::new().append(true).create(true).open(&place).unwrap();
+        file.write_all(&forged_creation(&s.path("f"), gap)).unwrap();
+        drop(file);
+        let out = s.cli(&[
+            "undo".as_ref(),
+            "--json".as_ref(),
+            "--dry-run".as_ref(),
+            "--journal".as_ref(),
+            session.as_os_str(),
+        ]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("undo --dry-run --json");
+        assert_eq!(out.status.code(), Some(3), "{r}");
+        let damaged = damaged_whys(&r);
+        assert_eq!(damaged.len(), 1, "{r}");
+        assert!(damaged[0].contains(&format!("the record of seq {gap} at byte")), "{r}");
+        assert!(damaged[0].contains("the journal held no such line when the session was sealed"), "{r}");
+        let name = place.strip_prefix(&session).unwrap().display().to_string();
+        assert!(damaged[0].contains(&format!("of {name} is one the session's seal covers")), "{r}");
+        let removes_f = r["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["path"].as_str() == Some(&s.path("f").display().to_string()) && o["outcome"] == "removed");
+        assert!(!removes_f, "{r}");
+        // Put back for the next place.
+        if place.ends_with("journal") {
+            let bytes = std::fs::read(&place).unwrap();
+            let cut = bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+            std::fs::write(&place, &bytes[..cut]).unwrap();
+        }
+    }
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "kept\n", "{r}");
+    assert!(!s.path("g").exists() && !s.path("h").exists(), "{r}");
+}

@@ -1,0 +1,337 @@
+//! What the journal's files held when the session was sealed, kept in the seal, so that a
+//! record changed, removed or added since (by a process of the session that outlived `run`,
+//! by anything else that can write the store, or by damage) is found by undo, redo and review
+//! instead of acted on.
+//!
+//! For each journal file (`journal` and every segment), the seal keeps the BLAKE3 of each of
+//! its whole lines (the first 8 bytes: a second line with the same ones is beyond reach), in
+//! file order. A later reader hashes each line a file holds now: a record the seal covers (its
+//! `seq` not above [`crate::seal::Seal::through`]) whose line is not among those the seal
+//! hashed for its file was written or changed since, and is set aside; a hashed line no longer
+//! there is a record gone (removed, or changed beyond reading), counted and named by file.
+//! Where in the file a line is does not matter: a line made longer moves every later one, and
+//! they are still found.
+//!
+//! What this module cannot do: tell anything of what was written before the seal. A process
+//! of the session can write into the store through the shim's own descriptors and mapping
+//! while the session runs, and the seal then hashes what it wrote (README, "Not a security
+//! boundary"). A record a process of the session was still writing when `run` sealed, with a
+//! `seq` the seal covers, is not among its hashes and is set aside: the undo is then
+//! incomplete, never wrongly complete. Records newer than the seal are not hashed: they are
+//! checked the unsealed way.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
+
+/// The hashes of every whole line of every journal file of a session when it was sealed, by
+/// the file's name in the session directory (`journal`, `segments/NAME`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JournalDigest {
+    files: BTreeMap<String, LineHashes>,
+}
+
+/// The hashes of a file's lines, in file order: the first 8 bytes of each line's BLAKE3 (its
+/// LF not included), written as one string of 16 hex digits a line (a list of a million
+/// numbers would be most of a seal's size).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LineHashes(pub Vec<u64>);
+
+impl Serialize for LineHashes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut text = String::with_capacity(self.0.len() * 16);
+        for h in &self.0 {
+            use std::fmt::Write;
+            let _ = write!(text, "{h:016x}");
+        }
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for LineHashes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.len() % 16 != 0 {
+            return Err(serde::de::Error::custom("line hashes are 16 hex digits each"));
+        }
+        let hashes = text
+            .as_bytes()
+            .chunks(16)
+            .map(|h| std::str::from_utf8(h).ok().and_then(|h| u64::from_str_radix(h, 16).ok()))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| serde::de::Error::custom("line hashes are hex digits"))?;
+        Ok(LineHashes(hashes))
+    }
+}
+
+/// What a journal file holds now that it did not hold when the session was sealed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// A record the seal covers whose line is not among those the seal hashed for `file`.
+    Unsealed {
+        /// The file, by its name in the session directory.
+        file: String,
+        /// The byte offset of its line.
+        offset: u64,
+        /// Its `seq`.
+        seq: u64,
+    },
+    /// `count` lines the seal hashed for `file` are not in it now (all of them when it is
+    /// `gone`).
+    Gone {
+        /// The file, by its name in the session directory.
+        file: String,
+        /// How many.
+        count: usize,
+        /// Whether the file itself is gone.
+        gone: bool,
+    },
+}
+
+/// The journal files of `session_dir`, by name: `journal` first, then the segments in name
+/// order. A name that is not UTF-8 (no writer of a session makes one) is read lossily.
+fn journal_files(session_dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = vec![JOURNAL_FILE.to_string()];
+    let mut segments: Vec<String> = match std::fs::read_dir(session_dir.join(SEGMENTS_DIR)) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| format!("{SEGMENTS_DIR}/{}", e.file_name().to_string_lossy())))
+            .collect::<io::Result<_>>()?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    segments.sort();
+    names.append(&mut segments);
+    Ok(names)
+}
+
+/// The hash the seal keeps of a line (without its LF).
+fn line_hash(line: &[u8]) -> u64 {
+    let h = blake3::hash(line);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// Reads `file` from `at`, into `buf`, as much as it holds up to `buf`'s length; returns how
+/// much (short only at the end of the file).
+fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// How much of a file is read at once.
+const BLOCK: usize = 1 << 20;
+
+/// Calls `each` with the offset and bytes (without the LF) of every whole line of `file`, as
+/// the journal's reader takes them: runs of NUL bytes between lines skipped, and bytes that
+/// reach a NUL or the end before an LF (an unfinished record) not a line. A line longer than a
+/// block is held whole, as the reader holds it.
+fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8])) -> io::Result<()> {
+    let (mut base, mut buf) = (0u64, Vec::new());
+    loop {
+        let held = buf.len();
+        buf.resize(held + BLOCK, 0);
+        let n = read_at(file, &mut buf[held..], base + held as u64)?;
+        buf.truncate(held + n);
+        let ended = n == 0;
+        let mut i = 0;
+        while i < buf.len() {
+            if buf[i] == 0 {
+                i += buf[i..].iter().take_while(|&&b| b == 0).count();
+                continue;
+            }
+            match memchr::memchr2(b'\n', 0, &buf[i..]).map(|e| i + e) {
+                Some(e) if buf[e] == b'\n' => {
+                    each(base + i as u64, &buf[i..e]);
+                    i = e + 1;
+                }
+                Some(e) => i = e,
+                None if ended => i = buf.len(),
+                // The rest of this line is in the next block.
+                None => break,
+            }
+        }
+        buf.drain(..i);
+        base += i as u64;
+        if ended {
+            return Ok(());
+        }
+    }
+}
+
+impl JournalDigest {
+    /// Hashes the lines of the journal files of `session_dir` as they are now.
+    pub fn take(session_dir: &Path) -> io::Result<JournalDigest> {
+        let mut files = BTreeMap::new();
+        for name in journal_files(session_dir)? {
+            match File::open(session_dir.join(&name)) {
+                Ok(f) => {
+                    let mut hashes = Vec::new();
+                    whole_lines(&f, |_, line| hashes.push(line_hash(line)))?;
+                    files.insert(name, LineHashes(hashes));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(JournalDigest { files })
+    }
+
+    /// What the journal files of `session_dir` hold now that they did not hold when this
+    /// digest was taken: records `through` covers (`0`: every record) on lines it did not
+    /// hash, and hashed lines gone.
+    pub fn check(&self, session_dir: &Path, through: u64) -> io::Result<Vec<Finding>> {
+        let covered = |seq: u64| through == 0 || seq <= through;
+        let mut findings = Vec::new();
+        let none = LineHashes::default();
+        let mut opened = Vec::new();
+        for name in journal_files(session_dir)? {
+            let file = match File::open(session_dir.join(&name)) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let mut expected = self.files.get(&name).unwrap_or(&none).0.clone();
+            expected.sort_unstable();
+            // Each hashed line is matched once (a line twice in a file is two records).
+            let mut used = vec![false; expected.len()];
+            whole_lines(&file, |offset, line| {
+                let h = line_hash(line);
+                let first = expected.partition_point(|&e| e < h);
+                let free = (first..expected.len()).take_while(|&i| expected[i] == h).find(|&i| !used[i]);
+                match free {
+                    Some(i) => used[i] = true,
+                    None => {
+                        let seq = crate::journal::parse_line(line).ok().map(|r| r.seq);
+                        if let Some(seq) = seq.filter(|&s| covered(s)) {
+                            findings.push(Finding::Unsealed { file: name.clone(), offset, seq });
+                        }
+                    }
+                }
+            })?;
+            let count = used.iter().filter(|u| !**u).count();
+            if count > 0 {
+                findings.push(Finding::Gone { file: name.clone(), count, gone: false });
+            }
+            opened.push(name);
+        }
+        for (name, hashes) in &self.files {
+            if !hashes.0.is_empty() && !opened.contains(name) {
+                findings.push(Finding::Gone { file: name.clone(), count: hashes.0.len(), gone: true });
+            }
+        }
+        Ok(findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_of(bytes: &[u8]) -> File {
+        let f = tempfile::tempfile().unwrap();
+        f.write_all_at(bytes, 0).unwrap();
+        f
+    }
+
+    fn lines_of(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let mut got = Vec::new();
+        whole_lines(&file_of(bytes), |at, line| got.push((at, line.to_vec()))).unwrap();
+        got
+    }
+
+    #[test]
+    fn whole_lines_are_taken_as_the_reader_takes_them() {
+        let got = lines_of(b"one\n\0\0tw\0\0three\nfou");
+        assert_eq!(got, vec![(0, b"one".to_vec()), (10, b"three".to_vec())], "room, an unfinished record, a torn tail");
+        assert!(lines_of(b"").is_empty() && lines_of(b"\0\0\0").is_empty());
+        let mut long = vec![b'z'; 2 * BLOCK + 3];
+        long.push(b'\n');
+        long.extend_from_slice(b"next\n");
+        let got = lines_of(&long);
+        assert_eq!(got.len(), 2, "a line longer than a block is whole");
+        assert_eq!((got[0].1.len(), got[1].0), (2 * BLOCK + 3, 2 * BLOCK as u64 + 4));
+    }
+
+    fn line(seq: u64, path: &str) -> Vec<u8> {
+        use crate::record::{Before, Op, RECORD_VERSION, Record};
+        crate::journal::encode_line(&Record {
+            v: RECORD_VERSION,
+            seq,
+            time: Default::default(),
+            pid: 1,
+            ppid: 0,
+            prog: crate::BPath::from("/bin/sh").into(),
+            call: "open".into(),
+            op: Op::Change { path: crate::BPath::from(path), before: Before::Absent },
+        })
+    }
+
+    #[test]
+    fn records_rewritten_added_or_removed_since_the_digest_are_found_and_moved_ones_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(SEGMENTS_DIR)).unwrap();
+        let journal = dir.path().join(JOURNAL_FILE);
+        let segment = dir.path().join("segments/1-4");
+        let mut room = [line(4, "/s4"), line(5, "/s5")].concat();
+        room.extend_from_slice(&[0u8; 64]);
+        std::fs::write(&journal, [line(1, "/a"), line(2, "/b"), line(3, "/c")].concat()).unwrap();
+        std::fs::write(&segment, &room).unwrap();
+        let digest = JournalDigest::take(dir.path()).unwrap();
+        assert_eq!(digest.check(dir.path(), 5).unwrap(), vec![], "nothing changed");
+        // Line 1 made longer (every later line moves), line 2 removed, a record with seq 9
+        // added after the seal's newest, one with seq 6 (which it covers) in the segment's room.
+        let longer = line(1, "/a-forged");
+        std::fs::write(&journal, [longer, line(3, "/c"), line(9, "/new")].concat()).unwrap();
+        let mut filled = [line(4, "/s4"), line(5, "/s5")].concat();
+        let at = filled.len() as u64;
+        filled.extend_from_slice(&line(6, "/late"));
+        std::fs::write(&segment, &filled).unwrap();
+        let found = digest.check(dir.path(), 8).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                Finding::Unsealed { file: "journal".into(), offset: 0, seq: 1 },
+                Finding::Gone { file: "journal".into(), count: 2, gone: false },
+                Finding::Unsealed { file: "segments/1-4".into(), offset: at, seq: 6 },
+            ]
+        );
+        // The same lines in another order are the same records.
+        std::fs::write(&journal, [line(3, "/c"), line(1, "/a"), line(2, "/b")].concat()).unwrap();
+        std::fs::remove_file(&segment).unwrap();
+        let found = digest.check(dir.path(), 5).unwrap();
+        assert_eq!(found, vec![Finding::Gone { file: "segments/1-4".into(), count: 2, gone: true }]);
+        // A copy of a line the file held once is a second record, not that one.
+        std::fs::write(&journal, [line(1, "/a"), line(2, "/b"), line(3, "/c"), line(3, "/c")].concat()).unwrap();
+        let found = digest.check(dir.path(), 5).unwrap();
+        assert_eq!(
+            found[0],
+            Finding::Unsealed { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3 }
+        );
+    }
+
+    #[test]
+    fn line_hashes_are_written_as_sixteen_hex_digits_each_and_read_back() {
+        let h = LineHashes(vec![0, 1, u64::MAX, 0x0123_4567_89ab_cdef]);
+        let text = serde_json::to_string(&h).unwrap();
+        assert_eq!(text, "\"00000000000000000000000000000001ffffffffffffffff0123456789abcdef\"");
+        assert_eq!(serde_json::from_str::<LineHashes>(&text).unwrap(), h);
+        assert!(serde_json::from_str::<LineHashes>("\"0123\"").is_err());
+        assert!(serde_json::from_str::<LineHashes>("\"000000000000000g\"").is_err());
+    }
+}

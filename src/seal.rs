@@ -1009,7 +1009,7 @@ fn forget_parent() {
 
 /// `f` of every item, in order, computed on as many threads as the machine has CPUs (`None`
 /// for the items of a thread that panicked: they are left out, the rest are not misplaced).
-fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<Option<R>> {
+pub(crate) fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<Option<R>> {
     let threads = crate::journal::cpus().min(8);
     if threads == 1 || items.len() < 64 {
         return items.iter().map(&f).collect();

@@ -75,7 +75,7 @@ impl<'de> Deserialize<'de> for LineHashes {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finding {
     /// A record the seal covers whose line is not among those the seal hashed for `file`.
-    Unsealed {
+    Unhashed {
         /// The file, by its name in the session directory.
         file: String,
         /// The byte offset of its line.
@@ -242,7 +242,7 @@ impl JournalDigest {
                 None => {
                     let seq = crate::journal::parse_line(line).ok().map(|r| r.seq);
                     if let Some(seq) = seq.filter(|&s| covered(s)) {
-                        findings.push(Finding::Unsealed { file: name.to_string(), offset, seq });
+                        findings.push(Finding::Unhashed { file: name.to_string(), offset, seq });
                     }
                 }
             }
@@ -322,9 +322,9 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                Finding::Unsealed { file: "journal".into(), offset: 0, seq: 1 },
+                Finding::Unhashed { file: "journal".into(), offset: 0, seq: 1 },
                 Finding::Gone { file: "journal".into(), count: 2, gone: false },
-                Finding::Unsealed { file: "segments/1-4".into(), offset: at, seq: 6 },
+                Finding::Unhashed { file: "segments/1-4".into(), offset: at, seq: 6 },
             ]
         );
         // The same lines in another order are the same records.
@@ -337,7 +337,7 @@ mod tests {
         let found = digest.check(dir.path(), 5).unwrap();
         assert_eq!(
             found[0],
-            Finding::Unsealed { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3 }
+            Finding::Unhashed { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3 }
         );
     }
 

@@ -429,9 +429,9 @@ impl JournalContents {
         let mut aside = Vec::new();
         for f in findings {
             match f {
-                crate::digest::Finding::Unsealed { seq, .. }
+                crate::digest::Finding::Unhashed { seq, .. }
                     if self.records.binary_search_by_key(&seq, |r| r.seq).is_err() => {}
-                crate::digest::Finding::Unsealed { file, offset, seq } => {
+                crate::digest::Finding::Unhashed { file, offset, seq } => {
                     aside.push(seq);
                     self.problems.push(Problem::Rewritten { file, offset, seq, through: seal.through });
                 }

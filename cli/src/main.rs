@@ -543,9 +543,9 @@ fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, CliError> {
     let ReviewArgs { json, stat, color, no_pager, since, until, paths } = a;
     let s = open_session(journal)?;
     let mut j = s.read_journal()?;
-    // What undo would not act on (bytes of the journal changed since the seal, a record the
-    // seal covers that names a path it does not hold) is shown as damaged here too, not as a
-    // change of the session's.
+    // What undo would not act on (a record the seal covers that names a path it does not
+    // hold, or whose line it did not hash) is shown as damaged here too, not as a change of
+    // the session's.
     if let Some(seal) = aether_journal::seal::Seal::read(s.dir())
         .map_err(|e| CliError::Other(format!("cannot read the seal of {}: {e}", s.dir().display())))?
     {

@@ -3,14 +3,19 @@
 //! by anything else that can write the store, or by damage) is found by undo, redo and review
 //! instead of acted on.
 //!
-//! For each journal file (`journal` and every segment), the seal keeps the BLAKE3 of each of
-//! its whole lines (the first 8 bytes: a second line with the same ones is beyond reach), in
-//! file order. A later reader hashes each line a file holds now: a record the seal covers (its
-//! `seq` not above [`crate::seal::Seal::through`]) whose line is not among those the seal
-//! hashed for its file was written or changed since, and is set aside; a hashed line no longer
-//! there is a record gone (removed, or changed beyond reading), counted and named by file.
-//! Where in the file a line is does not matter: a line made longer moves every later one, and
-//! they are still found.
+//! For each journal file (`journal` and every segment), the seal keeps where its last whole
+//! line ended, the BLAKE3 of its whole lines one after the other, and the BLAKE3 of each line
+//! (its first 8 bytes: a second line with the same ones is beyond reach), in file order. A
+//! later reader hashes the file's lines up to that end as one: when they are the same, only
+//! the lines after it are read, and a record there that the seal covers (its `seq` not above
+//! [`crate::seal::Seal::through`]) was written since and is set aside. When they differ, it
+//! hashes each line: a record the seal covers whose line is not among those the seal hashed is
+//! set aside, and a hashed line no longer there is a record gone (removed, or changed beyond
+//! reading), counted and named by file. Where in the file a line is does not matter: a line
+//! made longer moves every later one, and they are still found. An undo's own journal is
+//! digested without the hash of each line (hashing a million of them took longer than the rest
+//! of closing the undo): when it differs, every record it holds that its seal covers is set
+//! aside.
 //!
 //! What this module cannot do: tell anything of what was written before the seal. A process
 //! of the session can write into the store through the shim's own descriptors and mapping
@@ -35,7 +40,21 @@ use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct JournalDigest {
-    files: BTreeMap<String, LineHashes>,
+    files: BTreeMap<String, FileDigest>,
+}
+
+/// What one journal file held when it was digested.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    /// Where its last whole line ended.
+    pub end: u64,
+    /// The BLAKE3 of its whole lines (each with its LF) one after the other, 64 hex digits: a
+    /// file that still holds them all is checked with one hash over its bytes, not one a line.
+    pub whole: String,
+    /// The hash of each of its lines, to tell which are not there when `whole` differs (none
+    /// kept for an undo's own journal, whose records are then set aside together).
+    #[serde(default, skip_serializing_if = "LineHashes::is_empty")]
+    pub lines: LineHashes,
 }
 
 /// The hashes of a file's lines, in file order: the first 8 bytes of each line's BLAKE3 (its
@@ -43,6 +62,13 @@ pub struct JournalDigest {
 /// numbers would be most of a seal's size).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LineHashes(pub Vec<u64>);
+
+impl LineHashes {
+    /// Whether it holds no hash.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 impl Serialize for LineHashes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -82,6 +108,14 @@ pub enum Finding {
         offset: u64,
         /// Its `seq`.
         seq: u64,
+    },
+    /// `file`, digested without the hash of each line, is not what it was: `seqs` are the
+    /// records the seal covers that it holds now.
+    Altered {
+        /// The file, by its name in the session directory.
+        file: String,
+        /// Their `seq`s.
+        seqs: Vec<u64>,
     },
     /// `count` lines the seal hashed for `file` are not in it now (all of them when it is
     /// `gone`).
@@ -140,8 +174,10 @@ const BLOCK: usize = 1 << 20;
 /// Calls `each` with the offset and bytes (without the LF) of every whole line of `file`, as
 /// the journal's reader takes them: runs of NUL bytes between lines skipped, and bytes that
 /// reach a NUL or the end before an LF (an unfinished record) not a line. A line longer than a
-/// block is held whole, as the reader holds it.
-fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8])) -> io::Result<()> {
+/// block is held whole, as the reader holds it. `run` is handed the same lines, each with its
+/// LF, as few spans as they make (consecutive lines in one): hashed as one, they are hashed
+/// on every lane the CPU has.
+fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMut(u64, &[u8])) -> io::Result<()> {
     let (mut base, mut buf) = (0u64, Vec::new());
     loop {
         let held = buf.len();
@@ -150,21 +186,39 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8])) -> io::Result<()> 
         buf.truncate(held + n);
         let ended = n == 0;
         let mut i = 0;
+        let mut from: Option<usize> = None;
         while i < buf.len() {
             if buf[i] == 0 {
+                if let Some(f) = from.take() {
+                    run(base + f as u64, &buf[f..i]);
+                }
                 i += buf[i..].iter().take_while(|&&b| b == 0).count();
                 continue;
             }
             match memchr::memchr2(b'\n', 0, &buf[i..]).map(|e| i + e) {
                 Some(e) if buf[e] == b'\n' => {
                     each(base + i as u64, &buf[i..e]);
+                    from.get_or_insert(i);
                     i = e + 1;
                 }
-                Some(e) => i = e,
-                None if ended => i = buf.len(),
+                Some(e) => {
+                    if let Some(f) = from.take() {
+                        run(base + f as u64, &buf[f..i]);
+                    }
+                    i = e;
+                }
+                None if ended => {
+                    if let Some(f) = from.take() {
+                        run(base + f as u64, &buf[f..i]);
+                    }
+                    i = buf.len();
+                }
                 // The rest of this line is in the next block.
                 None => break,
             }
+        }
+        if let Some(f) = from.take() {
+            run(base + f as u64, &buf[f..i]);
         }
         buf.drain(..i);
         base += i as u64;
@@ -174,25 +228,45 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8])) -> io::Result<()> 
     }
 }
 
+/// Digests one file as it is now (with the hash of each line when `each_line`).
+fn digest_file(file: &File, each_line: bool) -> io::Result<FileDigest> {
+    let mut d = FileDigest::default();
+    let mut whole = blake3::Hasher::new();
+    let mut end = 0;
+    whole_lines(
+        file,
+        |offset, line| {
+            if each_line {
+                d.lines.0.push(line_hash(line));
+            }
+            end = offset + line.len() as u64 + 1;
+        },
+        |_, span| {
+            whole.update(span);
+        },
+    )?;
+    d.end = end;
+    d.whole = whole.finalize().to_hex().to_string();
+    Ok(d)
+}
+
 impl JournalDigest {
-    /// Hashes the lines of the journal files of `session_dir` as they are now (the files
-    /// spread over the machine's CPUs: a million records took 0.4 s on one).
-    pub fn take(session_dir: &Path) -> io::Result<JournalDigest> {
+    /// Digests the journal files of `session_dir` as they are now, with the hash of each line
+    /// when `each_line` (the files spread over the machine's CPUs: a million records' lines
+    /// took 0.4 s on one).
+    pub fn take(session_dir: &Path, each_line: bool) -> io::Result<JournalDigest> {
         let names = journal_files(session_dir)?;
         let hashed = crate::seal::in_parallel(&names, |name| {
             Some(match File::open(session_dir.join(name)) {
-                Ok(f) => {
-                    let mut hashes = Vec::new();
-                    whole_lines(&f, |_, line| hashes.push(line_hash(line))).map(|()| Some(LineHashes(hashes)))
-                }
+                Ok(f) => digest_file(&f, each_line).map(Some),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
             })
         });
         let mut files = BTreeMap::new();
         for (name, got) in names.into_iter().zip(hashed) {
-            if let Some(hashes) = got.ok_or_else(|| io::Error::other("the hashing of a journal file panicked"))?? {
-                files.insert(name, hashes);
+            if let Some(d) = got.ok_or_else(|| io::Error::other("the hashing of a journal file panicked"))?? {
+                files.insert(name, d);
             }
         }
         Ok(JournalDigest { files })
@@ -212,9 +286,9 @@ impl JournalDigest {
                 opened.insert(name);
             }
         }
-        for (name, hashes) in &self.files {
-            if !hashes.0.is_empty() && !opened.contains(name) {
-                findings.push(Finding::Gone { file: name.clone(), count: hashes.0.len(), gone: true });
+        for (name, d) in &self.files {
+            if d.end > 0 && !opened.contains(name) {
+                findings.push(Finding::Gone { file: name.clone(), count: d.lines.0.len(), gone: true });
             }
         }
         Ok(findings)
@@ -223,30 +297,64 @@ impl JournalDigest {
     /// [`JournalDigest::check`] of the file `name` (`None`: it is not there).
     fn check_file(&self, session_dir: &Path, name: &str, through: u64) -> io::Result<Option<Vec<Finding>>> {
         let covered = |seq: u64| through == 0 || seq <= through;
+        let covered_seq = |line: &[u8]| crate::journal::parse_line(line).ok().map(|r| r.seq).filter(|&s| covered(s));
         let file = match File::open(session_dir.join(name)) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        let none = FileDigest::default();
+        let want = self.files.get(name).unwrap_or(&none);
+        // First the whole: the lines up to where the digested ones ended, hashed as spans.
         let mut findings = Vec::new();
-        let mut expected = self.files.get(name).map(|h| h.0.clone()).unwrap_or_default();
-        expected.sort_unstable();
-        // Each hashed line is matched once (a line twice in a file is two records).
-        let mut used = vec![false; expected.len()];
-        whole_lines(&file, |offset, line| {
-            let h = line_hash(line);
-            let first = expected.partition_point(|&e| e < h);
-            let free = (first..expected.len()).take_while(|&i| expected[i] == h).find(|&i| !used[i]);
-            match free {
-                Some(i) => used[i] = true,
-                None => {
-                    let seq = crate::journal::parse_line(line).ok().map(|r| r.seq);
-                    if let Some(seq) = seq.filter(|&s| covered(s)) {
+        let mut whole = blake3::Hasher::new();
+        whole_lines(
+            &file,
+            |offset, line| {
+                if offset >= want.end {
+                    if let Some(seq) = covered_seq(line) {
                         findings.push(Finding::Unhashed { file: name.to_string(), offset, seq });
                     }
                 }
-            }
-        })?;
+            },
+            |offset, span| {
+                if offset < want.end {
+                    whole.update(&span[..span.len().min((want.end - offset) as usize)]);
+                }
+            },
+        )?;
+        if whole.finalize().to_hex().as_str() == want.whole || want.end == 0 {
+            return Ok(Some(findings));
+        }
+        findings.clear();
+        if want.lines.is_empty() {
+            let mut seqs = Vec::new();
+            whole_lines(&file, |_, line| seqs.extend(covered_seq(line)), |_, _| {})?;
+            findings.push(Finding::Altered { file: name.to_string(), seqs });
+            return Ok(Some(findings));
+        }
+        // Which lines are not there, and which are not the seal's.
+        let mut expected = want.lines.0.clone();
+        expected.sort_unstable();
+        // Each hashed line is matched once (a line twice in a file is two records).
+        let mut used = vec![false; expected.len()];
+        whole_lines(
+            &file,
+            |offset, line| {
+                let h = line_hash(line);
+                let first = expected.partition_point(|&e| e < h);
+                let free = (first..expected.len()).take_while(|&i| expected[i] == h).find(|&i| !used[i]);
+                match free {
+                    Some(i) => used[i] = true,
+                    None => {
+                        if let Some(seq) = covered_seq(line) {
+                            findings.push(Finding::Unhashed { file: name.to_string(), offset, seq });
+                        }
+                    }
+                }
+            },
+            |_, _| {},
+        )?;
         let count = used.iter().filter(|u| !**u).count();
         if count > 0 {
             findings.push(Finding::Gone { file: name.to_string(), count, gone: false });
@@ -267,7 +375,19 @@ mod tests {
 
     fn lines_of(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
         let mut got = Vec::new();
-        whole_lines(&file_of(bytes), |at, line| got.push((at, line.to_vec()))).unwrap();
+        let mut spans = Vec::new();
+        whole_lines(
+            &file_of(bytes),
+            |at, line| got.push((at, line.to_vec())),
+            |at, span| spans.push((at, span.to_vec())),
+        )
+        .unwrap();
+        // The spans are the same lines, each with its LF, consecutive ones together.
+        let joined: Vec<u8> = got.iter().flat_map(|(_, l)| l.iter().copied().chain([b'\n'])).collect();
+        assert_eq!(spans.iter().flat_map(|(_, s)| s.iter().copied()).collect::<Vec<u8>>(), joined);
+        for (at, span) in &spans {
+            assert_eq!(&bytes[*at as usize..*at as usize + span.len()], &span[..]);
+        }
         got
     }
 
@@ -308,7 +428,7 @@ mod tests {
         room.extend_from_slice(&[0u8; 64]);
         std::fs::write(&journal, [line(1, "/a"), line(2, "/b"), line(3, "/c")].concat()).unwrap();
         std::fs::write(&segment, &room).unwrap();
-        let digest = JournalDigest::take(dir.path()).unwrap();
+        let digest = JournalDigest::take(dir.path(), true).unwrap();
         assert_eq!(digest.check(dir.path(), 5).unwrap(), vec![], "nothing changed");
         // Line 1 made longer (every later line moves), line 2 removed, a record with seq 9
         // added after the seal's newest, one with seq 6 (which it covers) in the segment's room.
@@ -339,6 +459,37 @@ mod tests {
             found[0],
             Finding::Unhashed { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3 }
         );
+    }
+
+    #[test]
+    fn a_file_that_still_holds_its_lines_is_checked_whole_and_what_follows_them_line_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join(JOURNAL_FILE);
+        let lines = [line(1, "/a"), line(2, "/b")].concat();
+        std::fs::write(&journal, &lines).unwrap();
+        for each_line in [true, false] {
+            let digest = JournalDigest::take(dir.path(), each_line).unwrap();
+            let d = &digest.files["journal"];
+            assert_eq!((d.end, d.whole.as_str()), (lines.len() as u64, blake3::hash(&lines).to_hex().as_str()));
+            assert_eq!(d.lines.0.len(), if each_line { 2 } else { 0 });
+            // Appended: a record the seal covers, and one newer than it.
+            std::fs::write(&journal, [lines.clone(), line(3, "/late"), line(9, "/newer")].concat()).unwrap();
+            let found = digest.check(dir.path(), 5).unwrap();
+            assert_eq!(found, vec![Finding::Unhashed { file: "journal".into(), offset: lines.len() as u64, seq: 3 }]);
+            // Changed: without the hash of each line, every record the seal covers is set aside.
+            std::fs::write(&journal, [line(1, "/A"), line(2, "/b"), line(9, "/newer")].concat()).unwrap();
+            let found = digest.check(dir.path(), 5).unwrap();
+            let want = if each_line {
+                vec![
+                    Finding::Unhashed { file: "journal".into(), offset: 0, seq: 1 },
+                    Finding::Gone { file: "journal".into(), count: 1, gone: false },
+                ]
+            } else {
+                vec![Finding::Altered { file: "journal".into(), seqs: vec![1, 2] }]
+            };
+            assert_eq!(found, want);
+            std::fs::write(&journal, &lines).unwrap();
+        }
     }
 
     #[test]

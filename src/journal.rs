@@ -267,6 +267,14 @@ pub enum Problem {
         /// The newest record the seal covers.
         through: u64,
     },
+    /// A journal file digested without the hash of each line (an undo's own) that is not
+    /// what it was: every record it holds that the seal covers is set aside.
+    Altered {
+        /// The file, by its name in its directory.
+        file: String,
+        /// The records set aside.
+        seqs: Vec<u64>,
+    },
     /// Lines a journal file held when the session was sealed that it no longer holds (beyond
     /// those named as corrupt): records removed, or changed beyond reading, since. What they
     /// would undo cannot be known.
@@ -288,7 +296,7 @@ impl Problem {
             Problem::Unaccounted { seq, .. } | Problem::Unsealed { seq, .. } | Problem::Rewritten { seq, .. } => {
                 Some(*seq)
             }
-            Problem::Gone { .. } => None,
+            Problem::Gone { .. } | Problem::Altered { .. } => None,
         }
     }
 
@@ -323,6 +331,10 @@ impl Problem {
             Problem::Rewritten { file, offset, seq, through } => format!(
                 "the record of seq {seq} at byte {offset} of {file} is one the session's seal covers (its records through seq {through}), but the journal held no such line when the session was sealed: it was written or changed since (forged or damaged); it was not acted on"
             ),
+            Problem::Altered { file, seqs } => format!(
+                "{file} is not what it held when it was sealed (changed since: forged or damaged), so none of its {} record(s) was acted on",
+                seqs.len()
+            ),
             Problem::Gone { file, count, whole_file: true } => format!(
                 "{file}, which held {count} record(s) when the session was sealed, is gone: what they would undo cannot be known, and was not put back"
             ),
@@ -342,6 +354,7 @@ impl Problem {
             Problem::Unaccounted { .. }
             | Problem::Unsealed { .. }
             | Problem::Rewritten { .. }
+            | Problem::Altered { .. }
             | Problem::Gone { .. } => {}
         }
     }
@@ -434,6 +447,10 @@ impl JournalContents {
                 crate::digest::Finding::Unhashed { file, offset, seq } => {
                     aside.push(seq);
                     self.problems.push(Problem::Rewritten { file, offset, seq, through: seal.through });
+                }
+                crate::digest::Finding::Altered { file, seqs } => {
+                    aside.extend_from_slice(&seqs);
+                    self.problems.push(Problem::Altered { file, seqs });
                 }
                 crate::digest::Finding::Gone { file, count, gone } => {
                     // A line damaged in place is gone from the hashes and named as corrupt.

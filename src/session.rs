@@ -721,7 +721,7 @@ impl Session {
         .map_err(io_at(&p))?;
         let last_id = self.last_id_after_reading();
         // After the records: every line they were read from is in what it digests.
-        let digest = crate::digest::JournalDigest::take(&self.dir).map_err(io_at(&p))?;
+        let digest = crate::digest::JournalDigest::take(&self.dir, true).map_err(io_at(&p))?;
         crate::seal::seal_streamed(parts, last_id, &digest, &self.dir, &self.blobs_dir(), durability, progress)
             .map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))
     }

@@ -585,7 +585,7 @@ pub(super) fn close(done: Finished, reversed: &[u64]) {
     let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::from).collect();
     touched.sort_unstable();
     let mut seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
-    seal.journal_digest = crate::digest::JournalDigest::take(&done.dir).ok();
+    seal.journal_digest = crate::digest::JournalDigest::take(&done.dir, false).ok();
     let _ = seal.write(&done.dir);
 }
 

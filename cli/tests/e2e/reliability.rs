@@ -1901,7 +1901,7 @@ fn a_record_rewritten_after_the_seal_is_found_by_the_seals_line_hashes_and_never
     assert!(n > 0);
     let (code, r) = redo_json(&s, &session);
     assert_eq!(code, 3, "{r}");
-    assert!(damaged_whys(&r).iter().any(|w| w.contains("the journal held no such line")), "{r}");
+    assert!(damaged_whys(&r).iter().any(|w| w.contains("journal is not what it held when it was sealed")), "{r}");
 }
 
 #[test]

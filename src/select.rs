@@ -71,7 +71,16 @@ fn descendants(journal: &JournalContents, root: u32) -> HashSet<u32> {
     out
 }
 
-/// The sequence numbers a selection covers, closed over the directories its paths need.
+/// The `seq`s of the journal's damaged records that no valid record has (a corrupt line whose
+/// `seq` could be read, a record set aside as forged), in order.
+fn damaged_seqs(journal: &JournalContents) -> BTreeSet<u64> {
+    let held: HashSet<u64> = journal.records.iter().map(|r| r.seq).collect();
+    journal.problems.iter().filter_map(|p| p.seq()).filter(|s| !held.contains(s)).collect()
+}
+
+/// The sequence numbers a selection covers, closed over the directories its paths need. A
+/// damaged record with a `seq` is covered where its place says (among the newest N, after a
+/// mark) and by every selection by path or process (it does not say what it names).
 pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
     let mut chosen: BTreeSet<u64> = match sel {
         Selection::Paths(paths) => journal
@@ -90,31 +99,48 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
         // times, a failed call's outcome, a temporary name's intent) come along, uncounted.
         Selection::Last(0) => BTreeSet::new(),
         Selection::Last(n) => {
+            // A damaged record is a step in its place: when it is among the newest N, it is
+            // chosen (and named as not undone), not replaced by an older step.
+            let is_step = |r: &Record| {
+                !matches!(r.op, Op::Exec { .. } | Op::DirTimes { .. } | Op::CallFailed { .. } | Op::TempName { .. })
+            };
+            let mut records = journal.records.iter().rev().map(|r| (r.seq, is_step(r))).peekable();
+            let damaged = damaged_seqs(journal);
+            let mut damaged = damaged.iter().rev().map(|&s| (s, true)).peekable();
             let mut steps = 0;
-            journal
-                .records
-                .iter()
-                .rev()
-                .take_while(|r| {
-                    let step = !matches!(
-                        r.op,
-                        Op::Exec { .. } | Op::DirTimes { .. } | Op::CallFailed { .. } | Op::TempName { .. }
-                    );
-                    if steps == *n && step {
-                        return false;
-                    }
-                    steps += usize::from(step);
-                    true
-                })
-                .map(|r| r.seq)
-                .collect()
+            let mut chosen = BTreeSet::new();
+            loop {
+                let newer_damaged = match (records.peek(), damaged.peek()) {
+                    (Some(r), Some(d)) => d.0 > r.0,
+                    (None, Some(_)) => true,
+                    (_, None) => false,
+                };
+                let Some((seq, step)) = (if newer_damaged { damaged.next() } else { records.next() }) else { break };
+                if steps == *n && step {
+                    break;
+                }
+                steps += usize::from(step);
+                chosen.insert(seq);
+            }
+            chosen
         }
         Selection::Pid(pid) => {
             let pids = descendants(journal, *pid);
             journal.records.iter().filter(|r| pids.contains(&r.pid)).map(|r| r.seq).collect()
         }
-        Selection::After(mark) => journal.records.iter().filter(|r| r.seq > *mark).map(|r| r.seq).collect(),
+        Selection::After(mark) => journal
+            .records
+            .iter()
+            .map(|r| r.seq)
+            .chain(damaged_seqs(journal))
+            .filter(|&seq| seq > *mark)
+            .collect(),
     };
+    // A damaged record does not say what it names, nor whose it is: a selection by path or by
+    // process may hold it, and takes it (it is then named as not undone).
+    if matches!(sel, Selection::Paths(_) | Selection::Pid(_)) {
+        chosen.extend(damaged_seqs(journal));
+    }
     // A chosen record about a/b/c needs a and a/b to exist: bring back any directory on the
     // way that a later, unchosen record removed.
     let removed_dirs: Vec<(&BPath, u64)> = journal
@@ -213,6 +239,30 @@ mod tests {
             ],
             ..Default::default()
         }
+    }
+
+    /// [`journal`] with its record of `seq` damaged (set aside, named by a problem).
+    fn damaged_at(seq: u64) -> JournalContents {
+        let mut j = journal();
+        j.records.retain(|r| r.seq != seq);
+        j.problems.push(crate::journal::Problem::Unaccounted { seq, last_id: None });
+        j
+    }
+
+    #[test]
+    fn a_damaged_record_among_the_newest_steps_is_chosen_in_its_place_and_no_older_one_takes_it() {
+        assert_eq!(select(&damaged_at(5), &Selection::Last(1)), BTreeSet::from([5]));
+        assert_eq!(select(&damaged_at(5), &Selection::Last(2)), BTreeSet::from([4, 5]));
+        assert_eq!(select(&damaged_at(4), &Selection::Last(2)), BTreeSet::from([4, 5]));
+        assert_eq!(select(&damaged_at(2), &Selection::Last(2)), BTreeSet::from([4, 5]), "an older one is not");
+    }
+
+    #[test]
+    fn a_damaged_record_after_a_mark_is_chosen_and_every_selection_by_path_or_process_holds_it() {
+        assert_eq!(select(&damaged_at(5), &Selection::After(3)), BTreeSet::from([4, 5]));
+        assert_eq!(select(&damaged_at(2), &Selection::After(3)), BTreeSet::from([4, 5]));
+        assert!(select(&damaged_at(2), &Selection::Paths(vec![BPath::from("/w/h")])).contains(&2));
+        assert!(select(&damaged_at(2), &Selection::Pid(13)).contains(&2));
     }
 
     #[test]

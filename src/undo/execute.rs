@@ -196,16 +196,17 @@ pub(super) fn run_plan_streaming(
         .collect();
     report.undone.retain(|s| !failed_dirs.contains(s));
     exec.forgive_superseded(plan, &failed_calls, &mut report);
-    if plan.only.is_none() {
-        for p in &plan.journal.problems {
-            report.outcomes.push(StepReport {
-                seq: p.seq(),
-                outcome: Outcome::Failed,
-                path: None,
-                why: p.describe(),
-                cause: Cause::DamagedJournal,
-            });
-        }
+    // A selective undo names the damaged records it chose, and those whose place is not
+    // known (it cannot say they are outside what it was asked to undo).
+    let chosen = |p: &crate::journal::Problem| plan.only.is_none_or(|o| p.seq().is_none_or(|s| o.contains(&s)));
+    for p in plan.journal.problems.iter().filter(|p| chosen(p)) {
+        report.outcomes.push(StepReport {
+            seq: p.seq(),
+            outcome: Outcome::Failed,
+            path: None,
+            why: p.describe(),
+            cause: Cause::DamagedJournal,
+        });
     }
     // Every path the seal holds was named by a record when the session was sealed: a path no
     // record names now lost its record (a journal truncated or removed since).

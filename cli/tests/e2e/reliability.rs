@@ -1955,3 +1955,44 @@ fn a_record_the_seal_covers_added_since_is_never_acted_on_even_naming_a_path_the
     assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "kept\n", "{r}");
     assert!(!s.path("g").exists() && !s.path("h").exists(), "{r}");
 }
+
+#[test]
+fn a_selective_undo_whose_steps_include_a_damaged_record_names_it_and_is_incomplete() {
+    // The newest step's record damaged: `undo --last 1` must not undo the step before it in
+    // its place and say complete; a selection by path cannot tell what the damaged record
+    // named, so it names it too.
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > a && echo 2 > b && echo 3 > c"]);
+    let c = s.path("c").display().to_string();
+    let mut damaged_seq = None;
+    let journal = session.join("journal");
+    let bytes = std::fs::read(&journal).unwrap();
+    let mut out = Vec::new();
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        let names_c = line.windows(c.len()).any(|w| w == c.as_bytes());
+        if names_c {
+            let rec: serde_json::Value = serde_json::from_slice(&line[17..line.len() - 1]).unwrap();
+            damaged_seq = rec["seq"].as_u64();
+            // One byte of its path changed: its check no longer matches.
+            let at = line.windows(c.len()).position(|w| w == c.as_bytes()).unwrap() + c.len() - 1;
+            let mut l = line.to_vec();
+            l[at] = b'C';
+            out.extend_from_slice(&l);
+        } else {
+            out.extend_from_slice(line);
+        }
+    }
+    std::fs::write(&journal, out).unwrap();
+    let damaged_seq = damaged_seq.expect("c's creation was journaled");
+    let (code, r) = s.undo_json_with(&session, &["--last", "1"]);
+    assert_eq!(code, 3, "{r}");
+    let damaged = damaged_whys(&r);
+    assert_eq!(damaged.len(), 1, "{r}");
+    assert!(damaged[0].contains(&format!("seq {damaged_seq}) is corrupt")), "{r}");
+    assert!(s.path("b").exists() && s.path("c").exists(), "no older step was undone in its place: {r}");
+    let (code, r) = s.undo_json_with(&session, &[s.path("a").to_str().unwrap()]);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(damaged_whys(&r).len(), 1, "{r}");
+    assert!(!s.path("a").exists(), "the path asked for was undone: {r}");
+}

@@ -664,6 +664,20 @@ impl Session {
         Ok(journal)
     }
 
+    /// [`Session::read_journal`], checked against the session's seal (when it has one): what
+    /// undo would not act on, because it was written or changed since the seal, set aside and
+    /// named ([`JournalContents::set_aside_unsealed`], [`JournalContents::set_aside_altered`]).
+    /// Every reader that shows or acts on the session's steps reads them so. With the seal.
+    pub fn read_checked(&self) -> Result<(JournalContents, Option<crate::seal::Seal>), SessionError> {
+        let mut journal = self.read_journal()?;
+        let seal = crate::seal::Seal::read(&self.dir).map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
+        if let Some(seal) = &seal {
+            journal.set_aside_unsealed(seal);
+            journal.set_aside_altered(seal, &self.dir).map_err(io_at(&self.journal_path()))?;
+        }
+        Ok((journal, seal))
+    }
+
     /// The session's counter, read after its records, so that every id a record holds was
     /// handed out by then; `None` for a session without a counters file (a copied one), which
     /// is not checked.

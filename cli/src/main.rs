@@ -480,7 +480,8 @@ fn sessions(json: bool) -> Result<u8, CliError> {
 
 fn log(journal: Option<PathBuf>, json: bool, tree: bool) -> Result<u8, CliError> {
     let s = open_session(journal)?;
-    let j = s.read_journal()?;
+    // The steps undo would act on; the rest among the damaged.
+    let (j, _) = s.read_checked()?;
     let text = if json {
         output::log_json(&s, &j)
     } else if tree {
@@ -542,17 +543,8 @@ struct ReviewArgs {
 fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, CliError> {
     let ReviewArgs { json, stat, color, no_pager, since, until, paths } = a;
     let s = open_session(journal)?;
-    let mut j = s.read_journal()?;
-    // What undo would not act on (a record the seal covers that names a path it does not
-    // hold, or whose line it did not hash) is shown as damaged here too, not as a change of
-    // the session's.
-    if let Some(seal) = aether_journal::seal::Seal::read(s.dir())
-        .map_err(|e| CliError::Other(format!("cannot read the seal of {}: {e}", s.dir().display())))?
-    {
-        j.set_aside_unsealed(&seal);
-        j.set_aside_altered(&seal, s.dir())
-            .map_err(|e| CliError::Other(format!("cannot read the journal of {}: {e}", s.dir().display())))?;
-    }
+    // What undo would not act on is shown as damaged here too, not as a change of the session's.
+    let (j, _) = s.read_checked()?;
     let seq_of =
         |m: &Option<String>| -> Result<Option<u64>, CliError> { m.as_deref().map(|m| mark_seq(&s, m)).transpose() };
     let span = aether_journal::review::Span { after: seq_of(&since)?.unwrap_or(0), until: seq_of(&until)? };

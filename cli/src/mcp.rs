@@ -108,7 +108,8 @@ impl Server {
             m.as_deref().map(|m| s.mark_named(m).map(|m| m.seq).map_err(|e| e.to_string())).transpose()
         };
         let span = aether_journal::review::Span { after: seq(&a.since)?.unwrap_or(0), until: seq(&a.until)? };
-        let j = s.read_journal().map_err(|e| e.to_string())?;
+        // As undo reads them: what it would not act on is shown as damaged, not as a change.
+        let (j, _) = s.read_checked().map_err(|e| e.to_string())?;
         let rv = aether_journal::review::review_span(&j, &s.blobs_dir(), &[], span, || {});
         Ok(crate::output::review_json(&s, &rv))
     }

@@ -150,16 +150,8 @@ fn undo_inner(
     }
     let mut notes_live = None;
     let mut report_notes_resumed = None;
-    let mut journal = session.read_journal()?;
-    // A record the seal covers naming a path it does not hold was written since: set aside.
-    let mut seal =
-        Seal::read(session.dir()).map_err(|source| SessionError::Io { path: session.dir().join(SEAL_FILE), source })?;
-    if let Some(seal) = &seal {
-        journal.set_aside_unsealed(seal);
-        journal
-            .set_aside_altered(seal, session.dir())
-            .map_err(|source| SessionError::Io { path: session.journal_path(), source })?;
-    }
+    // What was written or changed since the seal is set aside (and named).
+    let (journal, mut seal) = session.read_checked()?;
     let undone_at = read_undone(session);
     let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();
     let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, (_, t))| Some((*s, (*t)?))).collect();

@@ -559,3 +559,45 @@ pub fn mount(args: &[&str], mnt: &Path) -> Unmount {
     assert!(ok.success(), "mount {args:?} {}", mnt.display());
     Unmount(mnt.to_path_buf())
 }
+
+/// Rewrites, in place, every line of the journal file at `file` whose record `edit` changes
+/// (it returns whether it did), with a valid check: what a program with write access to the
+/// store can do.
+pub fn rewrite_records(file: &std::path::Path, mut edit: impl FnMut(&mut serde_json::Value) -> bool) -> usize {
+    let bytes = std::fs::read(file).unwrap();
+    let mut out = Vec::new();
+    let mut changed = 0;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        let mut rec: serde_json::Value = match body.get(17..).map(serde_json::from_slice) {
+            Some(Ok(v)) => v,
+            _ => {
+                out.extend_from_slice(line);
+                continue;
+            }
+        };
+        if !edit(&mut rec) {
+            out.extend_from_slice(line);
+            continue;
+        }
+        changed += 1;
+        let json = serde_json::to_vec(&rec).unwrap();
+        out.extend_from_slice(&aether_journal::journal::check_of(&json));
+        out.push(b' ');
+        out.extend_from_slice(&json);
+        out.push(b'\n');
+    }
+    std::fs::write(file, out).unwrap();
+    changed
+}
+
+/// The `why` of every outcome of an undo report whose cause is a damaged journal.
+pub fn damaged_whys(r: &serde_json::Value) -> Vec<String> {
+    r["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["cause"]["code"] == "damaged_journal")
+        .map(|o| o["why"].as_str().unwrap().to_string())
+        .collect()
+}

@@ -1804,47 +1804,6 @@ fn a_record_the_seal_covers_that_names_a_path_the_seal_does_not_hold_is_named_an
     assert_eq!(std::fs::read_to_string(&victims[1]).unwrap(), "the user's own\n", "{r}");
 }
 
-/// Rewrites, in place, every line of the journal file at `file` whose record `edit` changes
-/// (it returns whether it did), with a valid check: what a program with write access to the
-/// store can do.
-fn rewrite_records(file: &std::path::Path, mut edit: impl FnMut(&mut serde_json::Value) -> bool) -> usize {
-    let bytes = std::fs::read(file).unwrap();
-    let mut out = Vec::new();
-    let mut changed = 0;
-    for line in bytes.split_inclusive(|&b| b == b'\n') {
-        let body = line.strip_suffix(b"\n").unwrap_or(line);
-        let mut rec: serde_json::Value = match body.get(17..).map(serde_json::from_slice) {
-            Some(Ok(v)) => v,
-            _ => {
-                out.extend_from_slice(line);
-                continue;
-            }
-        };
-        if !edit(&mut rec) {
-            out.extend_from_slice(line);
-            continue;
-        }
-        changed += 1;
-        let json = serde_json::to_vec(&rec).unwrap();
-        out.extend_from_slice(&aether_journal::journal::check_of(&json));
-        out.push(b' ');
-        out.extend_from_slice(&json);
-        out.push(b'\n');
-    }
-    std::fs::write(file, out).unwrap();
-    changed
-}
-
-fn damaged_whys(r: &serde_json::Value) -> Vec<String> {
-    r["outcomes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["cause"]["code"] == "damaged_journal")
-        .map(|o| o["why"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn a_record_rewritten_after_the_seal_is_found_by_the_seals_line_hashes_and_never_acted_on() {
     // The session's chmod record rewritten with a valid check to say the file was set-uid

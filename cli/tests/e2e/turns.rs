@@ -873,6 +873,32 @@ fn the_mcp_server_marks_reviews_and_rewinds_a_session() {
     assert!(err && e.as_str().unwrap().contains("no mark \"nope\""), "{e}");
 }
 
+/// The MCP server's review reads a session as undo does: a record rewritten after the seal is
+/// listed among the steps undo cannot take back, not as a file the session made.
+#[test]
+fn the_mcp_review_shows_a_record_rewritten_after_the_seal_as_undo_treats_it() {
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo new > g && echo new > h"]);
+    let g = s.path("g").display().to_string();
+    // g's creation made to name h: a path the seal holds, so only the seal's hashes can tell.
+    let n = rewrite_records(&session.join("journal"), |rec| {
+        if rec["op"]["path"].as_str() != Some(&g) {
+            return false;
+        }
+        rec["op"]["path"] = s.path("h").display().to_string().into();
+        true
+    });
+    assert_eq!(n, 1);
+    let mut mcp = Mcp::start(&s);
+    let (rv, err) = mcp.call("review", serde_json::json!({"journal": session.display().to_string()}));
+    assert!(!err, "{rv}");
+    let irreversible: Vec<&str> =
+        rv["irreversible"].as_array().unwrap().iter().filter_map(|i| i["what"].as_str()).collect();
+    assert!(irreversible.iter().any(|w| w.contains("the journal held no such line")), "{rv}");
+    assert_eq!(listed(&s, &rv, "created"), ["h"], "the rewritten record is not a creation: {rv}");
+}
+
 /// A harness that itself runs under `aether-journal run`: its hooks join that session (marks
 /// go through the shim), and the Stop hook tells the harness, in a `systemMessage`, which steps
 /// of the turn no undo can take back.

@@ -403,10 +403,13 @@ impl AfterState {
     }
 }
 
-/// What a blob was when the session was sealed: its inode, size and modification time. Not
-/// its change time, which a redo moves (it renames a blob an undo put back into the tree back
-/// into the store); a write to the blob moves its modification time, unless the writer sets
-/// it back on purpose, which needs write access to the store (see the README's limits).
+/// What a blob was when the session was sealed: its inode, size, modification time and
+/// change time. A write to the blob moves its modification time, and its change time too,
+/// which no program can set back (a writer that sets the modification time back moves it
+/// again). The change time also moves when a redo renames the blob (one an undo put back into
+/// the tree goes back into the store) and when another name of its inode is made or removed,
+/// so it is compared only for a blob that was and is its inode's only name, while no undo of
+/// the session has run ([`BlobStat::unchanged`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobStat {
     /// Its identity.
@@ -415,12 +418,31 @@ pub struct BlobStat {
     pub size: u64,
     /// Its modification time (seconds, nanoseconds).
     pub mtime: [i64; 2],
+    /// Its change time (seconds, nanoseconds), when it was its inode's only name; `None`
+    /// otherwise, and in seals of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime: Option<[i64; 2]>,
 }
 
 impl BlobStat {
     /// Of the file `st` describes.
     pub fn of(st: &rustix::fs::Stat) -> BlobStat {
-        BlobStat { ident: ident_of(st), size: st.st_size as u64, mtime: [st.st_mtime, st.st_mtime_nsec as i64] }
+        BlobStat {
+            ident: ident_of(st),
+            size: st.st_size as u64,
+            mtime: [st.st_mtime, st.st_mtime_nsec as i64],
+            ctime: (st.st_nlink == 1).then_some([st.st_ctime, st.st_ctime_nsec as i64]),
+        }
+    }
+
+    /// Whether the blob `st` describes is still as this says: its identity, size and
+    /// modification time, and its change time when both were kept (it was and is its inode's
+    /// only name) unless `moved_since` (an undo of the session has run, and a redo may have
+    /// moved it back into the store since).
+    pub fn unchanged(&self, st: &rustix::fs::Stat, moved_since: bool) -> bool {
+        let now = BlobStat::of(st);
+        let ctimes = now.ctime.zip(self.ctime).filter(|_| !moved_since);
+        (now.ident, now.size, now.mtime) == (self.ident, self.size, self.mtime) && ctimes.is_none_or(|(a, b)| a == b)
     }
 }
 

@@ -67,10 +67,11 @@ pub(super) fn run_plan_streaming(
             }
         }
         // A blob still there but not as sealed was changed since: never trusted. (One gone is
-        // named missing where a step needs it.)
+        // named missing where a step needs it.) Its change time is compared while no undo of
+        // the session has run: a redo moves blobs back into the store.
         for (blob, want) in &seal.blob_stats {
             let now = rustix::fs::statat(&blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
-            if now.is_ok_and(|st| crate::seal::BlobStat::of(&st) != *want) {
+            if now.is_ok_and(|st| !want.unchanged(&st, plan.undone_before)) {
                 tampered.insert(blob.clone());
             }
         }

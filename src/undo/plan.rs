@@ -150,6 +150,9 @@ fn undo_inner(
     }
     let mut notes_live = None;
     let mut report_notes_resumed = None;
+    // Asked before this undo makes its own journal there.
+    let ran_before =
+        std::fs::read_dir(session.dir().join(super::redo::UNDOS_DIR)).is_ok_and(|mut d| d.next().is_some());
     // What was written or changed since the seal is set aside (and named).
     let (journal, mut seal) = session.read_checked()?;
     let undone_at = read_undone(session);
@@ -223,6 +226,7 @@ fn undo_inner(
         already: &already,
         undo_times: &undo_times,
         only: only.as_ref(),
+        undone_before: ran_before,
     };
     // An undo killed midway is finished, not fought: what it changed is its work.
     let super::redo::Interrupted { paths: resumed, dirs: interrupted, beside } =
@@ -528,13 +532,26 @@ pub struct Plan<'a> {
     pub undo_times: &'a HashMap<u64, i64>,
     /// The selected records, for a selective undo.
     pub only: Option<&'a BTreeSet<u64>>,
+    /// Whether an undo of the session ran before this one: a redo of it may have moved the
+    /// blobs it put back into the tree back into the store, which moves their change times
+    /// ([`crate::seal::BlobStat::unchanged`]).
+    pub undone_before: bool,
 }
 
 /// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
 /// bookkeeping (for tests and tools that manage their own journal).
 pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
     let (none, no_times) = (HashSet::new(), HashMap::new());
-    let plan = Plan { journal, blobs_dir, opts, seal: None, already: &none, undo_times: &no_times, only: None };
+    let plan = Plan {
+        journal,
+        blobs_dir,
+        opts,
+        seal: None,
+        already: &none,
+        undo_times: &no_times,
+        only: None,
+        undone_before: true,
+    };
     run_plan(&plan, &mut |_, _| {})
 }
 

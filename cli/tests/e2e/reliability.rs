@@ -1955,3 +1955,49 @@ fn a_selective_undo_whose_steps_include_a_damaged_record_names_it_and_is_incompl
     assert_eq!(damaged_whys(&r).len(), 1, "{r}");
     assert!(!s.path("a").exists(), "the path asked for was undone: {r}");
 }
+
+#[test]
+fn a_linked_blob_rewritten_after_the_seal_with_its_modification_time_set_back_is_never_written_back() {
+    // What a process that kept a descriptor on the removed file can do: the inode the store
+    // kept rewritten with bytes of the same length, its modification time set back. Its
+    // change time, which nothing can set back, tells.
+    let s = scratch!();
+    s.sh("echo kept > f");
+    let session = s.session("session");
+    s.run_ok(&session, &["rm", "f"]);
+    let seal: serde_json::Value = serde_json::from_slice(&std::fs::read(session.join("seal.json")).unwrap()).unwrap();
+    let (blob, stat) = seal["blob_stats"].as_object().unwrap().iter().next().expect("rm's capture is a linked blob");
+    assert!(stat["ctime"].is_array(), "{seal}");
+    let path = session.join("blobs").join(blob);
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // A moment later than the seal, so that the change time moves on any file system.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    use std::io::Write;
+    (&file).write_all(b"evil\n").unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert!(!s.path("f").exists(), "the rewritten bytes were not put back: {r}");
+    let f = s.path("f").display().to_string();
+    let named =
+        r["outcomes"].as_array().unwrap().iter().any(|o| {
+            o["path"].as_str() == Some(&f) && o["cause"]["code"] == "blob_damaged" && o["outcome"] == "failed"
+        });
+    assert!(named, "{r}");
+}
+
+#[test]
+fn a_linked_blob_whose_inode_has_another_name_is_still_put_back_after_that_name_is_removed() {
+    // Removing the other name moves the inode's change time: that is no change to the blob.
+    let s = scratch!();
+    s.sh("echo kept > f && ln f g");
+    let session = s.session("session");
+    s.run_ok(&session, &["rm", "f"]);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    s.sh("rm g && echo kept > g");
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "kept\n");
+}

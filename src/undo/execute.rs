@@ -71,7 +71,7 @@ pub(super) fn run_plan_streaming(
         // the session has run: a redo moves blobs back into the store.
         for (blob, want) in &seal.blob_stats {
             let now = rustix::fs::statat(&blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
-            if now.is_ok_and(|st| !want.unchanged(&st, plan.undone_before)) {
+            if now.is_ok_and(|st| !want.unchanged(&st, plan.earlier_undo)) {
                 tampered.insert(blob.clone());
             }
         }

@@ -151,7 +151,7 @@ fn undo_inner(
     let mut notes_live = None;
     let mut report_notes_resumed = None;
     // Asked before this undo makes its own journal there.
-    let ran_before =
+    let earlier_undo =
         std::fs::read_dir(session.dir().join(super::redo::UNDOS_DIR)).is_ok_and(|mut d| d.next().is_some());
     // What was written or changed since the seal is set aside (and named).
     let (journal, mut seal) = session.read_checked()?;
@@ -160,7 +160,8 @@ fn undo_inner(
     let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, (_, t))| Some((*s, (*t)?))).collect();
     // Undone is per record: what a process of the session journaled after an earlier undo is
     // undone by this one.
-    if undone_before && journal.records.iter().all(|r| already.contains(&r.seq)) {
+    // (Unless the journal is damaged: what it is damaged in is named again, and not as done.)
+    if undone_before && journal.problems.is_empty() && journal.records.iter().all(|r| already.contains(&r.seq)) {
         return Ok(Report {
             complete: true,
             already_undone: true,
@@ -226,7 +227,7 @@ fn undo_inner(
         already: &already,
         undo_times: &undo_times,
         only: only.as_ref(),
-        undone_before: ran_before,
+        earlier_undo,
     };
     // An undo killed midway is finished, not fought: what it changed is its work.
     let super::redo::Interrupted { paths: resumed, dirs: interrupted, beside } =
@@ -535,7 +536,7 @@ pub struct Plan<'a> {
     /// Whether an undo of the session ran before this one: a redo of it may have moved the
     /// blobs it put back into the tree back into the store, which moves their change times
     /// ([`crate::seal::BlobStat::unchanged`]).
-    pub undone_before: bool,
+    pub earlier_undo: bool,
 }
 
 /// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
@@ -550,7 +551,7 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
         already: &none,
         undo_times: &no_times,
         only: None,
-        undone_before: true,
+        earlier_undo: true,
     };
     run_plan(&plan, &mut |_, _| {})
 }

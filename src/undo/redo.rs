@@ -710,7 +710,7 @@ pub fn redo_session(
         already: &none,
         undo_times: &no_times,
         only: None,
-        undone_before: true,
+        earlier_undo: true,
     };
     let mut report = super::run_plan(&plan, &mut |_, _| {}).map_err(io_at(&blobs))?;
     report.coverage = session.coverage();

@@ -113,7 +113,7 @@ impl Fixture {
             already: &none,
             undo_times: &Default::default(),
             only: Some(only),
-            undone_before: false,
+            earlier_undo: false,
         };
         run_plan(&plan, &mut |_, _| {}).unwrap()
     }
@@ -135,7 +135,7 @@ impl Fixture {
             already: &none,
             undo_times: &Default::default(),
             only: None,
-            undone_before: false,
+            earlier_undo: false,
         };
         run_plan(&plan, &mut |_, _| {}).unwrap()
     }
@@ -322,7 +322,7 @@ fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
             already,
             undo_times: &Default::default(),
             only: Some(only),
-            undone_before: false,
+            earlier_undo: false,
         };
         run_plan(&plan, &mut |_, _| {}).unwrap()
     };
@@ -785,7 +785,7 @@ fn a_record_an_earlier_undo_reversed_has_the_cause_already_undone() {
         already: &already,
         undo_times: &Default::default(),
         only: None,
-        undone_before: false,
+        earlier_undo: false,
     };
     let r = run_plan(&plan, &mut |_, _| {}).unwrap();
     assert_eq!(code(&r, 0), "already_undone");

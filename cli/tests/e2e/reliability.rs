@@ -2001,3 +2001,25 @@ fn a_linked_blob_whose_inode_has_another_name_is_still_put_back_after_that_name_
     assert_complete(code, &r);
     assert_eq!(std::fs::read_to_string(s.path("f")).unwrap(), "kept\n");
 }
+
+#[test]
+fn an_undone_session_whose_journal_was_rewritten_since_is_not_reported_as_already_undone() {
+    let s = scratch!();
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > a && echo 2 > b"]);
+    let (code, r) = s.undo_json(&session);
+    assert_complete(code, &r);
+    let a = s.path("a").display().to_string();
+    let n = rewrite_records(&session.join("journal"), |rec| {
+        if rec["op"]["path"].as_str() != Some(&a) {
+            return false;
+        }
+        rec["op"]["path"] = s.path("b").display().to_string().into();
+        true
+    });
+    assert_eq!(n, 1);
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(r["already_undone"], false, "{r}");
+    assert!(damaged_whys(&r).iter().any(|w| w.contains("the journal held no such line")), "{r}");
+}

@@ -4,8 +4,9 @@
 //! instead of acted on.
 //!
 //! For each journal file (`journal` and every segment), the seal keeps where its last whole
-//! line ended, the BLAKE3 of its whole lines one after the other, and the BLAKE3 of each line
-//! (its first 8 bytes: a second line with the same ones is beyond reach), in file order. A
+//! line ended and the BLAKE3 of its whole lines one after the other; beside it, in
+//! [`LINES_FILE`], the BLAKE3 of each line (its first 8 bytes: a second line with the same ones
+//! is beyond reach), in file order. A
 //! later reader hashes the file's lines up to that end as one: when they are the same, only
 //! the lines after it are read, and a record there that the seal covers (its `seq` not above
 //! [`crate::seal::Seal::through`]) was written since and is set aside. When they differ, it
@@ -31,16 +32,26 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
 
-/// The hashes of every whole line of every journal file of a session when it was sealed, by
-/// the file's name in the session directory (`journal`, `segments/NAME`).
+/// Where the seal keeps the hash of each line of every journal file: beside `seal.json`, as
+/// little-endian 64-bit numbers, file after file in the order of [`JournalDigest`]'s files
+/// (8 MB for a million records, read only when a file is not what it was: in the seal's JSON
+/// they were 16 MB more to parse and hold at every undo).
+pub const LINES_FILE: &str = "seal.lines";
+
+/// What every journal file of a session held when it was sealed, by the file's name in the
+/// session directory (`journal`, `segments/NAME`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
 pub struct JournalDigest {
-    files: BTreeMap<String, FileDigest>,
+    /// Each file's digest.
+    pub files: BTreeMap<String, FileDigest>,
+    /// The BLAKE3 of [`LINES_FILE`] as written (64 hex digits), when the hash of each line was
+    /// kept: a lines file that is not that one is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines_file: Option<String>,
 }
 
 /// What one journal file held when it was digested.
@@ -51,50 +62,21 @@ pub struct FileDigest {
     /// The BLAKE3 of its whole lines (each with its LF) one after the other, 64 hex digits: a
     /// file that still holds them all is checked with one hash over its bytes, not one a line.
     pub whole: String,
-    /// The hash of each of its lines, to tell which are not there when `whole` differs (none
-    /// kept for an undo's own journal, whose records are then set aside together).
-    #[serde(default, skip_serializing_if = "LineHashes::is_empty")]
-    pub lines: LineHashes,
+    /// How many lines it had, when the hash of each was kept (none for an undo's own journal,
+    /// whose records are set aside together when it is not what it was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lines: u64,
+    /// Where its line hashes start in [`LINES_FILE`], counted in hashes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lines_at: u64,
+    /// The hash of each line, in file order (the first 8 bytes of its BLAKE3, without its LF),
+    /// while the digest is being taken: they are written to [`LINES_FILE`], not the seal.
+    #[serde(skip)]
+    pub hashes: Vec<u64>,
 }
 
-/// The hashes of a file's lines, in file order: the first 8 bytes of each line's BLAKE3 (its
-/// LF not included), written as one string of 16 hex digits a line (a list of a million
-/// numbers would be most of a seal's size).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LineHashes(pub Vec<u64>);
-
-impl LineHashes {
-    /// Whether it holds no hash.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl Serialize for LineHashes {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut text = String::with_capacity(self.0.len() * 16);
-        for h in &self.0 {
-            use std::fmt::Write;
-            let _ = write!(text, "{h:016x}");
-        }
-        s.serialize_str(&text)
-    }
-}
-
-impl<'de> Deserialize<'de> for LineHashes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text.len() % 16 != 0 {
-            return Err(serde::de::Error::custom("line hashes are 16 hex digits each"));
-        }
-        let hashes = text
-            .as_bytes()
-            .chunks(16)
-            .map(|h| std::str::from_utf8(h).ok().and_then(|h| u64::from_str_radix(h, 16).ok()))
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| serde::de::Error::custom("line hashes are hex digits"))?;
-        Ok(LineHashes(hashes))
-    }
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a journal file holds now that it did not hold when the session was sealed.
@@ -237,7 +219,7 @@ fn digest_file(file: &File, each_line: bool) -> io::Result<FileDigest> {
         file,
         |offset, line| {
             if each_line {
-                d.lines.0.push(line_hash(line));
+                d.hashes.push(line_hash(line));
             }
             end = offset + line.len() as u64 + 1;
         },
@@ -247,6 +229,7 @@ fn digest_file(file: &File, each_line: bool) -> io::Result<FileDigest> {
     )?;
     d.end = end;
     d.whole = whole.finalize().to_hex().to_string();
+    d.lines = d.hashes.len() as u64;
     Ok(d)
 }
 
@@ -269,7 +252,51 @@ impl JournalDigest {
                 files.insert(name, d);
             }
         }
-        Ok(JournalDigest { files })
+        let mut at = 0;
+        for d in files.values_mut() {
+            d.lines_at = at;
+            at += d.lines;
+        }
+        Ok(JournalDigest { files, lines_file: None })
+    }
+
+    /// Writes the hash of each line into [`LINES_FILE`] in `session_dir` (as durably as
+    /// `durability` says) and notes its BLAKE3; the hashes are then no longer held.
+    pub fn write_lines(&mut self, session_dir: &Path, durability: crate::session::Durability) -> io::Result<()> {
+        let mut bytes = Vec::with_capacity(self.files.values().map(|d| d.hashes.len() * 8).sum());
+        for d in self.files.values_mut() {
+            for h in std::mem::take(&mut d.hashes) {
+                bytes.extend_from_slice(&h.to_le_bytes());
+            }
+        }
+        crate::session::write_bytes_atomically_as(&session_dir.join(LINES_FILE), durability, |w| w.write_all(&bytes))?;
+        self.lines_file = Some(blake3::hash(&bytes).to_hex().to_string());
+        Ok(())
+    }
+
+    /// The line hashes of `d`: those held, or those in [`LINES_FILE`] when it is the one
+    /// written (`None` otherwise: the file's records are then set aside together).
+    fn hashes_of(
+        &self,
+        d: &FileDigest,
+        lines: &std::sync::OnceLock<Option<Vec<u8>>>,
+        session_dir: &Path,
+    ) -> Option<Vec<u64>> {
+        if !d.hashes.is_empty() || d.lines == 0 {
+            return (!d.hashes.is_empty()).then(|| d.hashes.clone());
+        }
+        let want = self.lines_file.as_ref()?;
+        let bytes = lines
+            .get_or_init(|| {
+                std::fs::read(session_dir.join(LINES_FILE))
+                    .ok()
+                    .filter(|b| blake3::hash(b).to_hex().as_str() == want.as_str())
+            })
+            .as_ref()?;
+        let from = usize::try_from(d.lines_at.checked_mul(8)?).ok()?;
+        let to = usize::try_from(d.lines_at.checked_add(d.lines)?.checked_mul(8)?).ok()?;
+        let slice = bytes.get(from..to)?;
+        Some(slice.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
     }
 
     /// What the journal files of `session_dir` hold now that they did not hold when this
@@ -277,7 +304,10 @@ impl JournalDigest {
     /// hash, and hashed lines gone. In file order, the files spread over the machine's CPUs.
     pub fn check(&self, session_dir: &Path, through: u64) -> io::Result<Vec<Finding>> {
         let names = journal_files(session_dir)?;
-        let checked = crate::seal::in_parallel(&names, |name| Some(self.check_file(session_dir, name, through)));
+        // Read once, by whichever file needs it first.
+        let lines = std::sync::OnceLock::new();
+        let checked =
+            crate::seal::in_parallel(&names, |name| Some(self.check_file(session_dir, name, through, &lines)));
         let mut findings = Vec::new();
         let mut opened = std::collections::BTreeSet::new();
         for (name, got) in names.into_iter().zip(checked) {
@@ -288,14 +318,20 @@ impl JournalDigest {
         }
         for (name, d) in &self.files {
             if d.end > 0 && !opened.contains(name) {
-                findings.push(Finding::Gone { file: name.clone(), count: d.lines.0.len(), gone: true });
+                findings.push(Finding::Gone { file: name.clone(), count: d.lines as usize, gone: true });
             }
         }
         Ok(findings)
     }
 
     /// [`JournalDigest::check`] of the file `name` (`None`: it is not there).
-    fn check_file(&self, session_dir: &Path, name: &str, through: u64) -> io::Result<Option<Vec<Finding>>> {
+    fn check_file(
+        &self,
+        session_dir: &Path,
+        name: &str,
+        through: u64,
+        lines: &std::sync::OnceLock<Option<Vec<u8>>>,
+    ) -> io::Result<Option<Vec<Finding>>> {
         let covered = |seq: u64| through == 0 || seq <= through;
         let covered_seq = |line: &[u8]| crate::journal::parse_line(line).ok().map(|r| r.seq).filter(|&s| covered(s));
         let file = match File::open(session_dir.join(name)) {
@@ -327,14 +363,13 @@ impl JournalDigest {
             return Ok(Some(findings));
         }
         findings.clear();
-        if want.lines.is_empty() {
+        let Some(mut expected) = self.hashes_of(want, lines, session_dir) else {
             let mut seqs = Vec::new();
             whole_lines(&file, |_, line| seqs.extend(covered_seq(line)), |_, _| {})?;
             findings.push(Finding::Altered { file: name.to_string(), seqs });
             return Ok(Some(findings));
-        }
+        };
         // Which lines are not there, and which are not the seal's.
-        let mut expected = want.lines.0.clone();
         expected.sort_unstable();
         // Each hashed line is matched once (a line twice in a file is two records).
         let mut used = vec![false; expected.len()];
@@ -471,7 +506,7 @@ mod tests {
             let digest = JournalDigest::take(dir.path(), each_line).unwrap();
             let d = &digest.files["journal"];
             assert_eq!((d.end, d.whole.as_str()), (lines.len() as u64, blake3::hash(&lines).to_hex().as_str()));
-            assert_eq!(d.lines.0.len(), if each_line { 2 } else { 0 });
+            assert_eq!((d.lines, d.hashes.len()), if each_line { (2, 2) } else { (0, 0) });
             // Appended: a record the seal covers, and one newer than it.
             std::fs::write(&journal, [lines.clone(), line(3, "/late"), line(9, "/newer")].concat()).unwrap();
             let found = digest.check(dir.path(), 5).unwrap();
@@ -493,12 +528,30 @@ mod tests {
     }
 
     #[test]
-    fn line_hashes_are_written_as_sixteen_hex_digits_each_and_read_back() {
-        let h = LineHashes(vec![0, 1, u64::MAX, 0x0123_4567_89ab_cdef]);
-        let text = serde_json::to_string(&h).unwrap();
-        assert_eq!(text, "\"00000000000000000000000000000001ffffffffffffffff0123456789abcdef\"");
-        assert_eq!(serde_json::from_str::<LineHashes>(&text).unwrap(), h);
-        assert!(serde_json::from_str::<LineHashes>("\"0123\"").is_err());
-        assert!(serde_json::from_str::<LineHashes>("\"000000000000000g\"").is_err());
+    fn line_hashes_written_beside_the_seal_are_read_back_only_when_they_are_the_ones_written() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(SEGMENTS_DIR)).unwrap();
+        let journal = dir.path().join(JOURNAL_FILE);
+        std::fs::write(&journal, [line(1, "/a"), line(2, "/b")].concat()).unwrap();
+        std::fs::write(dir.path().join("segments/1-3"), [line(3, "/c"), line(4, "/d")].concat()).unwrap();
+        let mut digest = JournalDigest::take(dir.path(), true).unwrap();
+        assert_eq!(digest.files["segments/1-3"].lines_at, 2);
+        digest.write_lines(dir.path(), crate::session::Durability::InKernel).unwrap();
+        assert!(digest.files.values().all(|d| d.hashes.is_empty()), "no longer held");
+        assert_eq!(std::fs::metadata(dir.path().join(LINES_FILE)).unwrap().len(), 4 * 8);
+        // As a reader of the seal has it.
+        let digest: JournalDigest = serde_json::from_str(&serde_json::to_string(&digest).unwrap()).unwrap();
+        std::fs::write(dir.path().join("segments/1-3"), [line(3, "/C"), line(4, "/d")].concat()).unwrap();
+        let rewritten = vec![
+            Finding::Unhashed { file: "segments/1-3".into(), offset: 0, seq: 3 },
+            Finding::Gone { file: "segments/1-3".into(), count: 1, gone: false },
+        ];
+        assert_eq!(digest.check(dir.path(), 5).unwrap(), rewritten);
+        // A lines file that is not the one written tells nothing: the file's records go aside.
+        let mut other = std::fs::read(dir.path().join(LINES_FILE)).unwrap();
+        other[20] ^= 1;
+        std::fs::write(dir.path().join(LINES_FILE), other).unwrap();
+        let found = digest.check(dir.path(), 5).unwrap();
+        assert_eq!(found, vec![Finding::Altered { file: "segments/1-3".into(), seqs: vec![3, 4] }]);
     }
 }

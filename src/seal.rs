@@ -1222,7 +1222,8 @@ mod tests {
         whole.set_aside_unaccounted(Some(8));
         let expected = take_seal(&whole, &blobs, || {});
         let (parts, _) = visit_with_segments(&journal, &segments, Gathered::default, |g, r| g.take(&r)).unwrap();
-        let digest = JournalDigest::take(&store, true).unwrap();
+        let mut digest = JournalDigest::take(&store, true).unwrap();
+        digest.write_lines(&store, crate::session::Durability::InKernel).unwrap();
         let records =
             seal_streamed(parts, Some(8), &digest, &store, &blobs, crate::session::Durability::InKernel, || {})
                 .unwrap();

@@ -539,6 +539,18 @@ pub fn write_atomically_as(
     durability: Durability,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_bytes_atomically_as(path, durability, |w| {
+        write(w)?;
+        w.write_all(b"\n")
+    })
+}
+
+/// [`write_atomically_as`] without the newline: the file holds exactly what `write` writes.
+pub fn write_bytes_atomically_as(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -547,7 +559,6 @@ pub fn write_atomically_as(
         tempfile::Builder::new().prefix(".tmp-").permissions(fs::Permissions::from_mode(0o600)).tempfile_in(dir)?;
     let mut out = io::BufWriter::with_capacity(1 << 16, tmp);
     write(&mut out)?;
-    out.write_all(b"\n")?;
     let tmp = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     if durability == Durability::OnDisk {
         tmp.as_file().sync_all()?;
@@ -735,7 +746,9 @@ impl Session {
         .map_err(io_at(&p))?;
         let last_id = self.last_id_after_reading();
         // After the records: every line they were read from is in what it digests.
-        let digest = crate::digest::JournalDigest::take(&self.dir, true).map_err(io_at(&p))?;
+        let mut digest = crate::digest::JournalDigest::take(&self.dir, true).map_err(io_at(&p))?;
+        let lines = self.dir.join(crate::digest::LINES_FILE);
+        digest.write_lines(&self.dir, durability).map_err(io_at(&lines))?;
         crate::seal::seal_streamed(parts, last_id, &digest, &self.dir, &self.blobs_dir(), durability, progress)
             .map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))
     }

@@ -119,7 +119,7 @@ pub struct ProcessRun {
 /// A step no undo can reverse.
 #[derive(Clone, Debug, Serialize)]
 pub struct IrreversibleStep {
-    /// Its record.
+    /// Its record (0: a damage of the journal whose record is not known).
     pub seq: u64,
     /// What it was and why it cannot be reversed.
     pub what: String,

@@ -499,7 +499,9 @@ pub fn review_text(s: &Session, rv: &Review, stat_only: bool, colour: bool) -> S
     }
     section(&mut out, "Irreversible and unobserved steps", rv.irreversible.len());
     for i in &rv.irreversible {
-        let _ = writeln!(out, "  {} #{} {}", p.red("!"), i.seq, escape_text(&i.what));
+        // Seq 0 is no record's: a damage whose record is not known (lines gone).
+        let seq = if i.seq == 0 { String::new() } else { format!("#{} ", i.seq) };
+        let _ = writeln!(out, "  {} {seq}{}", p.red("!"), escape_text(&i.what));
     }
     out
 }

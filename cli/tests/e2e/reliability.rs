@@ -1832,6 +1832,11 @@ fn a_record_rewritten_after_the_seal_is_found_by_the_seals_line_hashes_and_never
     let listed: Vec<&str> =
         review["irreversible"].as_array().unwrap().iter().filter_map(|i| i["what"].as_str()).collect();
     assert!(listed.iter().any(|w| w.contains("the journal held no such line")), "{review}");
+    // In text, the gone line is named without a record number (it has none).
+    let out = s.cli(&["review".as_ref(), "--no-pager".as_ref(), "--journal".as_ref(), session.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("! 1 record(s) that journal held")), "{text}");
+    assert!(!text.contains("#0 "), "{text}");
     let (code, r) = s.undo_json(&session);
     assert_eq!(code, 3, "{r}");
     use std::os::unix::fs::PermissionsExt;

@@ -263,14 +263,17 @@ impl JournalDigest {
     /// Writes the hash of each line into [`LINES_FILE`] in `session_dir` (as durably as
     /// `durability` says) and notes its BLAKE3; the hashes are then no longer held.
     pub fn write_lines(&mut self, session_dir: &Path, durability: crate::session::Durability) -> io::Result<()> {
-        let mut bytes = Vec::with_capacity(self.files.values().map(|d| d.hashes.len() * 8).sum());
-        for d in self.files.values_mut() {
-            for h in std::mem::take(&mut d.hashes) {
-                bytes.extend_from_slice(&h.to_le_bytes());
+        // Hashed as written, each file's hashes freed once out (a million took 8 MB).
+        let mut whole = blake3::Hasher::new();
+        crate::session::write_bytes_atomically_as(&session_dir.join(LINES_FILE), durability, |w| {
+            for d in self.files.values_mut() {
+                let bytes: Vec<u8> = std::mem::take(&mut d.hashes).iter().flat_map(|h| h.to_le_bytes()).collect();
+                whole.update(&bytes);
+                w.write_all(&bytes)?;
             }
-        }
-        crate::session::write_bytes_atomically_as(&session_dir.join(LINES_FILE), durability, |w| w.write_all(&bytes))?;
-        self.lines_file = Some(blake3::hash(&bytes).to_hex().to_string());
+            Ok(())
+        })?;
+        self.lines_file = Some(whole.finalize().to_hex().to_string());
         Ok(())
     }
 

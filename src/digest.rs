@@ -6,8 +6,8 @@
 //! For each journal file (`journal` and every segment), the seal keeps where its last whole
 //! line ended and the BLAKE3 of its whole lines one after the other; beside it, in
 //! [`LINES_FILE`], the BLAKE3 of each line (its first 8 bytes: a second line with the same ones
-//! is beyond reach), in file order. A
-//! later reader hashes the file's lines up to that end as one: when they are the same, only
+//! is beyond reach), in file order. A later reader hashes the file's lines up to that end as
+//! one: when they are the same, only
 //! the lines after it are read, and a record there that the seal covers (its `seq` not above
 //! [`crate::seal::Seal::through`]) was written since and is set aside. When they differ, it
 //! hashes each line: a record the seal covers whose line is not among those the seal hashed is
@@ -111,13 +111,36 @@ pub enum Finding {
     },
 }
 
-/// The journal files of `session_dir`, by name: `journal` first, then the segments in name
-/// order. A name that is not UTF-8 (no writer of a session makes one) is read lossily.
-fn journal_files(session_dir: &Path) -> io::Result<Vec<String>> {
-    let mut names = vec![JOURNAL_FILE.to_string()];
-    let mut segments: Vec<String> = match std::fs::read_dir(session_dir.join(SEGMENTS_DIR)) {
+/// The journal files of `session_dir`: `journal` first, then the segments in name order, each
+/// as the name the digest knows it by and its path. A segment's name is its file name, with
+/// every byte of a name that is not UTF-8 (no writer of a session makes one) outside printable
+/// ASCII, and every `\`, written `\xHH`: two files never share a name.
+fn journal_files(session_dir: &Path) -> io::Result<Vec<(String, std::path::PathBuf)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut names = vec![(JOURNAL_FILE.to_string(), session_dir.join(JOURNAL_FILE))];
+    let dir = session_dir.join(SEGMENTS_DIR);
+    let mut segments: Vec<(String, std::path::PathBuf)> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries
-            .map(|e| e.map(|e| format!("{SEGMENTS_DIR}/{}", e.file_name().to_string_lossy())))
+            .map(|e| {
+                e.map(|e| {
+                    let raw = e.file_name();
+                    let name = match raw.to_str() {
+                        Some(text) => text.to_string(),
+                        None => raw
+                            .as_bytes()
+                            .iter()
+                            .map(|&b| {
+                                if b.is_ascii_graphic() && b != b'\\' {
+                                    char::from(b).to_string()
+                                } else {
+                                    format!("\\x{b:02x}")
+                                }
+                            })
+                            .collect(),
+                    };
+                    (format!("{SEGMENTS_DIR}/{name}"), dir.join(raw))
+                })
+            })
             .collect::<io::Result<_>>()?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
@@ -239,15 +262,15 @@ impl JournalDigest {
     /// took 0.4 s on one).
     pub fn take(session_dir: &Path, each_line: bool) -> io::Result<JournalDigest> {
         let names = journal_files(session_dir)?;
-        let hashed = crate::seal::in_parallel(&names, |name| {
-            Some(match File::open(session_dir.join(name)) {
+        let hashed = crate::seal::in_parallel(&names, |(_, path)| {
+            Some(match File::open(path) {
                 Ok(f) => digest_file(&f, each_line).map(Some),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
             })
         });
         let mut files = BTreeMap::new();
-        for (name, got) in names.into_iter().zip(hashed) {
+        for ((name, _), got) in names.into_iter().zip(hashed) {
             if let Some(d) = got.ok_or_else(|| io::Error::other("the hashing of a journal file panicked"))?? {
                 files.insert(name, d);
             }
@@ -309,11 +332,12 @@ impl JournalDigest {
         let names = journal_files(session_dir)?;
         // Read once, by whichever file needs it first.
         let lines = std::sync::OnceLock::new();
-        let checked =
-            crate::seal::in_parallel(&names, |name| Some(self.check_file(session_dir, name, through, &lines)));
+        let checked = crate::seal::in_parallel(&names, |(name, path)| {
+            Some(self.check_file(session_dir, name, path, through, &lines))
+        });
         let mut findings = Vec::new();
         let mut opened = std::collections::BTreeSet::new();
-        for (name, got) in names.into_iter().zip(checked) {
+        for ((name, _), got) in names.into_iter().zip(checked) {
             if let Some(mut found) = got.ok_or_else(|| io::Error::other("the check of a journal file panicked"))?? {
                 findings.append(&mut found);
                 opened.insert(name);
@@ -327,17 +351,18 @@ impl JournalDigest {
         Ok(findings)
     }
 
-    /// [`JournalDigest::check`] of the file `name` (`None`: it is not there).
+    /// [`JournalDigest::check`] of the file `name` at `path` (`None`: it is not there).
     fn check_file(
         &self,
         session_dir: &Path,
         name: &str,
+        path: &Path,
         through: u64,
         lines: &std::sync::OnceLock<Option<Vec<u8>>>,
     ) -> io::Result<Option<Vec<Finding>>> {
         let covered = |seq: u64| through == 0 || seq <= through;
         let covered_seq = |line: &[u8]| crate::journal::parse_line(line).ok().map(|r| r.seq).filter(|&s| covered(s));
-        let file = match File::open(session_dir.join(name)) {
+        let file = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -528,6 +553,19 @@ mod tests {
             assert_eq!(found, want);
             std::fs::write(&journal, &lines).unwrap();
         }
+    }
+
+    #[test]
+    fn a_segment_whose_name_is_not_utf8_is_checked_under_a_name_of_its_own() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(SEGMENTS_DIR)).unwrap();
+        std::fs::write(dir.path().join(JOURNAL_FILE), line(1, "/a")).unwrap();
+        let digest = JournalDigest::take(dir.path(), true).unwrap();
+        let odd = std::ffi::OsStr::from_bytes(b"1-\xff\\");
+        std::fs::write(dir.path().join(SEGMENTS_DIR).join(odd), line(2, "/b")).unwrap();
+        let found = digest.check(dir.path(), 5).unwrap();
+        assert_eq!(found, vec![Finding::Unhashed { file: "segments/1-\\xff\\x5c".into(), offset: 0, seq: 2 }]);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::journal::Problem;
 use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
 
 /// Where the seal keeps the hash of each line of every journal file: beside `seal.json`, as
@@ -77,38 +78,6 @@ pub struct FileDigest {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
-}
-
-/// What a journal file holds now that it did not hold when the session was sealed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Finding {
-    /// A record the seal covers whose line is not among those the seal hashed for `file`.
-    Unhashed {
-        /// The file, by its name in the session directory.
-        file: String,
-        /// The byte offset of its line.
-        offset: u64,
-        /// Its `seq`.
-        seq: u64,
-    },
-    /// `file`, digested without the hash of each line, is not what it was: `seqs` are the
-    /// records the seal covers that it holds now.
-    Altered {
-        /// The file, by its name in the session directory.
-        file: String,
-        /// Their `seq`s.
-        seqs: Vec<u64>,
-    },
-    /// `count` lines the seal hashed for `file` are not in it now (all of them when it is
-    /// `gone`).
-    Gone {
-        /// The file, by its name in the session directory.
-        file: String,
-        /// How many.
-        count: usize,
-        /// Whether the file itself is gone.
-        gone: bool,
-    },
 }
 
 /// The journal files of `session_dir`: `journal` first, then the segments in name order, each
@@ -326,9 +295,11 @@ impl JournalDigest {
     }
 
     /// What the journal files of `session_dir` hold now that they did not hold when this
-    /// digest was taken: records `through` covers (`0`: every record) on lines it did not
-    /// hash, and hashed lines gone. In file order, the files spread over the machine's CPUs.
-    pub fn check(&self, session_dir: &Path, through: u64) -> io::Result<Vec<Finding>> {
+    /// digest was taken, as the problems the reader names them by: records `through` covers
+    /// (`0`: every record) on lines it did not hash ([`Problem::Rewritten`]), a file digested
+    /// without its line hashes that is not what it was ([`Problem::Altered`]), and hashed
+    /// lines gone ([`Problem::Gone`]). In file order, the files spread over the machine's CPUs.
+    pub fn check(&self, session_dir: &Path, through: u64) -> io::Result<Vec<Problem>> {
         let names = journal_files(session_dir)?;
         // Read once, by whichever file needs it first.
         let lines = std::sync::OnceLock::new();
@@ -345,7 +316,7 @@ impl JournalDigest {
         }
         for (name, d) in &self.files {
             if d.end > 0 && !opened.contains(name) {
-                findings.push(Finding::Gone { file: name.clone(), count: d.lines as usize, gone: true });
+                findings.push(Problem::Gone { file: name.clone(), count: d.lines as usize, whole_file: true });
             }
         }
         Ok(findings)
@@ -359,7 +330,7 @@ impl JournalDigest {
         path: &Path,
         through: u64,
         lines: &std::sync::OnceLock<Option<Vec<u8>>>,
-    ) -> io::Result<Option<Vec<Finding>>> {
+    ) -> io::Result<Option<Vec<Problem>>> {
         let covered = |seq: u64| through == 0 || seq <= through;
         let covered_seq = |line: &[u8]| crate::journal::parse_line(line).ok().map(|r| r.seq).filter(|&s| covered(s));
         let file = match File::open(path) {
@@ -377,7 +348,7 @@ impl JournalDigest {
             |offset, line| {
                 if offset >= want.end {
                     if let Some(seq) = covered_seq(line) {
-                        findings.push(Finding::Unhashed { file: name.to_string(), offset, seq });
+                        findings.push(Problem::Rewritten { file: name.to_string(), offset, seq, through });
                     }
                 }
             },
@@ -394,7 +365,7 @@ impl JournalDigest {
         let Some(mut expected) = self.hashes_of(want, lines, session_dir) else {
             let mut seqs = Vec::new();
             whole_lines(&file, |_, line| seqs.extend(covered_seq(line)), |_, _| {})?;
-            findings.push(Finding::Altered { file: name.to_string(), seqs });
+            findings.push(Problem::Altered { file: name.to_string(), seqs });
             return Ok(Some(findings));
         };
         // Which lines are not there, and which are not the seal's.
@@ -411,7 +382,7 @@ impl JournalDigest {
                     Some(i) => used[i] = true,
                     None => {
                         if let Some(seq) = covered_seq(line) {
-                            findings.push(Finding::Unhashed { file: name.to_string(), offset, seq });
+                            findings.push(Problem::Rewritten { file: name.to_string(), offset, seq, through });
                         }
                     }
                 }
@@ -420,7 +391,7 @@ impl JournalDigest {
         )?;
         let count = used.iter().filter(|u| !**u).count();
         if count > 0 {
-            findings.push(Finding::Gone { file: name.to_string(), count, gone: false });
+            findings.push(Problem::Gone { file: name.to_string(), count, whole_file: false });
         }
         Ok(Some(findings))
     }
@@ -505,22 +476,22 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                Finding::Unhashed { file: "journal".into(), offset: 0, seq: 1 },
-                Finding::Gone { file: "journal".into(), count: 2, gone: false },
-                Finding::Unhashed { file: "segments/1-4".into(), offset: at, seq: 6 },
+                Problem::Rewritten { file: "journal".into(), offset: 0, seq: 1, through: 8 },
+                Problem::Gone { file: "journal".into(), count: 2, whole_file: false },
+                Problem::Rewritten { file: "segments/1-4".into(), offset: at, seq: 6, through: 8 },
             ]
         );
         // The same lines in another order are the same records.
         std::fs::write(&journal, [line(3, "/c"), line(1, "/a"), line(2, "/b")].concat()).unwrap();
         std::fs::remove_file(&segment).unwrap();
         let found = digest.check(dir.path(), 5).unwrap();
-        assert_eq!(found, vec![Finding::Gone { file: "segments/1-4".into(), count: 2, gone: true }]);
+        assert_eq!(found, vec![Problem::Gone { file: "segments/1-4".into(), count: 2, whole_file: true }]);
         // A copy of a line the file held once is a second record, not that one.
         std::fs::write(&journal, [line(1, "/a"), line(2, "/b"), line(3, "/c"), line(3, "/c")].concat()).unwrap();
         let found = digest.check(dir.path(), 5).unwrap();
         assert_eq!(
             found[0],
-            Finding::Unhashed { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3 }
+            Problem::Rewritten { file: "journal".into(), offset: 3 * line(1, "/a").len() as u64, seq: 3, through: 5 }
         );
     }
 
@@ -538,17 +509,20 @@ mod tests {
             // Appended: a record the seal covers, and one newer than it.
             std::fs::write(&journal, [lines.clone(), line(3, "/late"), line(9, "/newer")].concat()).unwrap();
             let found = digest.check(dir.path(), 5).unwrap();
-            assert_eq!(found, vec![Finding::Unhashed { file: "journal".into(), offset: lines.len() as u64, seq: 3 }]);
+            assert_eq!(
+                found,
+                vec![Problem::Rewritten { file: "journal".into(), offset: lines.len() as u64, seq: 3, through: 5 }]
+            );
             // Changed: without the hash of each line, every record the seal covers is set aside.
             std::fs::write(&journal, [line(1, "/A"), line(2, "/b"), line(9, "/newer")].concat()).unwrap();
             let found = digest.check(dir.path(), 5).unwrap();
             let want = if each_line {
                 vec![
-                    Finding::Unhashed { file: "journal".into(), offset: 0, seq: 1 },
-                    Finding::Gone { file: "journal".into(), count: 1, gone: false },
+                    Problem::Rewritten { file: "journal".into(), offset: 0, seq: 1, through: 5 },
+                    Problem::Gone { file: "journal".into(), count: 1, whole_file: false },
                 ]
             } else {
-                vec![Finding::Altered { file: "journal".into(), seqs: vec![1, 2] }]
+                vec![Problem::Altered { file: "journal".into(), seqs: vec![1, 2] }]
             };
             assert_eq!(found, want);
             std::fs::write(&journal, &lines).unwrap();
@@ -565,7 +539,10 @@ mod tests {
         let odd = std::ffi::OsStr::from_bytes(b"1-\xff\\");
         std::fs::write(dir.path().join(SEGMENTS_DIR).join(odd), line(2, "/b")).unwrap();
         let found = digest.check(dir.path(), 5).unwrap();
-        assert_eq!(found, vec![Finding::Unhashed { file: "segments/1-\\xff\\x5c".into(), offset: 0, seq: 2 }]);
+        assert_eq!(
+            found,
+            vec![Problem::Rewritten { file: "segments/1-\\xff\\x5c".into(), offset: 0, seq: 2, through: 5 }]
+        );
     }
 
     #[test]
@@ -584,8 +561,8 @@ mod tests {
         let digest: JournalDigest = serde_json::from_str(&serde_json::to_string(&digest).unwrap()).unwrap();
         std::fs::write(dir.path().join("segments/1-3"), [line(3, "/C"), line(4, "/d")].concat()).unwrap();
         let rewritten = vec![
-            Finding::Unhashed { file: "segments/1-3".into(), offset: 0, seq: 3 },
-            Finding::Gone { file: "segments/1-3".into(), count: 1, gone: false },
+            Problem::Rewritten { file: "segments/1-3".into(), offset: 0, seq: 3, through: 5 },
+            Problem::Gone { file: "segments/1-3".into(), count: 1, whole_file: false },
         ];
         assert_eq!(digest.check(dir.path(), 5).unwrap(), rewritten);
         // A lines file that is not the one written tells nothing: the file's records go aside.
@@ -593,6 +570,6 @@ mod tests {
         other[20] ^= 1;
         std::fs::write(dir.path().join(LINES_FILE), other).unwrap();
         let found = digest.check(dir.path(), 5).unwrap();
-        assert_eq!(found, vec![Finding::Altered { file: "segments/1-3".into(), seqs: vec![3, 4] }]);
+        assert_eq!(found, vec![Problem::Altered { file: "segments/1-3".into(), seqs: vec![3, 4] }]);
     }
 }

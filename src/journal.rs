@@ -440,19 +440,18 @@ impl JournalContents {
         let Some(digest) = &seal.journal_digest else { return Ok(()) };
         let findings = digest.check(session_dir, seal.through)?;
         let mut aside = Vec::new();
-        for f in findings {
-            match f {
-                crate::digest::Finding::Unhashed { seq, .. }
-                    if self.records.binary_search_by_key(&seq, |r| r.seq).is_err() => {}
-                crate::digest::Finding::Unhashed { file, offset, seq } => {
+        for p in findings {
+            match p {
+                Problem::Rewritten { seq, .. } if self.records.binary_search_by_key(&seq, |r| r.seq).is_err() => {}
+                Problem::Rewritten { seq, .. } => {
                     aside.push(seq);
-                    self.problems.push(Problem::Rewritten { file, offset, seq, through: seal.through });
+                    self.problems.push(p);
                 }
-                crate::digest::Finding::Altered { file, seqs } => {
-                    aside.extend_from_slice(&seqs);
-                    self.problems.push(Problem::Altered { file, seqs });
+                Problem::Altered { ref seqs, .. } => {
+                    aside.extend_from_slice(seqs);
+                    self.problems.push(p);
                 }
-                crate::digest::Finding::Gone { file, count, gone } => {
+                Problem::Gone { file, count, whole_file } => {
                     // A line damaged in place is gone from the hashes and named as corrupt.
                     let corrupt = self
                         .problems
@@ -467,11 +466,12 @@ impl JournalContents {
                             _ => false,
                         })
                         .count();
-                    if gone || count > corrupt {
-                        let count = if gone { count } else { count - corrupt };
-                        self.problems.push(Problem::Gone { file, count, whole_file: gone });
+                    if whole_file || count > corrupt {
+                        let count = if whole_file { count } else { count - corrupt };
+                        self.problems.push(Problem::Gone { file, count, whole_file });
                     }
                 }
+                other => self.problems.push(other),
             }
         }
         if !aside.is_empty() {

@@ -1,5 +1,5 @@
-//! Builds the C half of the variadic exec hooks (see src/variadic.c), and links the unwinder
-//! statically.
+//! Builds the C half of the variadic exec hooks (see src/variadic.c), links the unwinder
+//! statically, and lays out what starting touches (startup.ld).
 //!
 //! Rust's standard library asks for `-lgcc_s` (the unwinder that makes `catch_unwind` work).
 //! Loading that extra shared library into every process the shim enters costs more than the
@@ -13,6 +13,11 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/variadic.c");
+    // What starting touches, on as few pages as possible (see the script's comment).
+    let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join("startup.ld");
+    println!("cargo:rerun-if-changed={}", script.display());
+    println!("cargo:rustc-link-arg-cdylib=-Wl,-T,{}", script.display());
     let build = cc::Build::new();
     let compiler = build.get_compiler();
     build.clone().file("src/variadic.c").warnings(true).compile("aether_journal_variadic");

@@ -38,7 +38,9 @@ use journal_core::capture::FsCalls;
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, XattrFlags};
 use rustix::io::Errno;
 
-/// The session's marker, or 0 when no supervisor watches this process.
+/// The session's marker, or 0 when no supervisor watches this process. Written by every
+/// process of a supervised session while starting: in the start-up data (`shim/startup.ld`).
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.startup"))]
 static MARK: AtomicU64 = AtomicU64::new(0);
 
 /// The marker every journaled call carries (0: no supervisor, so nothing is marked).

@@ -49,8 +49,17 @@ static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 /// variables of the starting environment (the program may clear it later), silences panic
 /// output, and, in the root process of a new session only, creates the session.
 ///
+/// # Rationale
+/// Every process pays for each page of this library it touches while starting: a page fault
+/// costs 1-3 us on the development machine, about as much as the rest of the constructor.
+/// `shim/startup.ld` therefore gathers what starting touches: this function (in
+/// `.text.startup`) beside the library's `_init`, in one 64 KiB window of code the kernel maps
+/// at once, and the statics written here (`.bss.aether_journal.startup`, with std's panic hook
+/// and count) right after the initialised data, on the page the loader has already written.
+///
 /// # Safety
 /// Called by the dynamic loader with the program's `argc`/`argv`.
+#[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal"))]
 unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     let saved = errno();
     // No guard here: nothing below calls a hooked function (raw system calls, a scan of
@@ -58,6 +67,9 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     // flag, the signal mask or the heap is what keeps loading the library cheap (each page a
     // process touches for the first time is a page fault).
     let _ = catch_unwind(|| {
+        // Two raw system calls that cannot panic, first: their write maps the start-up data's
+        // page writable, so the panic hook's read of it below is no second fault.
+        state::adopt_store_after_fork();
         // Never print a panic: fd 2 belongs to the program (docs/INTERPOSITION.md, "The program's
         // descriptors"). Set here, while the process has one thread: set later, a fork by
         // another thread in the middle would leave the child's panic machinery locked. A
@@ -65,11 +77,11 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
         state::adopt_mark();
-        state::adopt_store_after_fork();
         // SAFETY: registering handlers whose preparation opens the store (under the guard, with
         // the shim's own allocator: before glibc takes its fork locks, like any hook), and whose
-        // child part only stores into atomics, which is safe in a freshly forked child.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
+        // child part only stores into atomics, which is safe in a freshly forked child. The
+        // handle is this library's own, as `pthread_atfork` passes it.
+        unsafe { __register_atfork(Some(before_fork), None, Some(after_fork_in_child), &raw const __dso_handle) };
     });
     // Everything else is built on first use: a process that changes nothing (most execs of a
     // build) pays for loading the library and the scan above, not for the configuration. The
@@ -87,6 +99,21 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         }
     }
     set_errno(saved);
+}
+
+unsafe extern "C" {
+    /// What `pthread_atfork` calls: glibc's `pthread_atfork` is not exported but linked into
+    /// each object from `libc_nonshared.a`, where it sits after all of the library's code, a
+    /// page (and a fault) of its own that every process would touch while starting.
+    fn __register_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+        dso_handle: *const std::ffi::c_void,
+    ) -> c_int;
+    /// This object's handle (defined by the C runtime's `crtbeginS.o`): handlers registered
+    /// with it belong to this library.
+    static __dso_handle: std::ffi::c_void;
 }
 
 /// Before a `fork`: the child inherits this process's store rather than opening its own.

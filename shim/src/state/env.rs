@@ -22,6 +22,11 @@ const EARLY_ENV_CAP: usize = 4096;
 /// building it costs allocations and code that a process which never changes a file never
 /// needs. The constructor only scans `environ` for the prefix and copies the few matching
 /// entries in place, without allocating; [`config`] parses them on first use.
+///
+/// Every process writes it while starting, so it lives in the start-up data
+/// (`shim/startup.ld`), its state and length first: a few hundred bytes of entries touch one
+/// page, not the two its 4 KiB could span.
+#[repr(C)]
 struct EarlyEnv {
     /// `EARLY_EMPTY`, `EARLY_WRITING`, `EARLY_DONE` or `EARLY_OVERFLOW`.
     state: AtomicU32,
@@ -38,6 +43,7 @@ const EARLY_WRITING: u32 = 1;
 const EARLY_DONE: u32 = 2;
 const EARLY_OVERFLOW: u32 = 3;
 
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.startup_env"))]
 static EARLY_ENV: EarlyEnv = EarlyEnv {
     state: AtomicU32::new(EARLY_EMPTY),
     len: AtomicUsize::new(0),
@@ -68,9 +74,13 @@ pub fn capture_early_env() {
             state = EARLY_OVERFLOW;
             break;
         };
-        // NAME=value and its NUL (the room is exactly that long).
-        for (to, from) in room.iter_mut().zip(e.iter().chain(b"\0")) {
-            *to = *from;
+        // NAME=value and its NUL (the room is exactly that long). The NUL is stored on its own:
+        // chained from a constant, it was a read of a page no process otherwise touches.
+        if let Some((nul, name)) = room.split_last_mut() {
+            for (to, from) in name.iter_mut().zip(e) {
+                *to = *from;
+            }
+            *nul = 0;
         }
         len += e.len() + 1;
     }

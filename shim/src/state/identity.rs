@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The pid that owns the store's descriptors: set when the store is opened and in every forked
 /// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
 /// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
+/// Written by every process while starting: in the start-up data (`shim/startup.ld`).
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.startup"))]
 pub(super) static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 /// The owning process's parent, cached with OWNER_PID for records.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.startup"))]
 pub(super) static OWNER_PPID: AtomicU32 = AtomicU32::new(0);
 
 /// Records that this process owns the store's descriptors and caches its ids. Called only

@@ -87,20 +87,80 @@ impl Creds {
 /// will be loaded, or when the exec cannot succeed anyway (no such file, not executable, not a
 /// format the kernel runs).
 pub fn check(path: &[u8], creds: Creds) -> Result<(), UnobservedReason> {
-    check_depth(path, creds, 0)
+    check_depth(path, creds, 0, &mut None)
 }
 
 /// [`check`] for an exec with its arguments: the dynamic loader run as a program (`ld.so
 /// PROGRAM`, as `ldd` and uv do) honours `LD_PRELOAD` like any dynamic program, so what
 /// counts is the program it is told to run (`argv[0]` is the loader's own name).
 pub fn check_exec(path: &[u8], argv: &[&[u8]], creds: Creds) -> Result<(), UnobservedReason> {
-    match check(path, creds) {
+    check_exec_vouched(path, argv, creds).0
+}
+
+/// [`check_exec`], and what its verdict rests on when that is the file at `path` alone (see
+/// [`Vouched`]), for a caller that remembers verdicts.
+pub fn check_exec_vouched(
+    path: &[u8],
+    argv: &[&[u8]],
+    creds: Creds,
+) -> (Result<(), UnobservedReason>, Option<Vouched>) {
+    let mut vouched = None;
+    match check_depth(path, creds, 0, &mut vouched) {
         Err(UnobservedReason::StaticExecutable) if is_dynamic_loader(path) => match loader_operand(argv) {
-            Some(program) => check(program, creds),
+            Some(program) => (check(program, creds), None),
             // Options alone (`--list`, `--help`): it runs no program.
-            None => Ok(()),
+            None => (Ok(()), None),
         },
-        other => other,
+        other => (other, vouched),
+    }
+}
+
+/// The file a check found observable, when the verdict rests on that file alone: a
+/// dynamically linked ELF program of this machine (not a script, whose verdict is its
+/// interpreter's; not the dynamic loader, whose verdict is its operand's), without set-ID
+/// bits, and without file capabilities (or checked for root, to whom they do not matter).
+///
+/// Any change to such a file, of its bytes, mode, owner or attributes, moves its change time,
+/// which no call can set back, and another file at the name has another identity: a caller
+/// that finds the same `Vouched` for the name later ([`Vouched::now`]) may take the same verdict
+/// without reading the file again. Only a file unchanged for [`Vouched::SETTLED`] is vouched
+/// for: where times are kept to the second (ext4 with small inodes), a change made within the
+/// second the file was last changed would leave its change time as it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vouched {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Size.
+    pub size: u64,
+    /// Modification time, `[seconds, nanoseconds]`.
+    pub mtime: [i64; 2],
+    /// Change time, `[seconds, nanoseconds]`.
+    pub ctime: [i64; 2],
+    /// The real uid the check was made for.
+    pub uid: u32,
+}
+
+impl Vouched {
+    /// How long a file must have been left unchanged to be vouched for (seconds).
+    pub const SETTLED: i64 = 2;
+
+    fn of(st: &rustix::fs::Stat, uid: u32) -> Vouched {
+        Vouched {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: [st.st_mtime, st.st_mtime_nsec as i64],
+            ctime: [st.st_ctime, st.st_ctime_nsec as i64],
+            uid,
+        }
+    }
+
+    /// The file `path` names now (following symlinks, as exec does), as a check made for
+    /// `uid` would find it: one `stat`.
+    pub fn now(path: &[u8], uid: u32) -> Option<Vouched> {
+        rustix::fs::stat(path).ok().map(|st| Vouched::of(&st, uid))
     }
 }
 
@@ -147,8 +207,8 @@ pub fn is_dynamic_loader(path: &[u8]) -> bool {
 /// The `PT_INTERP` path of this process's executable.
 fn own_interpreter() -> Option<Vec<u8>> {
     let fd = rustix::fs::open("/proc/self/exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
-    let mut head = [0u8; 64];
-    if read_at(&fd, &mut head, 0).ok()? < 64 || !head.starts_with(b"\x7fELF") || head[4] != 2 {
+    let head = read_at(&fd, 64, 0).ok()?;
+    if head.len() < 64 || !head.starts_with(b"\x7fELF") || head[4] != 2 {
         return None;
     }
     let phoff = u64::from_le_bytes(head[32..40].try_into().ok()?);
@@ -157,15 +217,13 @@ fn own_interpreter() -> Option<Vec<u8>> {
     if phentsize < 56 || phnum == 0 || phnum > 512 {
         return None;
     }
-    let mut table = vec![0u8; phentsize * phnum];
-    if read_at(&fd, &mut table, phoff).ok()? != table.len() {
+    let table = read_at(&fd, phentsize * phnum, phoff).ok()?;
+    if table.len() != phentsize * phnum {
         return None;
     }
     let ph = table.chunks_exact(phentsize).find(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP)?;
     let (off, len) = (u64::from_le_bytes(ph[8..16].try_into().ok()?), u64::from_le_bytes(ph[32..40].try_into().ok()?));
-    let mut name = vec![0u8; len.min(4096) as usize];
-    let n = read_at(&fd, &mut name, off).ok()?;
-    name.truncate(n);
+    let mut name = read_at(&fd, len.min(4096) as usize, off).ok()?;
     while name.last() == Some(&0) {
         name.pop();
     }
@@ -180,9 +238,8 @@ pub fn foreign_architecture(path: &[u8]) -> Option<UnobservedReason> {
     for _ in 0..4 {
         let fd = rustix::fs::openat(CWD, &path[..], OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty())
             .ok()?;
-        let mut head = [0u8; 256];
-        let n = read_at(&fd, &mut head, 0).unwrap_or(0);
-        let head = &head[..n];
+        let head = read_at(&fd, 256, 0).unwrap_or_default();
+        let head = &head[..];
         if head.starts_with(b"#!") {
             let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
             path = line.split(|&b| b == b' ' || b == b'\t').find(|t| !t.is_empty())?.to_vec();
@@ -203,25 +260,26 @@ pub fn foreign_architecture(path: &[u8]) -> Option<UnobservedReason> {
     None
 }
 
-fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), UnobservedReason> {
+/// `vouched` is set when the verdict is `Ok` and rests on the file at `path` alone (at depth 0).
+fn check_depth(path: &[u8], creds: Creds, depth: usize, vouched: &mut Option<Vouched>) -> Result<(), UnobservedReason> {
     let fd = match rustix::fs::openat(CWD, path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()) {
         Ok(fd) => fd,
         // Unreadable (mode --x) executables cannot be inspected; the exec will tell.
         Err(_) => return Ok(()),
     };
     let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(()) };
-    if st.st_mode & 0o4000 != 0 && st.st_uid != creds.uid() || st.st_mode & 0o2000 != 0 && st.st_gid != creds.gid() {
+    let uid = creds.uid();
+    if st.st_mode & 0o4000 != 0 && st.st_uid != uid || st.st_mode & 0o2000 != 0 && st.st_gid != creds.gid() {
         return Err(UnobservedReason::SetIdExecutable { mode: st.st_mode & 0o7777 });
     }
-    if creds.uid() != 0 && has_file_capabilities(&fd) {
+    if uid != 0 && has_file_capabilities(&fd) {
         return Err(UnobservedReason::FileCapabilities);
     }
     // One read for the header and, in every ordinary ELF file, its program headers (they
     // follow it); only the first 256 bytes count as the header (the kernel reads as much of a
     // `#!` line).
-    let mut first = vec![0u8; FIRST_READ];
-    let n = read_at_least(&fd, &mut first, 0, 256).unwrap_or(0);
-    let first = &first[..n];
+    let first = read_at_least(&fd, FIRST_READ, 0, 256).unwrap_or_default();
+    let n = first.len();
     let head = &first[..n.min(256)];
     if head.starts_with(b"#!") {
         if depth >= 4 {
@@ -230,7 +288,7 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
         let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
         let interp = line.split(|&b| b == b' ' || b == b'\t').find(|t| !t.is_empty());
         return match interp {
-            Some(i) => check_depth(i, creds, depth + 1),
+            Some(i) => check_depth(i, creds, depth + 1, &mut None),
             None => Ok(()),
         };
     }
@@ -258,12 +316,10 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
     let table = match usize::try_from(phoff).ok().and_then(|at| first.get(at..at.checked_add(table_len)?)) {
         Some(in_first) => in_first,
         None => {
-            let mut t = vec![0u8; table_len];
-            match read_at(&fd, &mut t, phoff) {
-                Ok(n) if n == t.len() => {}
+            match read_at(&fd, table_len, phoff) {
+                Ok(t) if t.len() == table_len => read_table = t,
                 _ => return Ok(()),
             }
-            read_table = t;
             &read_table[..]
         }
     };
@@ -271,10 +327,15 @@ fn check_depth(path: &[u8], creds: Creds, depth: usize) -> Result<(), Unobserved
     if !dynamic {
         return Err(UnobservedReason::StaticExecutable);
     }
-    match runtime_of(&fd, head) {
-        Some(runtime) => Err(UnobservedReason::BypassesLibc { runtime: runtime.into() }),
-        None => Ok(()),
+    if let Some(runtime) = runtime_of(&fd, head) {
+        return Err(UnobservedReason::BypassesLibc { runtime: runtime.into() });
     }
+    // libc's clock (rustix's own reading of the vDSO faults under valgrind).
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    if depth == 0 && st.st_mode & 0o6000 == 0 && st.st_ctime <= now - Vouched::SETTLED {
+        *vouched = Some(Vouched::of(&st, uid));
+    }
+    Ok(())
 }
 
 /// The runtime a 64-bit little-endian ELF file was built with, when it is one whose programs
@@ -290,8 +351,8 @@ fn runtime_of(fd: &std::os::fd::OwnedFd, head: &[u8]) -> Option<&'static str> {
     // there in every file GNU ld, lld and Go's linker write, so one read is enough.
     let table_len = shentsize * shnum;
     let before = shoff.min(TAIL_BEFORE);
-    let mut tail = vec![0u8; before as usize + table_len];
-    if read_at(fd, &mut tail, shoff - before).ok()? != tail.len() {
+    let tail = read_at(fd, before as usize + table_len, shoff - before).ok()?;
+    if tail.len() != before as usize + table_len {
         return None;
     }
     let table = &tail[before as usize..];
@@ -305,11 +366,10 @@ fn runtime_of(fd: &std::os::fd::OwnedFd, head: &[u8]) -> Option<&'static str> {
     let names = match in_tail {
         Some(names) => names,
         None => {
-            let mut n = vec![0u8; str_len as usize];
-            if read_at(fd, &mut n, str_off).ok()? != n.len() {
+            read_names = read_at(fd, str_len as usize, str_off).ok()?;
+            if read_names.len() != str_len as usize {
                 return None;
             }
-            read_names = n;
             &read_names[..]
         }
     };
@@ -336,24 +396,28 @@ const FIRST_READ: usize = 4096;
 /// How much of what precedes the section headers is read with them (see [`runtime_of`]).
 const TAIL_BEFORE: u64 = 4096;
 
-/// Reads into `buf` from `offset` until it holds at least `min` bytes (or all of `buf`), or
-/// the file ends: a script of a few hundred bytes costs one `pread`, not a second one to find
-/// its end, and what a short read left out is read again by whoever needs it.
-fn read_at_least(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64, min: usize) -> io::Result<usize> {
-    let mut done = 0;
-    while done < min.min(buf.len()) {
-        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
+/// Reads at most `len` bytes from `offset` until it holds at least `min` of them, or the file
+/// ends: a script of a few hundred bytes costs one `pread`, not a second one to find its end,
+/// and what a short read left out is read again by whoever needs it. The buffer is not zeroed
+/// first (zeroing the 10 KiB a check reads was half the work of an exec's check).
+fn read_at_least(fd: &std::os::fd::OwnedFd, len: usize, offset: u64, min: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < min.min(len) {
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(fd, rustix::buffer::spare_capacity(&mut buf), at) {
             Ok(0) => break,
-            Ok(n) => done += n,
+            Ok(_) => {}
             Err(Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(done)
+    // The allocator may have given more room than asked, and a read may have used it.
+    buf.truncate(len);
+    Ok(buf)
 }
 
-fn read_at(fd: &std::os::fd::OwnedFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    read_at_least(fd, buf, offset, buf.len())
+fn read_at(fd: &std::os::fd::OwnedFd, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+    read_at_least(fd, len, offset, len)
 }
 
 /// Resolves a program name the way `execvp` does: names with a slash are used as they are,
@@ -450,6 +514,45 @@ mod tests {
     fn a_dynamically_linked_program_is_observable() {
         assert_eq!(check(b"/bin/sh", me()), Ok(()));
         assert_eq!(check(b"/usr/bin/env", me()), Ok(()));
+    }
+
+    #[test]
+    fn only_a_verdict_that_rests_on_the_program_s_own_file_is_vouched_for_and_any_change_to_it_shows() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("prog");
+        let path = p.as_os_str().as_bytes();
+        let uid = rustix::process::getuid().as_raw();
+        std::fs::copy("/bin/true", &p).unwrap();
+        assert_eq!(check_exec_vouched(path, &[path], me()), (Ok(()), None), "changed less than SETTLED ago");
+        std::thread::sleep(std::time::Duration::from_secs(Vouched::SETTLED as u64 + 1));
+        let (verdict, vouched) = check_exec_vouched(path, &[path], me());
+        assert_eq!(verdict, Ok(()));
+        let vouched = vouched.expect("a dynamic program of this machine, settled, is vouched for");
+        assert_eq!(Vouched::now(path, uid), Some(vouched), "nothing changed");
+        assert_ne!(Vouched::now(path, uid.wrapping_add(1)), Some(vouched), "another uid");
+        // The same bytes written again (its change time moves), then its mode: each shows.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(&p, std::fs::read("/bin/true").unwrap()).unwrap();
+        let rewritten = Vouched::now(path, uid).unwrap();
+        assert_ne!(rewritten, vouched, "rewritten in place");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_ne!(Vouched::now(path, uid), Some(rewritten), "chmod");
+        // Replaced by another file at the name: another identity.
+        std::fs::write(t.path().join("static"), minimal_static_elf()).unwrap();
+        std::fs::rename(t.path().join("static"), &p).unwrap();
+        assert_eq!(check_exec_vouched(path, &[path], me()), (Err(UnobservedReason::StaticExecutable), None));
+        // Not vouched for: a script (its interpreter decides), a set-ID program, anything
+        // unobservable, a file that cannot be read.
+        let script = t.path().join("script");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        let script = script.as_os_str().as_bytes();
+        assert_eq!(check_exec_vouched(script, &[script], me()), (Ok(()), None));
+        std::fs::copy("/bin/true", &p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        assert_eq!(check_exec_vouched(path, &[path], Creds::Of { uid, gid: 0 }), (Ok(()), None));
+        assert_eq!(check_exec_vouched(b"/nonexistent/program", &[], me()), (Ok(()), None));
     }
 
     #[test]

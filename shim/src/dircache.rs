@@ -95,7 +95,7 @@ pub fn put(id: Ident, name: &[u8]) {
 }
 
 /// Stores `chunks` (eight bytes each, the last perhaps fewer) in `words`, little-endian.
-fn store_words<'a>(words: &[AtomicU64], chunks: impl Iterator<Item = &'a [u8]>) {
+pub(crate) fn store_words<'a>(words: &[AtomicU64], chunks: impl Iterator<Item = &'a [u8]>) {
     for (w, chunk) in words.iter().zip(chunks) {
         let mut b = [0u8; 8];
         for (to, from) in b.iter_mut().zip(chunk) {
@@ -159,11 +159,16 @@ pub fn coarse_now() -> u64 {
     (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
 }
 
+/// A hash of a short path for a direct-mapped table (FNV-1a, folded): a collision only costs a
+/// miss.
+pub(crate) fn path_hash(key: &[u8]) -> usize {
+    let h = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    (h ^ (h >> 29)) as usize
+}
+
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
 fn path_slot(key: &[u8]) -> &'static PathSlot {
-    // FNV-1a: the keys are short paths, and a collision only costs a miss.
-    let h = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    &PATHS[(h ^ (h >> 29)) as usize % PATH_SLOTS]
+    &PATHS[path_hash(key) % PATH_SLOTS]
 }
 
 /// The canonical name directory path `key` (as a caller wrote it: absolute, or relative to

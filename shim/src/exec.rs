@@ -304,7 +304,17 @@ pub fn prepare(
         }
         // SAFETY: exec's contract: argv is a null-terminated array of C strings.
         let argv_now = unsafe { c_strings(argv) };
-        let mut reason = exec_check::check_exec(&program, &argv_now, Creds::current()).err();
+        // A program this process checked before and that has not changed since is observable
+        // without reading it again (crate::execmemo).
+        let mut reason = if crate::execmemo::still_vouched(&program) {
+            None
+        } else {
+            let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now, Creds::current());
+            if let Some(v) = vouched {
+                crate::execmemo::remember(&program, &v);
+            }
+            verdict.err()
+        };
         let envp = match env {
             EnvIn::Given(e) => e,
             EnvIn::Environ | EnvIn::Fixed => current_environ(),

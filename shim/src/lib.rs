@@ -25,6 +25,7 @@ mod alloc;
 mod covered;
 mod dircache;
 mod exec;
+mod execmemo;
 mod fdmemo;
 mod guard;
 mod hooks;

@@ -354,6 +354,57 @@ fn what_every_process_touches_while_the_shim_starts_sits_on_one_code_window_and_
     }
 }
 
+#[test]
+fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_one_put_in_its_place_is_named() {
+    // Python's subprocess (vfork, like posix_spawn, shares the parent's memory with the exec
+    // hook) starts a copy of /bin/true four times: its headers are read for the exec check
+    // once. Then the copy is rewritten in place with a static busybox, put back, and replaced
+    // by a static busybox through a rename: each change is read again, and each static run is
+    // named unobserved (a remembered verdict taken on the name alone would have missed them).
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
+    let s = scratch!();
+    let prog = s.path("prog");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    // Only a file left unchanged for a while is remembered (exec_check::Vouched::SETTLED).
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    let script = s.root.join("starts.py");
+    std::fs::write(
+        &script,
+        [
+            "import os, shutil, subprocess, sys",
+            "prog, busybox = sys.argv[1], sys.argv[2]",
+            "for _ in range(4): subprocess.run([prog], check=True)",
+            "shutil.copyfile(busybox, prog)",
+            "subprocess.run([prog], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+            "shutil.copyfile('/bin/true', prog)",
+            "subprocess.run([prog], check=True)",
+            "shutil.copyfile(busybox, prog + '.new'); os.chmod(prog + '.new', 0o755); os.rename(prog + '.new', prog)",
+            "subprocess.run([prog], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let session = s.session("session");
+    let trace = trace_joining(
+        &s,
+        &session,
+        "openat",
+        &format!("{} {} {} {busybox}", python(), script.display(), prog.display()),
+    );
+    let reads = trace.lines().filter(|l| l.contains(&format!("\"{}\", O_RDONLY|O_NONBLOCK", prog.display()))).count();
+    assert_eq!(reads, 4, "the program is read for its check at its first start and after each change:\n{trace}");
+    let log = s.log_json(&session);
+    let unobserved: Vec<_> = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "unobserved")
+        .map(|r| r["op"]["reason"]["code"].clone())
+        .collect();
+    assert_eq!(unobserved, ["static_executable", "static_executable"], "{log}");
+}
+
 /// `bash -c script` joining the session at `session` (made first by a command that changes a
 /// file) under the shim, traced by `strace -f -y -e trace=calls` (descriptors shown with their
 /// paths): the trace's text.

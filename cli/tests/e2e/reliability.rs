@@ -107,6 +107,42 @@ print('ok')
 }
 
 #[test]
+fn a_program_run_under_valgrind_in_a_session_runs_as_it_would_and_its_changes_are_undone() {
+    // The shim's first clock read asked rustix, which found the vDSO through the kernel's
+    // auxiliary vector (prctl PR_GET_AUXV): under valgrind that address is not mapped in the
+    // client, and the first change the program made killed it with SIGSEGV. rustix now reads
+    // libc's (getauxval), which valgrind presents to its client.
+    // A bare LD_PRELOAD session, valgrind its root.
+    let s = scratch!();
+    s.sh("echo old > f");
+    let before = manifest(&s.tree());
+    let session = s.session("session");
+    // Absolute names: a name in a directory the shim remembers is where it reads the clock.
+    let script =
+        format!("echo new > {f}; echo made > {g}; cat {g}", f = s.path("f").display(), g = s.path("g").display());
+    let mut cmd = Command::new("valgrind");
+    cmd.args(["-q", "--tool=none", "--error-exitcode=99", "sh", "-c", &script]);
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &session).current_dir(s.tree());
+    let out = cmd.output().expect("valgrind (.ci/run installs it)");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "made\n");
+    assert_eq!(std::fs::read(s.path("f")).unwrap(), b"new\n");
+    let log = s.log_json(&session);
+    let changed: Vec<_> = records_of_kind(&log, "change").iter().map(|r| r["op"]["path"].clone()).collect();
+    for name in ["f", "g"] {
+        let path = s.path(name).to_string_lossy().into_owned();
+        assert!(changed.iter().any(|p| p == &serde_json::json!(path)), "{name} journaled: {log}");
+    }
+    // valgrind's own tool is a static program: named, so the undo is incomplete, but what
+    // the shim saw in its client is put back.
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(records_of_kind(&log, "unobserved")[0]["op"]["reason"]["code"], "static_executable", "{log}");
+    assert_same_tree(&before, &manifest(&s.tree()));
+}
+
+#[test]
 fn a_program_that_lowers_its_descriptor_limit_still_gets_the_lowest_free_descriptor() {
     // The shim keeps its store descriptors high, out of the program's way. A program that
     // lowers RLIMIT_NOFILE below that range and sweeps the shim's descriptors away must still

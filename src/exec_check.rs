@@ -239,7 +239,6 @@ pub fn foreign_architecture(path: &[u8]) -> Option<UnobservedReason> {
         let fd = rustix::fs::openat(CWD, &path[..], OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty())
             .ok()?;
         let head = read_at(&fd, 256, 0).unwrap_or_default();
-        let head = &head[..];
         if head.starts_with(b"#!") {
             let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
             path = line.split(|&b| b == b' ' || b == b'\t').find(|t| !t.is_empty())?.to_vec();

@@ -395,13 +395,8 @@ fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_o
     let reads = trace.lines().filter(|l| l.contains(&format!("\"{}\", O_RDONLY|O_NONBLOCK", prog.display()))).count();
     assert_eq!(reads, 4, "the program is read for its check at its first start and after each change:\n{trace}");
     let log = s.log_json(&session);
-    let unobserved: Vec<_> = log["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "unobserved")
-        .map(|r| r["op"]["reason"]["code"].clone())
-        .collect();
+    let unobserved: Vec<_> =
+        records_of_kind(&log, "unobserved").iter().map(|r| r["op"]["reason"]["code"].clone()).collect();
     assert_eq!(unobserved, ["static_executable", "static_executable"], "{log}");
 }
 

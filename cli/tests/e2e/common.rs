@@ -492,6 +492,11 @@ pub fn assert_complete(code: i32, report: &serde_json::Value) {
     );
 }
 
+/// The records of `kind` in a session's log (`log --json`), in journal order.
+pub fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
+    log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
+}
+
 /// The Python interpreter to use (Debian's, so that no pyenv shim scripts run in between).
 pub fn python() -> &'static str {
     if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" }

@@ -25,10 +25,6 @@ fn http_server() -> (u16, std::thread::JoinHandle<usize>) {
     (port, handle)
 }
 
-fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
-    log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
-}
-
 #[test]
 fn a_connect_to_a_local_server_is_named_and_makes_the_undo_incomplete_while_files_are_restored() {
     let s = scratch!();

@@ -6,10 +6,6 @@ use std::process::Command;
 
 use crate::common::*;
 
-fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
-    log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
-}
-
 #[test]
 fn a_session_cannot_delete_or_move_its_own_store() {
     let s = scratch!();

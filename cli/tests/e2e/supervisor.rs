@@ -13,10 +13,6 @@ use std::sync::OnceLock;
 
 use crate::common::*;
 
-fn records_of_kind(log: &serde_json::Value, kind: &str) -> Vec<serde_json::Value> {
-    log["records"].as_array().unwrap().iter().filter(|r| r["kind"] == kind).cloned().collect()
-}
-
 /// The supervisor's notifications in a session, and how many were passes (the counters page:
 /// `SLOT_NOTIFIED` and `SLOT_PASSED`, words 16 and 17).
 fn notified(session: &Path) -> (u64, u64) {

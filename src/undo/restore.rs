@@ -475,7 +475,7 @@ impl Executor<'_> {
         }
         match self.seal.and_then(|seal| seal.state_of(path)) {
             Some(crate::seal::AfterState::File { ident, .. } | crate::seal::AfterState::Other { ident, .. }) => {
-                *ident == ident_of(st)
+                ident == ident_of(st)
             }
             Some(_) => false,
             None => st.st_nlink <= 1,

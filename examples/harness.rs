@@ -36,8 +36,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for r in &journal.records {
         let what = match &r.op {
             Op::Change { path, .. } | Op::Meta { path, .. } => path.display_lossy(),
-            Op::Rename { from, to, .. } => format!("{} -> {}", from.display_lossy(), to.display_lossy()),
-            Op::Exec { argv, .. } => argv.iter().map(|a| a.display_lossy()).collect::<Vec<_>>().join(" "),
+            Op::Rename(m) => format!("{} -> {}", m.from.display_lossy(), m.to.display_lossy()),
+            Op::Exec(e) => e.argv.iter().map(|a| a.display_lossy()).collect::<Vec<_>>().join(" "),
             other => format!("{other:?}"),
         };
         println!("#{} {} {}: {what}", r.seq, r.prog.display_lossy(), r.call);

@@ -899,12 +899,14 @@ mod tests {
     fn records_the_seal_covers_that_name_a_path_it_does_not_hold_are_set_aside_and_newer_ones_kept() {
         let at = |seq: u64, op: Op| Record { op, ..rec(seq) };
         let change = |p: &str| Op::Change { path: BPath::from(p), before: Before::Absent };
-        let rename = |from: &str, to: &str| Op::Rename {
-            from: BPath::from(from),
-            to: BPath::from(to),
-            moved: None,
-            flags: 0,
-            to_before: Before::Absent,
+        let rename = |from: &str, to: &str| {
+            Op::Rename(Box::new(crate::record::RenameOp {
+                from: BPath::from(from),
+                to: BPath::from(to),
+                moved: None,
+                flags: 0,
+                to_before: Before::Absent,
+            }))
         };
         let records = || {
             vec![

@@ -66,14 +66,14 @@ pub fn marks_of(journal: &JournalContents) -> Vec<Mark> {
         .records
         .iter()
         .filter_map(|r| match &r.op {
-            Op::Mark { name, label, key, held } => Some(Mark {
+            Op::Mark(m) => Some(Mark {
                 seq: r.seq,
-                name: name.clone(),
-                label: label.clone(),
-                key: key.clone(),
+                name: m.name.clone(),
+                label: m.label.clone(),
+                key: m.key.clone(),
                 time: r.time.to_string(),
                 pid: r.pid,
-                held: held.clone(),
+                held: m.held.clone(),
             }),
             _ => None,
         })

@@ -164,22 +164,25 @@ impl Record {
     pub fn irreversible(&self) -> bool {
         match &self.op {
             Op::Change { before, .. } => matches!(before, Before::Irreversible { .. }),
-            Op::Rename { to_before, .. } => matches!(to_before, Before::Irreversible { .. }),
+            Op::Rename(r) => matches!(r.to_before, Before::Irreversible { .. }),
             Op::Connect { result, .. } => !matches!(result, ConnectResult::Failed { .. }),
             Op::Send { .. } | Op::Unobserved { .. } => true,
             Op::Signal { outside, .. } => *outside,
             Op::Meta { .. }
-            | Op::Exec { .. }
+            | Op::Exec(_)
             | Op::Refused { .. }
             | Op::TempName { .. }
             | Op::CallFailed { .. }
-            | Op::DirTimes { .. }
-            | Op::Mark { .. } => false,
+            | Op::DirTimes(_)
+            | Op::Mark(_) => false,
         }
     }
 }
 
-/// What a journaled call is about to do.
+/// What a journaled call is about to do. The variants that are rare in a large session and
+/// large in themselves are boxed, so that the common one (a [`Op::Change`]) is not as large as
+/// the largest: an undo of a million records holds every one of them (an `Op` was 96 bytes,
+/// now 40).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Op {
@@ -191,20 +194,8 @@ pub enum Op {
         /// What `path` was before the call.
         before: Before,
     },
-    /// `from` is about to be renamed to `to` (rename, renameat, renameat2). Undo moves it
-    /// back when the move took effect, then makes `to` match `to_before`.
-    Rename {
-        /// Source path.
-        from: BPath,
-        /// Destination path.
-        to: BPath,
-        /// renameat2 flags (`RENAME_NOREPLACE` = 1, `RENAME_EXCHANGE` = 2, `RENAME_WHITEOUT` = 4).
-        flags: u32,
-        /// Identity of the source before the call, when it existed.
-        moved: Option<Ident>,
-        /// What the destination was before the call (it may be clobbered).
-        to_before: Before,
-    },
+    /// A name is about to be moved ([`RenameOp`]).
+    Rename(Box<RenameOp>),
     /// `path`'s metadata (mode, owner, times or one extended attribute) is about to change.
     /// Undo sets back what the call changes, and only that.
     Meta {
@@ -221,20 +212,20 @@ pub enum Op {
         /// The program concerned.
         program: BPath,
         /// Why it runs unobserved.
-        reason: UnobservedReason,
+        reason: Box<UnobservedReason>,
     },
     /// A connection to another endpoint (recorded after the call, with its result): what
     /// was sent over it cannot be unsent.
     Connect {
         /// The endpoint.
-        peer: Endpoint,
+        peer: Box<Endpoint>,
         /// Whether it was made: `ok`, `in_progress` (non-blocking), or `failed` with `errno`.
         result: ConnectResult,
     },
     /// A datagram sent to an explicit destination (one record per destination per process).
     Send {
         /// The destination.
-        peer: Endpoint,
+        peer: Box<Endpoint>,
     },
     /// A signal sent to another process.
     Signal {
@@ -248,18 +239,8 @@ pub enum Op {
         /// processes (an audit entry).
         outside: bool,
     },
-    /// A program is about to be executed (execve and friends, posix_spawn, system, popen).
-    /// An audit entry; a program the shim cannot see into gets an `unobserved` record too.
-    Exec {
-        /// The program, as resolved (an absolute path when it could be found).
-        program: BPath,
-        /// Its arguments.
-        argv: Vec<BPath>,
-        /// The working directory it starts in.
-        cwd: BPath,
-        /// The child's pid, for posix_spawn (whose record is written after the call).
-        child: Option<u32>,
-    },
+    /// A program is about to be executed ([`ExecOp`]).
+    Exec(Box<ExecOp>),
     /// A call refused under the strict policy because its effect could not be journaled.
     /// It changed nothing.
     Refused {
@@ -277,20 +258,9 @@ pub enum Op {
         /// Absolute template, `X`s included, with a symlink-free parent directory.
         template: BPath,
     },
-    /// The times of directory `path` before the session first changed its entries (a name
-    /// made, removed or renamed in it): written once per directory per session, before that
-    /// change. Undo sets them back after every entry is back, when it undoes every record
-    /// that changed the directory's entries and this is the oldest record it has of the name.
-    DirTimes {
-        /// The directory, absolute, with a symlink-free path.
-        path: BPath,
-        /// Its identity then.
-        ident: Ident,
-        /// Last access time, `[seconds, nanoseconds]`.
-        atime: [i64; 2],
-        /// Last modification time, `[seconds, nanoseconds]`.
-        mtime: [i64; 2],
-    },
+    /// The times of a directory before the session first changed its entries
+    /// ([`DirTimesOp`]).
+    DirTimes(Box<DirTimesOp>),
     /// The call described by record `of_seq` failed, so it changed nothing. Written after the
     /// call, only where undo could not tell that from the file system alone.
     CallFailed {
@@ -299,43 +269,104 @@ pub enum Op {
         /// The errno the call failed with.
         errno: i32,
     },
-    /// A point in the session a user or a harness named (`aether-journal mark`): the start of
-    /// a turn, say. Changes nothing; `undo --to` reverses every record after it and
-    /// `review --since` shows their net effect. Kept in the segment `segments/marks`, which
-    /// holds nothing else.
-    Mark {
-        /// Unique in the session (`turn-1`, `turn-2`, ... by default).
-        name: String,
-        /// Free text (a harness puts the first line of the prompt here).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        label: Option<String>,
-        /// A caller's own key for the point (a harness's prompt or turn id): a second mark with
-        /// the same key is the first one again, so a retried hook marks once.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<String>,
-        /// Files a process of the session held open for writing when the mark was made: what
-        /// it wrote through that descriptor after the mark was never journaled, so an undo to
-        /// the mark cannot put them back as they were at it, and says so.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        held: Vec<BPath>,
-    },
+    /// A point in the session a user or a harness named ([`MarkOp`]).
+    Mark(Box<MarkOp>),
+}
+
+/// `from` is about to be renamed to `to` (rename, renameat, renameat2). Undo moves it back
+/// when the move took effect, then makes `to` match `to_before`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameOp {
+    /// Source path.
+    pub from: BPath,
+    /// Destination path.
+    pub to: BPath,
+    /// renameat2 flags (`RENAME_NOREPLACE` = 1, `RENAME_EXCHANGE` = 2, `RENAME_WHITEOUT` = 4).
+    pub flags: u32,
+    /// Identity of the source before the call, when it existed.
+    pub moved: Option<Ident>,
+    /// What the destination was before the call (it may be clobbered).
+    pub to_before: Before,
+}
+
+/// A program is about to be executed (execve and friends, posix_spawn, system, popen). An
+/// audit entry; a program the shim cannot see into gets an `unobserved` record too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOp {
+    /// The program, as resolved (an absolute path when it could be found).
+    pub program: BPath,
+    /// Its arguments.
+    pub argv: Vec<BPath>,
+    /// The working directory it starts in.
+    pub cwd: BPath,
+    /// The child's pid, for posix_spawn (whose record is written after the call).
+    pub child: Option<u32>,
+}
+
+/// The times of directory `path` before the session first changed its entries (a name made,
+/// removed or renamed in it): written once per directory per session, before that change.
+/// Undo sets them back after every entry is back, when it undoes every record that changed
+/// the directory's entries and this is the oldest record it has of the name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirTimesOp {
+    /// The directory, absolute, with a symlink-free path.
+    pub path: BPath,
+    /// Its identity then.
+    pub ident: Ident,
+    /// Last access time, `[seconds, nanoseconds]`.
+    pub atime: [i64; 2],
+    /// Last modification time, `[seconds, nanoseconds]`.
+    pub mtime: [i64; 2],
+}
+
+/// A point in the session a user or a harness named (`aether-journal mark`): the start of a
+/// turn, say. Changes nothing; `undo --to` reverses every record after it and `review --since`
+/// shows their net effect. Kept in the segment `segments/marks`, which holds nothing else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkOp {
+    /// Unique in the session (`turn-1`, `turn-2`, ... by default).
+    pub name: String,
+    /// Free text (a harness puts the first line of the prompt here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// A caller's own key for the point (a harness's prompt or turn id): a second mark with
+    /// the same key is the first one again, so a retried hook marks once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Files a process of the session held open for writing when the mark was made: what it
+    /// wrote through that descriptor after the mark was never journaled, so an undo to the
+    /// mark cannot put them back as they were at it, and says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<BPath>,
 }
 
 impl Op {
+    /// What the name the step writes over was before it: a change's `before`, a rename's
+    /// `to_before`.
+    pub fn before(&self) -> Option<&Before> {
+        match self {
+            Op::Change { before, .. } => Some(before),
+            Op::Rename(m) => Some(&m.to_before),
+            _ => None,
+        }
+    }
+
     /// The path the step is mainly about (`to` for a rename's clobbered destination is
     /// reported separately by undo).
     pub fn primary_path(&self) -> Option<&BPath> {
         match self {
-            Op::Change { path, .. } | Op::Meta { path, .. } | Op::DirTimes { path, .. } => Some(path),
-            Op::Rename { from, .. } => Some(from),
-            Op::Unobserved { program, .. } | Op::Exec { program, .. } => Some(program),
+            Op::Change { path, .. } | Op::Meta { path, .. } => Some(path),
+            Op::DirTimes(d) => Some(&d.path),
+            Op::Rename(r) => Some(&r.from),
+            Op::Unobserved { program, .. } => Some(program),
+            Op::Exec(e) => Some(&e.program),
             Op::TempName { template } => Some(template),
             Op::Connect { .. }
             | Op::Send { .. }
             | Op::Signal { .. }
             | Op::Refused { .. }
             | Op::CallFailed { .. }
-            | Op::Mark { .. } => None,
+            | Op::Mark(_) => None,
         }
     }
 }
@@ -1026,12 +1057,14 @@ pub(crate) mod tag_first {
             }
             match kind.as_str() {
                 "change" => fields::<Change, _>(rest).map(|c| Op::Change { path: c.path, before: c.before }),
-                "rename" => fields::<Rename, _>(rest).map(|r| Op::Rename {
-                    from: r.from,
-                    to: r.to,
-                    flags: r.flags,
-                    moved: r.moved,
-                    to_before: r.to_before,
+                "rename" => fields::<Rename, _>(rest).map(|r| {
+                    Op::Rename(Box::new(super::RenameOp {
+                        from: r.from,
+                        to: r.to,
+                        flags: r.flags,
+                        moved: r.moved,
+                        to_before: r.to_before,
+                    }))
                 }),
                 "meta" => fields::<Meta, _>(rest).map(|m| Op::Meta { path: m.path, before: m.before }),
                 _ => tagged_back(Self::TAG, kind, rest),
@@ -1231,29 +1264,29 @@ mod tests {
                     ..snap.clone()
                 }),
             },
-            Op::Rename {
+            Op::Rename(Box::new(RenameOp {
                 from: BPath::from("/f"),
                 to: BPath::from("/g"),
                 flags: 1,
                 moved: Some(Ident { dev: 1, ino: 9 }),
                 to_before: Before::contents(Snapshot { node: Node::Dir, ..snap.clone() }),
-            },
-            Op::Rename {
+            })),
+            Op::Rename(Box::new(RenameOp {
                 from: BPath::from("/h"),
                 to: BPath::from("/i"),
                 flags: 0,
                 moved: None,
                 to_before: Before::Absent,
-            },
+            })),
             Op::Meta { path: BPath::from("/j"), before: Box::new(meta) },
-            Op::Exec {
+            Op::Exec(Box::new(ExecOp {
                 program: BPath::from("/bin/sh"),
                 argv: vec![BPath::from("sh")],
                 cwd: BPath::from("/"),
                 child: Some(5),
-            },
+            })),
             Op::CallFailed { of_seq: 6, errno: 2 },
-            Op::Mark { name: "turn-1".into(), label: None, key: Some("k".into()), held: vec![] },
+            Op::Mark(Box::new(MarkOp { name: "turn-1".into(), label: None, key: Some("k".into()), held: vec![] })),
         ];
         fn tags_last(v: &mut serde_json::Value) {
             if let serde_json::Value::Object(map) = v {

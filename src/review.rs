@@ -234,9 +234,9 @@ fn priors<'a>(journal: &'a JournalContents) -> Vec<(BPath, Prior<'a>)> {
     for r in &journal.records {
         match &r.op {
             Op::Change { path, before } => add(path, of(before)),
-            Op::Rename { from, to, to_before, .. } => {
-                add(from, Prior::Existed);
-                add(to, of(to_before));
+            Op::Rename(m) => {
+                add(&m.from, Prior::Existed);
+                add(&m.to, of(&m.to_before));
             }
             Op::Meta { path, .. } => add(path, Prior::Existed),
             _ => {}
@@ -331,9 +331,9 @@ fn states_at<'a>(journal: &'a JournalContents, until: u64) -> HashMap<&'a BPath,
             Op::Change { path, before } => {
                 out.entry(path).or_insert(Later::Was(before));
             }
-            Op::Rename { from, to, to_before, .. } => {
-                out.entry(from).or_insert(Later::Unsaid);
-                out.entry(to).or_insert(Later::Was(to_before));
+            Op::Rename(m) => {
+                out.entry(&m.from).or_insert(Later::Unsaid);
+                out.entry(&m.to).or_insert(Later::Was(&m.to_before));
             }
             Op::Meta { path, .. } => {
                 out.entry(path).or_insert(Later::Unsaid);
@@ -466,7 +466,8 @@ pub fn review_span(
     let mut renamed_to = std::collections::HashSet::new();
     let prior_of: HashMap<&BPath, &Prior<'_>> = priors.iter().map(|(p, pr)| (p, pr)).collect();
     for r in &journal.records {
-        if let Op::Rename { from, to, to_before, .. } = &r.op {
+        if let Op::Rename(m) = &r.op {
+            let crate::record::RenameOp { from, to, to_before, .. } = &**m;
             let from_existed = !matches!(prior_of.get(from), Some(Prior::Absent));
             let from_gone = matches!(state_now.get(from), Some(AfterState::Absent));
             let to_there = !matches!(state_now.get(to), Some(AfterState::Absent) | None);
@@ -663,8 +664,9 @@ pub fn review_span(
             changes: 0,
         });
         match &r.op {
-            Op::Exec { argv, child: None, .. } => p.execs.push(argv.clone()),
-            Op::Exec { argv, child: Some(c), .. } => {
+            Op::Exec(e) if e.child.is_none() => p.execs.push(e.argv.clone()),
+            Op::Exec(e) => {
+                let (argv, c) = (&e.argv, &e.child.unwrap_or_default());
                 let parent = r.pid;
                 procs
                     .entry(*c)
@@ -678,7 +680,7 @@ pub fn review_span(
                     .execs
                     .insert(0, argv.clone());
             }
-            Op::Change { .. } | Op::Rename { .. } | Op::Meta { .. } => p.changes += 1,
+            Op::Change { .. } | Op::Rename(_) | Op::Meta { .. } => p.changes += 1,
             Op::Connect { peer, result } => rv.network.push(NetworkEffect {
                 kind: "connect".into(),
                 endpoint: peer.to_string(),
@@ -732,9 +734,10 @@ fn irreversible_what(r: &Record) -> String {
         Op::Change { path, before: Before::Irreversible { reason } } => {
             format!("{} {}: {reason}", r.call, path.display_lossy())
         }
-        Op::Rename { to, to_before: Before::Irreversible { reason }, .. } => {
-            format!("{} over {}: {reason}", r.call, to.display_lossy())
-        }
+        Op::Rename(m) => match &m.to_before {
+            Before::Irreversible { reason } => format!("{} over {}: {reason}", r.call, m.to.display_lossy()),
+            _ => format!("{} (record {})", r.call, r.seq),
+        },
         Op::Connect { peer, .. } => format!("{prog} connected to {peer}"),
         Op::Send { peer } => format!("{prog} sent data to {peer}"),
         Op::Signal { target, signal, target_prog, .. } => format!(

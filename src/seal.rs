@@ -816,10 +816,10 @@ impl Gathered {
                 blob(before);
                 self.touch(2 * r.seq, path);
             }
-            Op::Rename { from, to, to_before, .. } => {
-                blob(to_before);
-                self.touch(2 * r.seq, from);
-                self.touch(2 * r.seq + 1, to);
+            Op::Rename(m) => {
+                blob(&m.to_before);
+                self.touch(2 * r.seq, &m.from);
+                self.touch(2 * r.seq + 1, &m.to);
             }
             Op::Meta { path, .. } => self.touch(2 * r.seq, path),
             _ => {}
@@ -1127,7 +1127,7 @@ pub fn expectations<'a>(
         .flat_map(|r| match &r.op {
             Op::Change { path, before } if ident_of_before(before).is_some() => vec![path],
             Op::Meta { path, .. } => vec![path],
-            Op::Rename { from, to, flags, .. } if !exchange(*flags) => vec![from, to],
+            Op::Rename(m) if !exchange(m.flags) => vec![&m.from, &m.to],
             _ => vec![],
         })
         .collect();
@@ -1163,7 +1163,8 @@ pub fn expectations<'a>(
             Op::Meta { path, before } => {
                 put(path, &|| Expectation::Allowed { idents: vec![before.ident], may_be_absent: false })
             }
-            Op::Rename { from, to, moved, flags, to_before } => {
+            Op::Rename(m) => {
+                let crate::record::RenameOp { from, to, moved, flags, to_before } = &**m;
                 if exchange(*flags) {
                     put(to, &|| Expectation::Unknown);
                     put(from, &|| Expectation::Unknown);
@@ -1247,9 +1248,26 @@ mod tests {
         let segment = [
             // In another directory, met first by this reader: its directories are numbered
             // otherwise than the main file's reader numbers them.
-            rec(2, Op::Rename { from: path("sub/b"), to: path("c"), flags: 0, moved: None, to_before: Before::Absent }),
+            rec(
+                2,
+                Op::Rename(Box::new(crate::record::RenameOp {
+                    from: path("sub/b"),
+                    to: path("c"),
+                    flags: 0,
+                    moved: None,
+                    to_before: Before::Absent,
+                })),
+            ),
             rec(3, Op::Change { path: path("a"), before: Before::Born { created: 1 } }),
-            rec(5, Op::Exec { program: BPath::from("/bin/true"), argv: vec![], cwd: BPath::from("/"), child: None }),
+            rec(
+                5,
+                Op::Exec(Box::new(crate::record::ExecOp {
+                    program: BPath::from("/bin/true"),
+                    argv: vec![],
+                    cwd: BPath::from("/"),
+                    child: None,
+                })),
+            ),
             rec(6, Op::Change { path: path("d"), before: Before::Absent }),
             rec(7, Op::Change { path: path("d"), before: Before::Absent }),
         ];

@@ -29,7 +29,7 @@ pub enum Selection {
 pub fn record_paths(r: &Record) -> Vec<&BPath> {
     match &r.op {
         Op::Change { path, .. } | Op::Meta { path, .. } => vec![path],
-        Op::Rename { from, to, .. } => vec![from, to],
+        Op::Rename(m) => vec![&m.from, &m.to],
         _ => vec![],
     }
 }
@@ -55,7 +55,10 @@ fn descendants(journal: &JournalContents, root: u32) -> HashSet<u32> {
         if r.ppid != r.pid {
             children.entry(r.ppid).or_default().push(r.pid);
         }
-        if let Op::Exec { child: Some(c), .. } = r.op {
+        if let Some(c) = match &r.op {
+            Op::Exec(e) => e.child,
+            _ => None,
+        } {
             children.entry(r.pid).or_default().push(c);
         }
     }
@@ -91,7 +94,11 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
                 // A temporary name's template is not a path the undo touches, but an interrupted
                 // one belongs to the directory it would have created a file in.
                 record_paths(r).into_iter().any(under)
-                    || matches!(&r.op, Op::TempName { template } | Op::DirTimes { path: template, .. } if under(template))
+                    || match &r.op {
+                        Op::TempName { template } => under(template),
+                        Op::DirTimes(d) => under(&d.path),
+                        _ => false,
+                    }
             })
             .map(|r| r.seq)
             .collect(),
@@ -128,13 +135,9 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
             let pids = descendants(journal, *pid);
             journal.records.iter().filter(|r| pids.contains(&r.pid)).map(|r| r.seq).collect()
         }
-        Selection::After(mark) => journal
-            .records
-            .iter()
-            .map(|r| r.seq)
-            .chain(damaged_seqs(journal))
-            .filter(|&seq| seq > *mark)
-            .collect(),
+        Selection::After(mark) => {
+            journal.records.iter().map(|r| r.seq).chain(damaged_seqs(journal)).filter(|&seq| seq > *mark).collect()
+        }
     };
     // A damaged record does not say what it names, nor whose it is: a selection by path or by
     // process may hold it, and takes it (it is then named as not undone).
@@ -181,7 +184,8 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
     }
     let mut times: HashMap<&[u8], Vec<u64>> = HashMap::new();
     for r in &journal.records {
-        if let Op::DirTimes { path, .. } = &r.op {
+        if let Op::DirTimes(d) = &r.op {
+            let path = &d.path;
             if first_change.contains_key(path.as_bytes()) {
                 times.entry(path.as_bytes()).or_default().push(r.seq);
             }
@@ -301,11 +305,13 @@ mod tests {
     #[test]
     fn a_selection_takes_a_directory_s_times_from_the_turn_its_first_chosen_change_is_in() {
         let mut j = journal();
-        let times = |p: &str| Op::DirTimes {
-            path: BPath::from(p),
-            ident: Ident { dev: 1, ino: 2 },
-            atime: [0, 0],
-            mtime: [0, 0],
+        let times = |p: &str| {
+            Op::DirTimes(Box::new(crate::record::DirTimesOp {
+                path: BPath::from(p),
+                ident: Ident { dev: 1, ino: 2 },
+                atime: [0, 0],
+                mtime: [0, 0],
+            }))
         };
         // /w's times journaled at 0 (before the session's first change there) and again at 6,
         // after a mark at 5; then a change in /w at 7.

@@ -35,7 +35,7 @@ fn an_intact_session_reads_back_every_record_with_its_paths_and_no_problem() {
         .records
         .iter()
         .filter_map(|r| match &r.op {
-            Op::Rename { from, to, .. } => Some((from.display_lossy(), to.display_lossy())),
+            Op::Rename(m) => Some((m.from.display_lossy(), m.to.display_lossy())),
             _ => None,
         })
         .collect();

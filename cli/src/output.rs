@@ -127,8 +127,8 @@ fn describe_meta(m: &MetaBefore) -> String {
 pub fn describe_record(r: &Record) -> String {
     match &r.op {
         Op::Change { path, before } => format!("{}  [{}]", escape(path), describe_before(before)),
-        Op::Rename { from, to, to_before, .. } => {
-            format!("{} -> {}  [destination {}]", escape(from), escape(to), describe_before(to_before))
+        Op::Rename(m) => {
+            format!("{} -> {}  [destination {}]", escape(&m.from), escape(&m.to), describe_before(&m.to_before))
         }
         Op::Meta { path, before } => format!("{}  [{}]", escape(path), describe_meta(before)),
         Op::Unobserved { program, reason } => {
@@ -144,20 +144,20 @@ pub fn describe_record(r: &Record) -> String {
             if *outside { "IRREVERSIBLE: " } else { "" },
             target_prog.as_ref().map(|p| format!(" ({})", escape(p))).unwrap_or_default()
         ),
-        Op::Exec { program, argv, child, .. } => format!(
+        Op::Exec(e) => format!(
             "exec {}{}: {}",
-            escape(program),
-            child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
-            argv.iter().map(escape).collect::<Vec<_>>().join(" ")
+            escape(&e.program),
+            e.child.map(|c| format!(" as pid {c}")).unwrap_or_default(),
+            e.argv.iter().map(escape).collect::<Vec<_>>().join(" ")
         ),
         Op::Refused { what, errno } => format!("REFUSED (errno {errno}): {}", escape_text(what)),
         Op::TempName { template } => format!("temporary name from {}", escape(template)),
         Op::CallFailed { of_seq, errno } => format!("call of #{of_seq} failed (errno {errno})"),
-        Op::DirTimes { path, .. } => format!("{}  [directory times kept before its entries change]", escape(path)),
-        Op::Mark { name, label, .. } => format!(
+        Op::DirTimes(d) => format!("{}  [directory times kept before its entries change]", escape(&d.path)),
+        Op::Mark(m) => format!(
             "MARK {}{}",
-            escape_text(name),
-            label.as_ref().map(|l| format!(": {}", escape_text(l))).unwrap_or_default()
+            escape_text(&m.name),
+            m.label.as_ref().map(|l| format!(": {}", escape_text(l))).unwrap_or_default()
         ),
     }
 }
@@ -210,8 +210,7 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
     let mut procs: BTreeMap<u32, Proc<'_>> = BTreeMap::new();
     // Marks are points of the session, not work of the process that made them: shown between
     // the process trees, in order.
-    let (marks, records): (Vec<&Record>, Vec<&Record>) =
-        j.records.iter().partition(|r| matches!(r.op, Op::Mark { .. }));
+    let (marks, records): (Vec<&Record>, Vec<&Record>) = j.records.iter().partition(|r| matches!(r.op, Op::Mark(_)));
     let mut touch = |pid: u32, ppid: u32, seq: u64| {
         let p = procs.entry(pid).or_insert_with(|| Proc { ppid, first_seq: seq, ..Default::default() });
         if p.ppid == 0 {
@@ -221,21 +220,26 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
     };
     for r in &records {
         touch(r.pid, r.ppid, r.seq);
-        if let Op::Exec { child: Some(c), .. } = &r.op {
-            touch(*c, r.pid, r.seq);
+        if let Op::Exec(e) = &r.op
+            && let Some(c) = e.child
+        {
+            touch(c, r.pid, r.seq);
         }
     }
     for r in &records {
         match &r.op {
-            Op::Exec { program, argv, child: Some(c), .. } => {
-                let args: Vec<String> = argv.iter().map(escape).collect();
-                let p = procs.get_mut(c).expect("inserted above");
-                p.title.get_or_insert_with(|| format!("{} ({})", args.join(" "), escape(program)));
-            }
-            Op::Exec { program, argv, child: None, .. } => {
-                let args: Vec<String> = argv.iter().map(escape).collect();
-                let p = procs.get_mut(&r.pid).expect("inserted above");
-                p.lines.push(format!("#{} exec {}: {}", r.seq, escape(program), args.join(" ")));
+            Op::Exec(e) => {
+                let args: Vec<String> = e.argv.iter().map(escape).collect();
+                match e.child {
+                    Some(c) => {
+                        let p = procs.get_mut(&c).expect("inserted above");
+                        p.title.get_or_insert_with(|| format!("{} ({})", args.join(" "), escape(&e.program)));
+                    }
+                    None => {
+                        let p = procs.get_mut(&r.pid).expect("inserted above");
+                        p.lines.push(format!("#{} exec {}: {}", r.seq, escape(&e.program), args.join(" ")));
+                    }
+                }
             }
             _ => {
                 let p = procs.get_mut(&r.pid).expect("inserted above");

@@ -19,7 +19,7 @@ use aether_journal::BPath;
 use aether_journal::bpath;
 use aether_journal::config::{ENV_DIR, ENV_MARK, ENV_POLICY, ENV_SHIM, ENV_SWITCH, Settings};
 use aether_journal::exec_check::{self, Creds};
-use aether_journal::record::Op;
+use aether_journal::record::{ExecOp, Op};
 use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Durability, Header, Session};
 use aether_journal_supervisor::install::{Installer, Unavailable, probe};
 use aether_journal_supervisor::launch::{Ended, launch};
@@ -377,8 +377,12 @@ fn run_plain(
             "aether-journal: warning: {} runs unobserved: {reason}",
             program.display_lossy()
         );
-        s.append(&s.starter_record(first, "run", Op::Unobserved { program: program.clone(), reason }))
-            .map_err(|e| e.to_string())?;
+        s.append(&s.starter_record(
+            first,
+            "run",
+            Op::Unobserved { program: program.clone(), reason: Box::new(reason) },
+        ))
+        .map_err(|e| e.to_string())?;
     }
     let caught = catch_signals();
     let mut child = match cmd.spawn() {
@@ -389,7 +393,8 @@ fn run_plain(
         }
     };
     let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
-    let exec = Op::Exec { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) };
+    let exec =
+        Op::Exec(Box::new(ExecOp { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) }));
     let _ = s.append(&s.starter_record(first + 1, "run", exec));
     pass_signals_to(caught, child.id());
     let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;

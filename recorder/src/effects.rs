@@ -73,7 +73,7 @@ pub fn before_connect<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str
         return refuse(journal, call, format!("network connection to {ep}"), libc::EACCES);
     }
     if !caller.sees_results() {
-        journal.record(call, Op::Connect { peer: ep, result: ConnectResult::Unknown });
+        journal.record(call, Op::Connect { peer: Box::new(ep), result: ConnectResult::Unknown });
         return Pending::Nothing;
     }
     Pending::Connect(ep)
@@ -88,7 +88,7 @@ pub fn after_connect<J: Journal>(journal: &J, call: &str, peer: Endpoint, succee
     } else {
         ConnectResult::Failed { errno }
     };
-    journal.record(call, Op::Connect { peer, result });
+    journal.record(call, Op::Connect { peer: Box::new(peer), result });
 }
 
 /// Before sendto/sendmsg/sendmmsg with an explicit destination.
@@ -97,7 +97,7 @@ pub fn before_send<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str, p
         return refuse(journal, call, format!("datagram to {peer}"), libc::EACCES);
     }
     if caller.first_send_to(&peer) {
-        journal.record(call, Op::Send { peer });
+        journal.record(call, Op::Send { peer: Box::new(peer) });
     }
     Pending::Nothing
 }

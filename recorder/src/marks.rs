@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use aether_journal::capture::Counters;
 use aether_journal::marks::{Mark, default_name, valid_name};
-use aether_journal::record::Op;
+use aether_journal::record::{MarkOp, Op};
 use aether_journal::session::{COUNTERS_FILE, Session, SessionError};
 
 use crate::tables::SharedCounters;
@@ -158,7 +158,8 @@ pub fn mark(session: &Session, req: &MarkRequest) -> Result<Marked, MarkError> {
     };
     let (label, key) = (req.label.clone(), req.key.clone());
     let held = held_journaled(session)?;
-    let op = Op::Mark { name: name.clone(), label: label.clone(), key: key.clone(), held: held.clone() };
+    let op =
+        Op::Mark(Box::new(MarkOp { name: name.clone(), label: label.clone(), key: key.clone(), held: held.clone() }));
     let seq = match through_shim(session, &op)? {
         Some(seq) => seq,
         None => append_directly(session, op)?,
@@ -199,7 +200,8 @@ fn create_marks_file(session: &Session) -> io::Result<std::fs::File> {
 /// Through the shim loaded into this process, when there is one and the session is its own:
 /// `None` when there is no shim, or it journals another session (or none).
 fn through_shim(session: &Session, op: &Op) -> Result<Option<u64>, MarkError> {
-    let Op::Mark { name, label, key, held } = op else { return Ok(None) };
+    let Op::Mark(mark) = op else { return Ok(None) };
+    let MarkOp { name, label, key, held } = &**mark;
     // SAFETY: dlsym only looks a NUL-terminated name up among the loaded objects.
     let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, APPEND_MARK_SYMBOL.as_ptr()) };
     if sym.is_null() {

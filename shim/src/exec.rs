@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use journal_core::BPath;
 use journal_core::config::{ENV_DIR, Policy};
 use journal_core::exec_check::{self, Creds};
-use journal_core::record::{Op, UnobservedReason};
+use journal_core::record::{ExecOp, Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::hooks::CPath;
@@ -266,7 +266,12 @@ pub fn prepare(
             let Some(store) = exec_store() else { return (program, plan) };
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
-            let op = Op::Exec { program: BPath::new(program.clone()), argv: args, cwd: BPath::new(cwd), child: None };
+            let op = Op::Exec(Box::new(ExecOp {
+                program: BPath::new(program.clone()),
+                argv: args,
+                cwd: BPath::new(cwd),
+                child: None,
+            }));
             store.record_fresh(call, op);
             if let Some(reason) = exec_check::foreign_architecture(&program) {
                 let program = BPath::new(program.clone());
@@ -275,7 +280,8 @@ pub fn prepare(
                     store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
                     plan.refuse = Some(libc::EPERM);
                 } else {
-                    plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason }));
+                    plan.unobserved =
+                        Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
                 }
             }
             store.counters.note_exec();
@@ -294,12 +300,12 @@ pub fn prepare(
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
             store.record_fresh(
                 call,
-                Op::Exec {
+                Op::Exec(Box::new(ExecOp {
                     program: BPath::new(program.clone()),
                     argv: args,
                     cwd: BPath::new(cwd.clone()),
                     child: None,
-                },
+                })),
             );
         }
         // SAFETY: exec's contract: argv is a null-terminated array of C strings.
@@ -340,7 +346,7 @@ pub fn prepare(
                 store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
                 plan.refuse = Some(libc::EPERM);
             } else {
-                plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason }));
+                plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
             }
         }
         (program, plan)
@@ -448,7 +454,7 @@ pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_ch
             // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
             let cwd = BPath::new(plan.cwd.clone());
-            let op = Op::Exec { program: BPath::from(program), argv: args, cwd, child: Some(child) };
+            let op = Op::Exec(Box::new(ExecOp { program: BPath::from(program), argv: args, cwd, child: Some(child) }));
             store.record_fresh(call, op);
         }
     });

@@ -175,7 +175,14 @@ pub unsafe extern "C" fn aether_journal_append_mark(args: *const ShimMarkArgs) -
         if store.session_canon.as_slice() != session {
             return Err(libc::ENOENT);
         }
-        store.append_mark(journal_core::record::Op::Mark { name, label, key, held }).map_err(|e| e.raw_os_error())
+        store
+            .append_mark(journal_core::record::Op::Mark(Box::new(journal_core::record::MarkOp {
+                name,
+                label,
+                key,
+                held,
+            })))
+            .map_err(|e| e.raw_os_error())
     }))
     .unwrap_or(Err(libc::EIO));
     drop(guard);

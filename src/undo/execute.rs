@@ -32,7 +32,7 @@ pub(super) fn run_plan_streaming(
     for r in &plan.journal.records {
         let befores: Vec<&Before> = match &r.op {
             Op::Change { before, .. } => vec![before],
-            Op::Rename { to_before, .. } => vec![to_before],
+            Op::Rename(m) => vec![&m.to_before],
             _ => vec![],
         };
         for b in befores {
@@ -317,7 +317,8 @@ impl<'a> Executor<'a> {
                 let (outcome, why, cause) = self.undo_changed_path(path, before);
                 out.push(StepReport { seq, outcome, path: Some(path.clone()), why, cause });
             }
-            Op::Rename { from, to, flags, moved, to_before } => {
+            Op::Rename(m) => {
+                let crate::record::RenameOp { from, to, flags, moved, to_before } = &**m;
                 let exchange = RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE);
                 let (outcome, why, cause) = if exchange {
                     self.undo_exchange(from, to, moved.as_ref())
@@ -342,7 +343,7 @@ impl<'a> Executor<'a> {
             }
             Op::Unobserved { program, reason } => {
                 let why = format!("{} ran unobserved: {reason}", program.display_lossy());
-                let cause = Cause::Unobserved { program: program.clone(), reason: reason.clone() };
+                let cause = Cause::Unobserved { program: program.clone(), reason: (**reason).clone() };
                 out.push(StepReport { seq, outcome: Outcome::Skipped, path: None, why, cause });
             }
             Op::Connect { peer, result } => {
@@ -496,7 +497,7 @@ impl<'a> Executor<'a> {
                 .records
                 .iter()
                 .filter_map(|r| match &r.op {
-                    Op::Mark { name, .. } => Some((r.seq, r.time.ns(), name)),
+                    Op::Mark(m) => Some((r.seq, r.time.ns(), &m.name)),
                     _ => None,
                 })
                 .collect();

@@ -462,9 +462,12 @@ impl Executor<'_> {
             .records
             .iter()
             .filter_map(|r| match &r.op {
-                Op::Rename { from, to, flags, .. } => {
-                    Some((r.seq, from, to, RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE)))
-                }
+                Op::Rename(m) => Some((
+                    r.seq,
+                    &m.from,
+                    &m.to,
+                    RenameFlags::from_bits_retain(m.flags).contains(RenameFlags::EXCHANGE),
+                )),
                 _ => None,
             })
             .collect();
@@ -487,9 +490,10 @@ impl Executor<'_> {
         let mut want: std::collections::HashMap<BPath, Want<'_>> = std::collections::HashMap::new();
         for seq in seqs {
             let Ok(i) = self.journal.records.binary_search_by_key(&seq, |r| r.seq) else { continue };
-            if let Op::DirTimes { path: then, atime, mtime, .. } = &self.journal.records[i].op {
+            if let Op::DirTimes(d) = &self.journal.records[i].op {
+                let then = &d.path;
                 let path = before_renames(then, seq);
-                let w = Want { seq, atime: *atime, mtime: *mtime, older_self: None, partial: false, then, path };
+                let w = Want { seq, atime: d.atime, mtime: d.mtime, older_self: None, partial: false, then, path };
                 // The oldest record of a directory's times is the one from before the session.
                 match want.get(&w.path) {
                     Some(have) if have.seq < seq => {}
@@ -506,8 +510,8 @@ impl Executor<'_> {
         // turn) already holds the effect of every change made to its entries before it.
         let mut oldest: std::collections::HashMap<&[u8], u64> = std::collections::HashMap::new();
         for r in &self.journal.records {
-            if let Op::DirTimes { path, .. } = &r.op {
-                oldest.entry(path.as_bytes()).or_insert(r.seq);
+            if let Op::DirTimes(d) = &r.op {
+                oldest.entry(d.path.as_bytes()).or_insert(r.seq);
             }
         }
         for r in &self.journal.records {

@@ -272,8 +272,9 @@ fn undo_inner(
         report.outcomes.extend(beside_left);
         report.complete = false;
     }
-    if let Some(crate::record::Record { seq, op: Op::Mark { name, held, .. }, .. }) = to_mark {
-        for path in held {
+    if let Some(crate::record::Record { seq, op: Op::Mark(mark), .. }) = to_mark {
+        let name = &mark.name;
+        for path in &mark.held {
             report.outcomes.push(StepReport {
                 seq: Some(*seq),
                 outcome: Outcome::Skipped,

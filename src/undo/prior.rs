@@ -78,10 +78,8 @@ impl Executor<'_> {
     /// fails ([`Executor::forgive_superseded`]), from records and hashes alone. A million
     /// records that all succeed cost no map of facts.
     pub(super) fn learn_prior_facts(&self, plan: &Plan<'_>, failed_calls: &HashSet<u64>) {
-        let reads_store = |r: &Record| match &r.op {
-            Op::Change { before: Before::Contents(s), .. } | Op::Rename { to_before: Before::Contents(s), .. } => {
-                matches!(s.node, Node::Prefix { .. })
-            }
+        let reads_store = |r: &Record| match r.op.before() {
+            Some(Before::Contents(s)) => matches!(s.node, Node::Prefix { .. }),
             _ => false,
         };
         let wanted: HashSet<&BPath> =
@@ -158,7 +156,7 @@ impl Executor<'_> {
                     MetaKind::Owner => vec![Aspect::Mode, Aspect::Owner],
                     MetaKind::Times | MetaKind::Xattr | MetaKind::Flags => continue,
                 },
-                Op::Change { .. } | Op::Rename { .. } => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
+                Op::Change { .. } | Op::Rename(_) => vec![Aspect::Body, Aspect::Mode, Aspect::Owner],
                 _ => continue,
             };
             self.forget_parent();
@@ -181,10 +179,7 @@ impl Executor<'_> {
         for o in report.outcomes.iter_mut().filter(|o| matches!(o.cause, Cause::LinkGroupBroken { .. })) {
             let (Some(path), Some(seq)) = (&o.path, o.seq) else { continue };
             let Ok(i) = plan.journal.records.binary_search_by_key(&seq, |r| r.seq) else { continue };
-            let snap = match &plan.journal.records[i].op {
-                Op::Change { before: Before::Contents(s), .. } | Op::Rename { to_before: Before::Contents(s), .. } => s,
-                _ => continue,
-            };
+            let Some(Before::Contents(snap)) = plan.journal.records[i].op.before() else { continue };
             self.forget_parent();
             let Ok((dir, name)) = self.parent_of(path) else { continue };
             if dir.lstat(name).ok().flatten().is_some_and(|st| ident_of(&st) == snap.ident) {
@@ -219,11 +214,12 @@ impl Executor<'_> {
                     }
                     continue;
                 }
-                Op::Rename { from, .. } if from == path => {
+                Op::Rename(m) if m.from == *path => {
                     f.body.get_or_insert(Body::Unknown);
                     return f;
                 }
-                Op::Change { before, .. } | Op::Rename { to_before: before, .. } => before,
+                Op::Change { before, .. } => before,
+                Op::Rename(m) => &m.to_before,
                 _ => continue,
             };
             match before {

@@ -27,7 +27,7 @@ use crate::byteset::ByteSet;
 use crate::capture::{Capturer, Counters, Direct, Intent, ident_of, meta_before};
 use crate::config::Budget;
 use crate::journal::JournalWriter;
-use crate::record::{Before, MetaKind, Op, RECORD_VERSION, Record, XattrBefore};
+use crate::record::{Before, DirTimesOp, MetaKind, Op, RECORD_VERSION, Record, RenameOp, XattrBefore};
 
 /// The directory (in the session) holding one journal per undo, `1`, `2`, ...
 pub const UNDOS_DIR: &str = "undos";
@@ -273,9 +273,7 @@ impl UndoLog {
     /// [`flush_held`] (the removal thread hands a batch of removals over once their records
     /// are written, one `write` for them all).
     fn record_held(&self, op: Op) -> u64 {
-        if let Op::Change { before: Before::Irreversible { reason }, .. }
-        | Op::Rename { to_before: Before::Irreversible { reason }, .. } = &op
-        {
+        if let Some(Before::Irreversible { reason }) = op.before() {
             self.not_kept.set(self.not_kept.get() + 1);
             self.not_kept_why.borrow_mut().get_or_insert_with(|| reason.to_string());
         }
@@ -285,9 +283,9 @@ impl UndoLog {
                 Op::Change { path, .. } | Op::Meta { path, .. } => {
                     paths.touch(path.as_bytes());
                 }
-                Op::Rename { from, to, .. } => {
-                    paths.touch(from.as_bytes());
-                    paths.touch(to.as_bytes());
+                Op::Rename(m) => {
+                    paths.touch(m.from.as_bytes());
+                    paths.touch(m.to.as_bytes());
                 }
                 _ => {}
             }
@@ -328,12 +326,12 @@ impl UndoLog {
         }
         if let Ok(st) = rustix::fs::lstat(path) {
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                self.record(Op::DirTimes {
+                self.record(Op::DirTimes(Box::new(DirTimesOp {
                     path: BPath::new(path.to_vec()),
                     ident: ident_of(&st),
                     atime: [st.st_atime, st.st_atime_nsec as i64],
                     mtime: [st.st_mtime, st.st_mtime_nsec as i64],
-                });
+                })));
             }
         }
     }
@@ -368,9 +366,9 @@ pub(super) fn named_inodes(records: &[crate::record::Record]) -> HashSet<crate::
     for r in records {
         match &r.op {
             Op::Change { before, .. } => of_before(before, &mut named),
-            Op::Rename { moved, to_before, .. } => {
-                named.extend(*moved);
-                of_before(to_before, &mut named);
+            Op::Rename(m) => {
+                named.extend(m.moved);
+                of_before(&m.to_before, &mut named);
             }
             Op::Meta { before, .. } => {
                 named.insert(before.ident);
@@ -510,7 +508,13 @@ pub(super) fn before_rename(
             paths.mark(&from, REMOVED);
         }
         drop(paths);
-        log.record(Op::Rename { from: BPath::new(from), to: BPath::new(dest), flags: flags.bits(), moved, to_before });
+        log.record(Op::Rename(Box::new(RenameOp {
+            from: BPath::new(from),
+            to: BPath::new(dest),
+            flags: flags.bits(),
+            moved,
+            to_before,
+        })));
     });
 }
 
@@ -634,8 +638,8 @@ pub(super) fn interrupted_paths(session: &crate::session::Session) -> Interrupte
         for r in &j.records {
             paths.extend(crate::select::record_paths(r).into_iter().map(|p| p.as_bytes().to_vec()));
             match &r.op {
-                Op::DirTimes { path, .. } => {
-                    paths.insert(path.as_bytes().to_vec());
+                Op::DirTimes(d) => {
+                    paths.insert(d.path.as_bytes().to_vec());
                 }
                 Op::Change { path, before: Before::Absent }
                     if path.split_parent().is_some_and(|(_, n)| n.starts_with(BESIDE_PREFIX.as_bytes())) =>

@@ -122,7 +122,8 @@ impl Executor<'_> {
     /// newest older record of `from` is its creation), whose undo leaves `from` absent anyway.
     fn older_rename_that_ran_after(&self, from: &BPath, to: &BPath, now: &crate::record::Ident) -> Option<u64> {
         let racer = self.newest_older_record_of(to)?;
-        let Op::Rename { to: t, moved: Some(m), flags, .. } = &racer.op else { return None };
+        let Op::Rename(r) = &racer.op else { return None };
+        let crate::record::RenameOp { to: t, moved: Some(m), flags, .. } = &**r else { return None };
         if t != to || m != now || RenameFlags::from_bits_retain(*flags).contains(RenameFlags::EXCHANGE) {
             return None;
         }

@@ -5,7 +5,7 @@ use crate::capture::tests::TestCounters;
 use crate::capture::{Capturer, Intent};
 use crate::config::Budget;
 use crate::journal::JournalContents;
-use crate::record::{RECORD_VERSION, Reason};
+use crate::record::{DirTimesOp, RECORD_VERSION, Reason, RenameOp};
 use crate::select::{Selection, select};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -232,7 +232,7 @@ fn a_rename_over_a_file_is_moved_back_and_the_target_restored() {
     let to_before = f.capture(b"dst", Intent::Destroy);
     let moved = Some(ident_of(&rustix::fs::stat(f.p("tmp")).unwrap()));
     let (from, to) = (f.bp("tmp"), f.bp("dst"));
-    f.push(Op::Rename { from, to, flags: 0, moved, to_before });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 0, moved, to_before })));
     fs::rename(f.p("tmp"), f.p("dst")).unwrap();
     let r = f.undo();
     assert!(r.complete, "{r:?}");
@@ -248,7 +248,7 @@ fn a_rename_that_failed_leaves_both_names_alone() {
     fs::write(f.p("b"), b"b").unwrap();
     let (from, to) = (f.bp("a"), f.bp("b"));
     // e.g. renameat2(RENAME_NOREPLACE) that failed with EEXIST
-    f.push(Op::Rename { from, to, flags: 1, moved: None, to_before: Before::Absent });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 1, moved: None, to_before: Before::Absent })));
     let r = f.undo();
     assert!(r.complete);
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged]);
@@ -508,7 +508,7 @@ fn an_unobserved_process_is_skipped_unless_its_call_failed() {
     use crate::record::UnobservedReason;
     let mut f = Fixture::new();
     let reason = UnobservedReason::CredentialsChanged { uid: 65534, store_owner: 0 };
-    f.push(Op::Unobserved { program: BPath::from("/usr/bin/setpriv"), reason: reason.clone() });
+    f.push(Op::Unobserved { program: BPath::from("/usr/bin/setpriv"), reason: Box::new(reason.clone()) });
     let r = f.undo();
     assert!(!r.complete);
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
@@ -581,7 +581,13 @@ fn a_directory_moved_back_takes_its_pending_mode_with_it() {
     fs::set_permissions(f.p("d"), fs::Permissions::from_mode(0o751)).unwrap();
     // mv d e; chmod 700 e
     let moved = Some(ident_of(&rustix::fs::stat(f.p("d")).unwrap()));
-    f.push(Op::Rename { from: f.bp("d"), to: f.bp("e"), flags: 0, moved, to_before: Before::Absent });
+    f.push(Op::Rename(Box::new(RenameOp {
+        from: f.bp("d"),
+        to: f.bp("e"),
+        flags: 0,
+        moved,
+        to_before: Before::Absent,
+    })));
     fs::rename(f.p("d"), f.p("e")).unwrap();
     let before = crate::capture::meta_before(&rustix::fs::lstat(f.p("e")).unwrap(), MetaKind::Mode, None);
     f.push(Op::Meta { path: f.bp("e"), before: before.into() });
@@ -666,8 +672,8 @@ fn peer() -> crate::record::Endpoint {
 #[test]
 fn a_connection_a_datagram_and_an_outside_signal_leave_the_files_exact_but_the_undo_incomplete() {
     let mut f = Fixture::new();
-    f.push(Op::Connect { peer: peer(), result: ConnectResult::Ok });
-    f.push(Op::Send { peer: peer() });
+    f.push(Op::Connect { peer: Box::new(peer()), result: ConnectResult::Ok });
+    f.push(Op::Send { peer: Box::new(peer()) });
     f.push(Op::Signal { target: 4242, target_prog: None, signal: 9, outside: true });
     let r = f.undo();
     assert!(!r.complete);
@@ -683,7 +689,7 @@ fn a_connection_a_datagram_and_an_outside_signal_leave_the_files_exact_but_the_u
 #[test]
 fn a_failed_connection_and_a_refused_call_changed_nothing() {
     let mut f = Fixture::new();
-    f.push(Op::Connect { peer: peer(), result: ConnectResult::Failed { errno: 111 } });
+    f.push(Op::Connect { peer: Box::new(peer()), result: ConnectResult::Failed { errno: 111 } });
     f.push(Op::Refused { what: "x".into(), errno: 13 });
     let r = f.undo();
     assert!(r.complete && r.files_exact());
@@ -695,7 +701,7 @@ fn an_unobserved_program_is_named_with_its_typed_reason_and_the_files_are_not_ex
     let mut f = Fixture::new();
     f.push(Op::Unobserved {
         program: BPath::from("/bin/static"),
-        reason: crate::record::UnobservedReason::StaticExecutable,
+        reason: Box::new(crate::record::UnobservedReason::StaticExecutable),
     });
     let r = f.undo();
     assert!(!r.files_exact());
@@ -840,12 +846,12 @@ fn a_directory_s_times_come_back_even_when_an_older_unselected_record_only_touch
     f.push(Op::Meta { path: f.bp("d/x"), before: crate::capture::meta_before(&st, MetaKind::Times, None).into() }); // #1
     let d = rustix::fs::lstat(f.p("d")).unwrap();
     let mtime = [d.st_mtime, d.st_mtime_nsec as i64];
-    f.push(Op::DirTimes {
+    f.push(Op::DirTimes(Box::new(DirTimesOp {
         path: f.bp("d"),
         ident: crate::capture::ident_of(&d),
         atime: [d.st_atime, d.st_atime_nsec as i64],
         mtime,
-    }); // #2
+    }))); // #2
     std::thread::sleep(std::time::Duration::from_millis(20));
     fs::write(f.p("d/new"), b"n").unwrap();
     f.push(Op::Change { path: f.bp("d/new"), before: Before::Absent }); // #3
@@ -870,10 +876,10 @@ fn racing_renames_onto_one_name(f: &mut Fixture, b_made_by_session: bool) {
     let ident = |f: &Fixture, n: &str| Some(ident_of(&rustix::fs::stat(f.p(n)).unwrap()));
     let (moved_a, moved_b) = (ident(f, "tmpA"), ident(f, "tmpB"));
     let (from, to) = (f.bp("tmpA"), f.bp("dst"));
-    f.push(Op::Rename { from, to, flags: 0, moved: moved_a, to_before: a_before });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 0, moved: moved_a, to_before: a_before })));
     let b_before = f.capture(b"dst", Intent::Destroy);
     let (from, to) = (f.bp("tmpB"), f.bp("dst"));
-    f.push(Op::Rename { from, to, flags: 0, moved: moved_b, to_before: b_before });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 0, moved: moved_b, to_before: b_before })));
     fs::rename(f.p("tmpB"), f.p("dst")).unwrap();
     fs::rename(f.p("tmpA"), f.p("dst")).unwrap();
 }
@@ -921,9 +927,9 @@ fn renames_onto_one_name_that_both_captured_it_before_either_ran_are_undone_exac
     let (a_before, b_before) = (f.capture(b"dst", Intent::Destroy), f.capture(b"dst", Intent::Destroy));
     let (moved_a, moved_b) = (ident(&f, "tmpA"), ident(&f, "tmpB"));
     let (from, to) = (f.bp("tmpB"), f.bp("dst"));
-    f.push(Op::Rename { from, to, flags: 0, moved: moved_b, to_before: b_before });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 0, moved: moved_b, to_before: b_before })));
     let (from, to) = (f.bp("tmpA"), f.bp("dst"));
-    f.push(Op::Rename { from, to, flags: 0, moved: moved_a, to_before: a_before });
+    f.push(Op::Rename(Box::new(RenameOp { from, to, flags: 0, moved: moved_a, to_before: a_before })));
     fs::rename(f.p("tmpB"), f.p("dst")).unwrap();
     fs::rename(f.p("tmpA"), f.p("dst")).unwrap();
     let r = f.undo_sealed(false);

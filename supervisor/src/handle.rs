@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use aether_journal::BPath;
 use aether_journal::config::Policy;
 use aether_journal::exec_check;
-use aether_journal::record::{Before, MetaKind, Op, Reason, UnobservedReason};
+use aether_journal::record::{Before, ExecOp, MetaKind, Op, Reason, UnobservedReason};
 use aether_journal_recorder::effects;
 use aether_journal_recorder::ops::{self, Journal, Pending, Removes};
 
@@ -177,7 +177,7 @@ impl<'s> Worker<'s> {
             // `clone3`, say): said once, for it and for the children the shim journals.
             if self.own_roots.insert(process.pid) && !matches!(call, Ok(Call::OwnRoot)) {
                 let reason = UnobservedReason::OwnMountNamespace;
-                journal.record(name, Op::Unobserved { program: process.prog.clone(), reason });
+                journal.record(name, Op::Unobserved { program: process.prog.clone(), reason: Box::new(reason) });
             }
         }
         let pending = match call {
@@ -569,7 +569,7 @@ impl Call {
                 if j.settings().policy == Policy::Strict {
                     return ops::refuse(j, call, format!("{call}: {reason}"), libc::EPERM);
                 }
-                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason });
+                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason: Box::new(reason) });
                 Pending::Nothing
             }
             Call::OwnRoot => {
@@ -577,7 +577,7 @@ impl Call {
                 if j.settings().policy == Policy::Strict {
                     return ops::refuse(j, call, format!("{call}: {reason}"), libc::EPERM);
                 }
-                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason });
+                j.record(call, Op::Unobserved { program: t.process.prog.clone(), reason: Box::new(reason) });
                 Pending::Nothing
             }
             Call::FdChange { st: None, .. }
@@ -694,13 +694,13 @@ fn exec(
     }
     let program = BPath::new(program);
     let argv = argv.into_iter().map(BPath::new).collect();
-    j.record(call, Op::Exec { program: program.clone(), argv, cwd: BPath::new(cwd), child: None });
+    j.record(call, Op::Exec(Box::new(ExecOp { program: program.clone(), argv, cwd: BPath::new(cwd), child: None })));
     if let Some(reason) = exec_check::foreign_architecture(program.as_bytes()) {
         if j.settings().policy == Policy::Strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
             return ops::refuse(j, call, what, libc::EPERM);
         }
-        j.record(call, Op::Unobserved { program, reason });
+        j.record(call, Op::Unobserved { program, reason: Box::new(reason) });
     }
     Pending::Nothing
 }

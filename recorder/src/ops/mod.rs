@@ -24,7 +24,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aether_journal::BPath;
 use aether_journal::capture::{Capturer, FsCalls, Intent};
 use aether_journal::config::{Policy, Settings};
-use aether_journal::record::{Before, CaptureHow, Ident, Node, Op, Reason};
+use aether_journal::record::{Before, CaptureHow, DirTimesOp, Ident, Node, Op, Reason};
 use aether_journal::resolve::{DirFd, Looked, Target, Unresolved, resolve_from};
 use rustix::fs::{AtFlags, CWD, FileType, Stat};
 use rustix::io::Errno;
@@ -440,12 +440,12 @@ fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
         LAST.store(last, Ordering::Relaxed);
         return;
     }
-    let op = Op::DirTimes {
+    let op = Op::DirTimes(Box::new(DirTimesOp {
         path: BPath::new(parent.to_vec()),
         ident,
         atime: [sx.stx_atime.tv_sec, i64::from(sx.stx_atime.tv_nsec)],
         mtime: [sx.stx_mtime.tv_sec, i64::from(sx.stx_mtime.tv_nsec)],
-    };
+    }));
     let seq = journal.record(call, op);
     if let Some(i) = index {
         i.remember(&key, seq);

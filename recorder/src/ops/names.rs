@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use aether_journal::BPath;
 use aether_journal::capture::{Intent, ident_of};
 use aether_journal::config::Policy;
-use aether_journal::record::{Before, Node, Op};
+use aether_journal::record::{Before, Node, Op, RenameOp};
 use aether_journal::resolve::Target;
 use rustix::fs::FileType;
 
@@ -74,7 +74,10 @@ pub fn before_rename<J: Journal, C: Caller>(
     super::note_dir_times(journal, call, &from);
     super::note_dir_times(journal, call, &to);
     if flags & libc::RENAME_EXCHANGE != 0 {
-        journal.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent });
+        journal.record(
+            call,
+            Op::Rename(Box::new(RenameOp { from: from.abs, to: to.abs, flags, moved, to_before: Before::Absent })),
+        );
         return Pending::Nothing;
     }
     let mut likely_to_fail = false;
@@ -106,8 +109,10 @@ pub fn before_rename<J: Journal, C: Caller>(
             return refuse(journal, call, what, libc::EACCES);
         }
     }
-    let seq =
-        journal.record(call, Op::Rename { from: from.abs, to: to.abs, flags, moved, to_before: to_before.clone() });
+    let seq = journal.record(
+        call,
+        Op::Rename(Box::new(RenameOp { from: from.abs, to: to.abs, flags, moved, to_before: to_before.clone() })),
+    );
     if likely_to_fail {
         // When it does fail (EEXIST), a call_failed record says so (where results are seen).
         return Pending::Recorded(seq);

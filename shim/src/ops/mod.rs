@@ -58,7 +58,7 @@ pub fn before_uid_change(store: &Store, call: &str, new_euid: u32) -> Pending {
     if store.settings.policy == Policy::Strict {
         return refuse(store, call, format!("{call} to uid {new_euid}: {reason}"), libc::EPERM);
     }
-    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
+    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason: Box::new(reason) }))
 }
 
 /// Before io_uring_setup: file operations submitted through the ring bypass every hook. A
@@ -71,7 +71,7 @@ pub fn before_io_uring(store: &Store, call: &str) -> Pending {
     if store.settings.policy == Policy::Strict {
         return refuse(store, call, format!("{call}: {reason}"), libc::EPERM);
     }
-    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason }))
+    Pending::Recorded(store.record(call, Op::Unobserved { program: store.prog.clone(), reason: Box::new(reason) }))
 }
 
 /// The `stat` of the file behind `fd` when a change through the descriptor must be journaled;

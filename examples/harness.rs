@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let what = match &r.op {
             Op::Change { path, .. } | Op::Meta { path, .. } => path.display_lossy(),
             Op::Rename(m) => format!("{} -> {}", m.from.display_lossy(), m.to.display_lossy()),
-            Op::Exec(e) => e.argv.iter().map(|a| a.display_lossy()).collect::<Vec<_>>().join(" "),
+            Op::Exec(e) => e.argv.iter().map(String::from_utf8_lossy).collect::<Vec<_>>().join(" "),
             other => format!("{other:?}"),
         };
         println!("#{} {} {}: {what}", r.seq, r.prog.display_lossy(), r.call);

@@ -119,14 +119,30 @@ impl From<&Path> for BPath {
     }
 }
 
+impl AsRef<[u8]> for BPath {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl Serialize for BPath {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.to_str() {
-            Some(text) => s.serialize_str(text),
-            None => {
+        BytesAsPath(&self.0).serialize(s)
+    }
+}
+
+/// Bytes written as a [`BPath`] writes them (a string when they are UTF-8, else
+/// `{"b64": ...}`), without making one.
+pub struct BytesAsPath<'a>(pub &'a [u8]);
+
+impl Serialize for BytesAsPath<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => {
                 use serde::ser::SerializeMap;
                 let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry("b64", &B64.encode(&self.0))?;
+                m.serialize_entry("b64", &B64.encode(self.0))?;
                 m.end()
             }
         }

@@ -296,11 +296,91 @@ pub struct ExecOp {
     /// The program, as resolved (an absolute path when it could be found).
     pub program: BPath,
     /// Its arguments.
-    pub argv: Vec<BPath>,
+    pub argv: Argv,
     /// The working directory it starts in.
     pub cwd: BPath,
     /// The child's pid, for posix_spawn (whose record is written after the call).
     pub child: Option<u32>,
+}
+
+/// A program's arguments, held in one buffer: `xargs` passes thousands of names to each
+/// program it starts, and a session that made a million files by `xargs touch` held every name
+/// again in its exec records, as a `BPath` and an allocation each (48 bytes beside the name,
+/// where an end offset is 8). In JSON a list of paths, as a `Vec<BPath>` is.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Argv {
+    bytes: Box<[u8]>,
+    /// Where each argument ends in `bytes`.
+    ends: Box<[usize]>,
+}
+
+impl Argv {
+    /// How many arguments it holds.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Every argument, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.ends.iter().enumerate().map(|(i, &end)| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.bytes[start..end]
+        })
+    }
+
+    /// Every argument as a path of its own.
+    pub fn to_paths(&self) -> Vec<BPath> {
+        self.iter().map(BPath::from).collect()
+    }
+}
+
+impl<T: AsRef<[u8]>> FromIterator<T> for Argv {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Argv {
+        let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+        for a in iter {
+            bytes.extend_from_slice(a.as_ref());
+            ends.push(bytes.len());
+        }
+        Argv { bytes: bytes.into(), ends: ends.into() }
+    }
+}
+
+impl fmt::Debug for Argv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter().map(BPath::from)).finish()
+    }
+}
+
+impl Serialize for Argv {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter().map(crate::bpath::BytesAsPath))
+    }
+}
+
+impl<'de> Deserialize<'de> for Argv {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Argv;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of arguments")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Argv, A::Error> {
+                let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+                while let Some(a) = seq.next_element::<BPath>()? {
+                    bytes.extend_from_slice(a.as_bytes());
+                    ends.push(bytes.len());
+                }
+                Ok(Argv { bytes: bytes.into(), ends: ends.into() })
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 /// The times of directory `path` before the session first changed its entries (a name made,
@@ -1151,6 +1231,25 @@ pub(crate) mod tag_first {
 mod tests {
     use super::*;
 
+    #[test]
+    fn arguments_are_written_and_read_as_the_list_of_paths_they_were() {
+        let lists: [Vec<BPath>; 3] = [
+            vec![],
+            vec![BPath::from("touch"), BPath::from(""), BPath::from(&b"n\xffme"[..]), BPath::from("\u{e9}t\u{e9}")],
+            (0..1000).map(|i| BPath::from(i.to_string().as_str())).collect(),
+        ];
+        for list in lists {
+            let argv: Argv = list.iter().collect();
+            assert_eq!(argv.len(), list.len());
+            assert_eq!(argv.to_paths(), list);
+            let text = serde_json::to_string(&argv).unwrap();
+            assert_eq!(text, serde_json::to_string(&list).unwrap(), "written as the list");
+            let back: Argv = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, argv);
+        }
+        assert!(serde_json::from_str::<Argv>(r#""touch""#).is_err(), "a string is not a list");
+    }
+
     fn sample(op: Op) -> Record {
         Record {
             v: RECORD_VERSION,
@@ -1281,7 +1380,7 @@ mod tests {
             Op::Meta { path: BPath::from("/j"), before: Box::new(meta) },
             Op::Exec(Box::new(ExecOp {
                 program: BPath::from("/bin/sh"),
-                argv: vec![BPath::from("sh")],
+                argv: ["sh"].into_iter().collect(),
                 cwd: BPath::from("/"),
                 child: Some(5),
             })),

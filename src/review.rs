@@ -664,7 +664,7 @@ pub fn review_span(
             changes: 0,
         });
         match &r.op {
-            Op::Exec(e) if e.child.is_none() => p.execs.push(e.argv.clone()),
+            Op::Exec(e) if e.child.is_none() => p.execs.push(e.argv.to_paths()),
             Op::Exec(e) => {
                 let (argv, c) = (&e.argv, &e.child.unwrap_or_default());
                 let parent = r.pid;
@@ -678,7 +678,7 @@ pub fn review_span(
                         changes: 0,
                     })
                     .execs
-                    .insert(0, argv.clone());
+                    .insert(0, argv.to_paths());
             }
             Op::Change { .. } | Op::Rename(_) | Op::Meta { .. } => p.changes += 1,
             Op::Connect { peer, result } => rv.network.push(NetworkEffect {

@@ -1263,7 +1263,7 @@ mod tests {
                 5,
                 Op::Exec(Box::new(crate::record::ExecOp {
                     program: BPath::from("/bin/true"),
-                    argv: vec![],
+                    argv: Default::default(),
                     cwd: BPath::from("/"),
                     child: None,
                 })),

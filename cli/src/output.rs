@@ -52,9 +52,9 @@ pub fn escape_text(s: &str) -> String {
 }
 
 /// Escapes a name for display in a terminal.
-pub fn escape(p: &BPath) -> String {
+pub fn escape(p: &(impl AsRef<[u8]> + ?Sized)) -> String {
     let mut out = String::new();
-    for chunk in p.as_bytes().utf8_chunks() {
+    for chunk in p.as_ref().utf8_chunks() {
         for c in chunk.valid().chars() {
             let invisible = must_escape(c);
             match c {

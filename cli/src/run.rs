@@ -392,7 +392,7 @@ fn run_plain(
             return Ok(Started::Not(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
         }
     };
-    let argv = command.iter().map(|a| BPath::new(a.as_bytes().to_vec())).collect();
+    let argv = command.iter().map(|a| a.as_bytes()).collect();
     let exec =
         Op::Exec(Box::new(ExecOp { program: program.clone(), argv, cwd: BPath::from(cwd), child: Some(child.id()) }));
     let _ = s.append(&s.starter_record(first + 1, "run", exec));

@@ -265,7 +265,7 @@ pub fn prepare(
             }
             let Some(store) = exec_store() else { return (program, plan) };
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            let args = unsafe { c_strings(argv) }.into_iter().collect();
             let op = Op::Exec(Box::new(ExecOp {
                 program: BPath::new(program.clone()),
                 argv: args,
@@ -297,7 +297,7 @@ pub fn prepare(
         // record that cannot be written is counted as lost.
         if record_exec {
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            let args = unsafe { c_strings(argv) }.into_iter().collect();
             store.record_fresh(
                 call,
                 Op::Exec(Box::new(ExecOp {
@@ -452,7 +452,7 @@ pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_ch
         }
         if let Some(store) = exec_store() {
             // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().map(BPath::from).collect();
+            let args = unsafe { c_strings(argv) }.into_iter().collect();
             let cwd = BPath::new(plan.cwd.clone());
             let op = Op::Exec(Box::new(ExecOp { program: BPath::from(program), argv: args, cwd, child: Some(child) }));
             store.record_fresh(call, op);

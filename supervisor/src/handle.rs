@@ -693,7 +693,7 @@ fn exec(
         argv.push(b"[... further arguments not journaled]".to_vec());
     }
     let program = BPath::new(program);
-    let argv = argv.into_iter().map(BPath::new).collect();
+    let argv = argv.into_iter().collect();
     j.record(call, Op::Exec(Box::new(ExecOp { program: program.clone(), argv, cwd: BPath::new(cwd), child: None })));
     if let Some(reason) = exec_check::foreign_architecture(program.as_bytes()) {
         if j.settings().policy == Policy::Strict {

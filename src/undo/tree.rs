@@ -509,13 +509,29 @@ type Names = HashSet<u32>;
 
 /// What the overlay holds at each path it has a slot for: the paths in one [`ByteSet`] (a dry
 /// run of a million removals holds a million slots), the slots beside them by index.
-#[derive(Default)]
 struct Slots {
     /// Every path that ever had a slot (one that lost it keeps its index).
     paths: ByteSet,
-    slots: Vec<Option<Slot>>,
-    /// How many of `slots` are held.
+    /// What each path's slot is, by its index: [`NO_SLOT`], [`ABSENT`] or [`NODE`] (a byte: a
+    /// dry run of a million removals holds a million absent slots, and an `Option<Slot>` was
+    /// 16 bytes).
+    kinds: Vec<u8>,
+    /// The nodes of the slots that hold one, by index.
+    nodes: HashMap<u32, Slot>,
+    /// What [`Slots::get`] answers for an absent slot.
+    absent: Slot,
+    /// How many paths have a slot.
     held: usize,
+}
+
+const NO_SLOT: u8 = 0;
+const ABSENT: u8 = 1;
+const NODE: u8 = 2;
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots { paths: ByteSet::default(), kinds: Vec::new(), nodes: HashMap::new(), absent: Slot::Absent, held: 0 }
+    }
 }
 
 impl Slots {
@@ -524,25 +540,46 @@ impl Slots {
     }
 
     fn get(&self, path: &[u8]) -> Option<&Slot> {
-        self.paths.index_of(path).and_then(|i| self.slots[i].as_ref())
+        let i = self.paths.index_of(path)?;
+        match self.kinds[i] {
+            ABSENT => Some(&self.absent),
+            NODE => self.nodes.get(&(i as u32)),
+            _ => None,
+        }
     }
 
     /// Sets the slot of `path`: its index.
     fn insert(&mut self, path: &[u8], slot: Slot) -> u32 {
         let (i, new) = self.paths.insert_full(path);
         if new {
-            self.slots.push(None);
+            self.kinds.push(NO_SLOT);
         }
-        if self.slots[i].replace(slot).is_none() {
+        if self.kinds[i] == NO_SLOT {
             self.held += 1;
         }
-        i as u32
+        let at = i as u32;
+        match slot {
+            Slot::Absent => {
+                self.kinds[i] = ABSENT;
+                self.nodes.remove(&at);
+            }
+            node => {
+                self.kinds[i] = NODE;
+                self.nodes.insert(at, node);
+            }
+        }
+        at
     }
 
     fn remove(&mut self, path: &[u8]) -> Option<Slot> {
-        let taken = self.paths.index_of(path).and_then(|i| self.slots[i].take());
-        self.held -= usize::from(taken.is_some());
-        taken
+        let i = self.paths.index_of(path)?;
+        let kind = std::mem::replace(&mut self.kinds[i], NO_SLOT);
+        self.held -= usize::from(kind != NO_SLOT);
+        match kind {
+            ABSENT => Some(Slot::Absent),
+            NODE => self.nodes.remove(&(i as u32)),
+            _ => None,
+        }
     }
 
     fn path(&self, index: u32) -> &[u8] {
@@ -816,5 +853,38 @@ impl Sim {
             n.st.st_mtime = ts.last_modification.tv_sec;
             n.st.st_mtime_nsec = ts.last_modification.tv_nsec as _;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn a_dry_run_sees_what_it_removed_as_gone_what_it_made_as_made_and_the_rest_as_it_is() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().as_os_str().as_bytes().to_vec();
+        for n in ["a", "b"] {
+            std::fs::write(t.path().join(n), "x").unwrap();
+        }
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::fs::write(t.path().join("d/x"), "x").unwrap();
+        let sim = Sim::new(rustix::fs::stat(t.path()).unwrap());
+        let p = |n: &str| join(&root, n.as_bytes());
+        sim.set(&p("a"), Slot::Absent);
+        sim.set(&p("d"), Slot::Absent);
+        sim.make(&p("c"), FileType::RegularFile, 0o644, 0, None).unwrap();
+        assert!(matches!(sim.resolve(&p("a")), Ok(Where::Missing)));
+        assert!(matches!(sim.resolve(&p("d/x")), Ok(Where::Missing)), "under a removed directory");
+        assert!(matches!(sim.resolve(&p("b")), Ok(Where::Real(r)) if r == p("b")));
+        assert!(matches!(sim.resolve(&p("c")), Ok(Where::Node(_))));
+        assert_eq!(sim.entries(&root), [b"b".to_vec(), b"c".to_vec()]);
+        // Made again where it was removed, then removed again.
+        sim.make(&p("a"), FileType::RegularFile, 0o600, 0, None).unwrap();
+        assert!(matches!(sim.resolve(&p("a")), Ok(Where::Node(_))));
+        sim.set(&p("a"), Slot::Absent);
+        assert!(matches!(sim.resolve(&p("a")), Ok(Where::Missing)));
+        assert_eq!(sim.entries(&root), [b"b".to_vec(), b"c".to_vec()]);
     }
 }

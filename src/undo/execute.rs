@@ -121,8 +121,9 @@ pub(super) fn run_plan_streaming(
             .filter(|p| seen.insert(*p))
             .collect();
         let mut drift = exec.drift.borrow_mut();
-        // In slices: the states of a million paths at once were a tenth of the undo's memory.
-        for slice in paths.chunks(1 << 16) {
+        // In slices: the states of a million paths at once were a tenth of the undo's memory,
+        // and slices of 65,536 left 17 MB the allocator kept (results of 112 bytes a path).
+        for slice in paths.chunks(1 << 12) {
             let states = crate::seal::states_of(slice, plan.seal);
             for (p, now) in slice.iter().zip(states) {
                 // None: unchanged since the seal, by its lstat alone.

@@ -515,8 +515,11 @@ impl SealedPaths {
     /// The state at index `i`, and how many bytes it is packed in.
     fn state(&self, i: usize) -> (AfterState, usize) {
         let at = usize::try_from(self.starts[i]).unwrap_or(usize::MAX);
-        // Only `pack` wrote these bytes.
-        packed::unpack(self.packed.get(at..).unwrap_or_default()).unwrap_or((AfterState::Absent, 0))
+        // Only `pack` wrote these bytes. Were they ever not a state, the path would be taken
+        // for one no real node matches, so changed since the seal (left alone, and named),
+        // never for absent or unchanged.
+        let unknown = AfterState::Other { ident: Ident { dev: u64::MAX, ino: u64::MAX }, mode: 0 };
+        packed::unpack(self.packed.get(at..).unwrap_or_default()).unwrap_or((unknown, 0))
     }
 
     /// Sets the state of `path`, adding it at the end when it is not held. A state no longer

@@ -163,8 +163,7 @@ impl Record {
     /// whose call later proved to have failed is not counted by this check alone.
     pub fn irreversible(&self) -> bool {
         match &self.op {
-            Op::Change { before, .. } => matches!(before, Before::Irreversible { .. }),
-            Op::Rename(r) => matches!(r.to_before, Before::Irreversible { .. }),
+            Op::Change { .. } | Op::Rename(_) => matches!(self.op.before(), Some(Before::Irreversible { .. })),
             Op::Connect { result, .. } => !matches!(result, ConnectResult::Failed { .. }),
             Op::Send { .. } | Op::Unobserved { .. } => true,
             Op::Signal { outside, .. } => *outside,

@@ -664,22 +664,23 @@ pub fn review_span(
             changes: 0,
         });
         match &r.op {
-            Op::Exec(e) if e.child.is_none() => p.execs.push(e.argv.to_paths()),
-            Op::Exec(e) => {
-                let (argv, c) = (&e.argv, &e.child.unwrap_or_default());
-                let parent = r.pid;
-                procs
-                    .entry(*c)
-                    .or_insert_with(|| ProcessRun {
-                        pid: *c,
-                        ppid: parent,
-                        execs: Vec::new(),
-                        prog: BPath::default(),
-                        changes: 0,
-                    })
-                    .execs
-                    .insert(0, argv.to_paths());
-            }
+            Op::Exec(e) => match e.child {
+                None => p.execs.push(e.argv.to_paths()),
+                Some(c) => {
+                    let parent = r.pid;
+                    procs
+                        .entry(c)
+                        .or_insert_with(|| ProcessRun {
+                            pid: c,
+                            ppid: parent,
+                            execs: Vec::new(),
+                            prog: BPath::default(),
+                            changes: 0,
+                        })
+                        .execs
+                        .insert(0, e.argv.to_paths());
+                }
+            },
             Op::Change { .. } | Op::Rename(_) | Op::Meta { .. } => p.changes += 1,
             Op::Connect { peer, result } => rv.network.push(NetworkEffect {
                 kind: "connect".into(),

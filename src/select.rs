@@ -55,10 +55,9 @@ fn descendants(journal: &JournalContents, root: u32) -> HashSet<u32> {
         if r.ppid != r.pid {
             children.entry(r.ppid).or_default().push(r.pid);
         }
-        if let Some(c) = match &r.op {
-            Op::Exec(e) => e.child,
-            _ => None,
-        } {
+        if let Op::Exec(e) = &r.op
+            && let Some(c) = e.child
+        {
             children.entry(r.pid).or_default().push(c);
         }
     }

@@ -30,24 +30,17 @@ pub(super) fn run_plan_streaming(
     let mut linked = std::collections::HashMap::new();
     let mut hashed = std::collections::HashMap::new();
     for r in &plan.journal.records {
-        let befores: Vec<&Before> = match &r.op {
-            Op::Change { before, .. } => vec![before],
-            Op::Rename(m) => vec![&m.to_before],
-            _ => vec![],
-        };
-        for b in befores {
-            let Before::Contents(snap) = b else { continue };
-            match &snap.node {
-                Node::File { blob, how: CaptureHow::Link, .. } => {
-                    linked.entry(snap.ident).or_insert_with(|| blob.clone());
-                }
-                // A copy reused by identity names its blob without a hash: the record that
-                // made the blob has it.
-                Node::File { blob, hash: Some(h), .. } => {
-                    hashed.entry(blob.clone()).or_insert_with(|| h.clone());
-                }
-                _ => {}
+        let Some(Before::Contents(snap)) = r.op.before() else { continue };
+        match &snap.node {
+            Node::File { blob, how: CaptureHow::Link, .. } => {
+                linked.entry(snap.ident).or_insert_with(|| blob.clone());
             }
+            // A copy reused by identity names its blob without a hash: the record that made
+            // the blob has it.
+            Node::File { blob, hash: Some(h), .. } => {
+                hashed.entry(blob.clone()).or_insert_with(|| h.clone());
+            }
+            _ => {}
         }
     }
     let mut tampered = HashSet::new();

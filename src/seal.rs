@@ -20,7 +20,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::bpath::BPath;
-use crate::byteset::ByteSet;
+use crate::byteset::PathSet;
 use crate::capture::{hash_regular, ident_of};
 use crate::digest::JournalDigest;
 
@@ -483,13 +483,14 @@ pub struct Seal {
 }
 
 /// A seal's paths and the after-state of each, found by path. The paths are held in one
-/// [`ByteSet`] (with its table, about 50 bytes a path where a list of `BPath`s and a map to
-/// them took 100: a seal of a million paths is read whole by undo), the states packed beside
+/// [`PathSet`] (each directory once, then each last name with its table: about 25 bytes a
+/// path in a few directories, where a list of `BPath`s and a map to them took 100: a seal of
+/// a million paths is read whole by undo), the states packed beside
 /// them (`packed`: about 55 bytes a regular file where a value took 104), in the same order.
 /// A path a list repeats is held once, with its first state.
 #[derive(Clone, Default)]
 pub struct SealedPaths {
-    names: ByteSet,
+    names: PathSet,
     /// Every state, packed one after another.
     packed: Vec<u8>,
     /// Where the state of each name starts in `packed`, by its index in `names`.
@@ -556,7 +557,7 @@ impl SealedPaths {
     }
 
     /// Every path and its state, in the order they were added.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], AfterState)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (Vec<u8>, AfterState)> + '_ {
         self.names.iter().enumerate().map(|(i, name)| (name, self.state(i).0))
     }
 
@@ -565,9 +566,9 @@ impl SealedPaths {
         self.names.index_of(path)
     }
 
-    /// Every path, in the order they were added (by index).
-    pub fn names(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.names.iter()
+    /// The path at index `i` (see [`SealedPaths::index_of`]), whole.
+    pub fn path_at(&self, i: usize) -> Option<Vec<u8>> {
+        self.names.get(i)
     }
 }
 
@@ -591,13 +592,13 @@ impl Eq for SealedPaths {}
 
 impl std::fmt::Debug for SealedPaths {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter().map(|(p, s)| (BPath::from(p), s))).finish()
+        f.debug_list().entries(self.iter().map(|(p, s)| (BPath::new(p), s))).finish()
     }
 }
 
 impl Serialize for SealedPaths {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter().map(|(p, st)| (BPath::from(p), st)))
+        s.collect_seq(self.iter().map(|(p, st)| (BPath::new(p), st)))
     }
 }
 
@@ -1291,7 +1292,7 @@ mod tests {
         assert_eq!(records, whole.records.len());
         let text = std::fs::read_to_string(store.join(SEAL_FILE)).unwrap();
         let got = Seal::read(&store).unwrap().unwrap();
-        let sealed: Vec<BPath> = got.paths.iter().map(|(p, _)| BPath::from(p)).collect();
+        let sealed: Vec<BPath> = got.paths.iter().map(|(p, _)| BPath::new(p)).collect();
         assert_eq!(sealed, [path("a"), path("sub/b"), path("c"), path("gone"), path("d")]);
         assert_eq!((got.through, &got.paths), (7, &expected.paths));
         assert!(got.blob_stats.contains_key("01/1") && got.blob_stats == expected.blob_stats);
@@ -1401,7 +1402,7 @@ mod tests {
         seal.set_state(&BPath::from("/a"), file.clone());
         assert_eq!(seal.state_of(&BPath::from("/a")), Some(file));
         assert_eq!((ino(&seal, b"/b"), ino(&seal, b"/c")), (Some(1), Some(3)));
-        let order: Vec<BPath> = seal.paths.iter().map(|(p, _)| BPath::from(p)).collect();
+        let order: Vec<BPath> = seal.paths.iter().map(|(p, _)| BPath::new(p)).collect();
         assert_eq!(order, [&b"/a"[..], b"/b", b"/c", b"/b\xff", b"/e"].map(BPath::from));
         // Written and read back as the same list.
         let back: Seal = serde_json::from_str(&serde_json::to_string(&seal).unwrap()).unwrap();

@@ -213,11 +213,12 @@ pub(super) fn run_plan_streaming(
                 named[i] = true;
             }
         }
-        for (_, path) in seal.paths.names().enumerate().filter(|(i, _)| !named[*i]) {
+        let unnamed = named.iter().enumerate().filter(|(_, named)| !**named);
+        for path in unnamed.filter_map(|(i, _)| seal.paths.path_at(i)) {
             report.outcomes.push(StepReport {
                 seq: None,
                 outcome: Outcome::Failed,
-                path: Some(BPath::from(path)),
+                path: Some(BPath::new(path)),
                 why: "the seal lists it as changed by the session, but no record of the journal names it now: its records were lost or removed, so it was not put back".into(),
                 cause: Cause::DamagedJournal,
             });

@@ -23,7 +23,7 @@ use std::rc::Rc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
 use crate::bpath::BPath;
-use crate::byteset::ByteSet;
+use crate::byteset::PathSet;
 use crate::capture::{Capturer, Counters, Direct, Intent, ident_of, meta_before};
 use crate::config::Budget;
 use crate::journal::JournalWriter;
@@ -99,7 +99,7 @@ pub(super) const REMOVED: u8 = 2;
 /// removals names a million paths), with what the undo did to each ([`MADE`], [`REMOVED`]).
 #[derive(Debug, Default)]
 pub(super) struct Paths {
-    pub(super) set: ByteSet,
+    pub(super) set: PathSet,
     /// The marks of each path, by its index in `set`.
     marks: Vec<u8>,
 }
@@ -586,7 +586,7 @@ pub(super) fn close(done: Finished, reversed: &[u64]) {
     // The state of every path the undo changed, from the paths it journaled (its journal is
     // not read back: its records hold every capture); its kept inodes are not hashed (they
     // were this undo's own moves and links, a moment ago).
-    let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::from).collect();
+    let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::new).collect();
     touched.sort_unstable();
     let mut seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
     seal.journal_digest = crate::digest::JournalDigest::take(&done.dir, false).ok();

@@ -22,7 +22,7 @@ use std::rc::Rc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat, StatxFlags, Timestamps};
 use rustix::io::Errno;
 
-use crate::byteset::ByteSet;
+use crate::byteset::PathSet;
 use crate::capture::hash_fd;
 
 /// A directory an action works in: its path, and, when it really exists, its descriptor
@@ -507,11 +507,11 @@ pub(super) enum Where {
 /// The names with a slot in one directory, by their index in [`Slots::paths`].
 type Names = HashSet<u32>;
 
-/// What the overlay holds at each path it has a slot for: the paths in one [`ByteSet`] (a dry
+/// What the overlay holds at each path it has a slot for: the paths in one [`PathSet`] (a dry
 /// run of a million removals holds a million slots), the slots beside them by index.
 struct Slots {
     /// Every path that ever had a slot (one that lost it keeps its index).
-    paths: ByteSet,
+    paths: PathSet,
     /// What each path's slot is, by its index: [`NO_SLOT`], [`ABSENT`] or [`NODE`] (a byte: a
     /// dry run of a million removals holds a million absent slots, and an `Option<Slot>` was
     /// 16 bytes).
@@ -530,7 +530,7 @@ const NODE: u8 = 2;
 
 impl Default for Slots {
     fn default() -> Slots {
-        Slots { paths: ByteSet::default(), kinds: Vec::new(), nodes: HashMap::new(), absent: Slot::Absent, held: 0 }
+        Slots { paths: PathSet::default(), kinds: Vec::new(), nodes: HashMap::new(), absent: Slot::Absent, held: 0 }
     }
 }
 
@@ -582,8 +582,13 @@ impl Slots {
         }
     }
 
-    fn path(&self, index: u32) -> &[u8] {
+    fn path(&self, index: u32) -> Vec<u8> {
         self.paths.get(index as usize).unwrap_or_default()
+    }
+
+    /// The last name of the path at `index`.
+    fn name(&self, index: u32) -> &[u8] {
+        self.paths.name(index as usize).unwrap_or_default()
     }
 }
 
@@ -704,10 +709,7 @@ impl Sim {
         }
         if let Some(kids) = self.kids.borrow().get(path) {
             let slots = self.slots.borrow();
-            names.extend(kids.iter().map(|&k| {
-                let p = slots.path(k);
-                p[p.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1)..].to_vec()
-            }));
+            names.extend(kids.iter().map(|&k| slots.name(k).to_vec()));
         }
         let mut present: Vec<Vec<u8>> =
             names.into_iter().filter(|n| self.lstat(&join(path, n)).is_ok_and(|st| st.is_some())).collect();
@@ -776,7 +778,7 @@ impl Sim {
             if let Some(kids) = self.kids.borrow_mut().remove(d.as_slice()) {
                 let slots = self.slots.borrow();
                 for k in kids {
-                    let k = slots.path(k).to_vec();
+                    let k = slots.path(k);
                     dirs.push(k.clone());
                     below.push(k);
                 }

@@ -59,9 +59,7 @@ pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
     append_undone_lines(session, seqs, b"-", now)?;
     if let Some(mut seal) = Seal::read(session.dir())? {
         let journal = session.read_journal().map_err(io::Error::other)?;
-        let mut seqs = seqs.to_vec();
-        seqs.sort_unstable();
-        reseal(&mut seal, &journal, &seqs, None);
+        reseal(&mut seal, &journal, &by_place(&journal, seqs), None);
         seal.write(session.dir())?;
     }
     if session.state() == State::Undone {
@@ -316,16 +314,16 @@ fn undo_inner(
         // The tree is already changed: a failure to write down what was done is reported, as
         // a step, beside everything the undo did; it is never a bare error that hides them.
         let mut bookkeeping = append_undone(session, &report.undone).map_err(|e| (UNDONE_FILE, e));
-        // Sorted, and searched (a set of a million seqs was 19 MB at the undo's peak).
-        let mut undone = report.undone.clone();
-        undone.sort_unstable();
+        // Marked by each record's place in the journal (a set of a million seqs was 19 MB at
+        // the undo's peak, a sorted copy of them 8 MB).
+        let undone = by_place(&journal, &report.undone);
         if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.take()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
             reseal(&mut seal, &journal, &undone, undo_log.as_ref().map(|done| &done.paths));
             bookkeeping = seal.write(session.dir()).map_err(|e| (SEAL_FILE, e));
         }
-        let all_done = journal.records.iter().all(|r| already.contains(&r.seq) || undone.binary_search(&r.seq).is_ok());
+        let all_done = journal.records.iter().zip(&undone).all(|(r, &undone)| undone || already.contains(&r.seq));
         if bookkeeping.is_ok() && report.complete && all_done && journal.problems.is_empty() {
             bookkeeping = session.set_state(State::Undone).map_err(|e| ("state.json", io::Error::other(e.to_string())));
         }
@@ -557,26 +555,38 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
     run_plan(&plan, &mut |_, _| {})
 }
 
-/// Takes into `seal` the state, now, of every path the records `undone` (sorted) name, without
-/// looking at those the undo's own journal says it left `absent`.
-fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[u64], absent: Option<&super::redo::Paths>) {
-    debug_assert!(undone.is_sorted());
-    // Each path once, by sorting (a set of a million was 19 MB at the undo's peak).
-    let mut paths: Vec<&crate::bpath::BPath> = journal
-        .records
-        .iter()
-        .filter(|r| undone.binary_search(&r.seq).is_ok())
-        .flat_map(crate::select::record_paths)
-        .collect();
-    paths.sort_unstable();
-    paths.dedup();
-    let (gone, paths): (Vec<_>, Vec<_>) =
-        paths.into_iter().partition(|p| absent.is_some_and(|a| a.left_absent(p.as_bytes())));
-    for p in gone {
-        seal.set_state(p, crate::seal::AfterState::Absent);
+/// Whether each record of `journal` (sorted by `seq`, each `seq` once) is one of `seqs`, by
+/// its place.
+fn by_place(journal: &JournalContents, seqs: &[u64]) -> Vec<bool> {
+    let mut marked = vec![false; journal.records.len()];
+    for seq in seqs {
+        if let Ok(i) = journal.records.binary_search_by_key(seq, |r| r.seq) {
+            marked[i] = true;
+        }
     }
-    let states = crate::seal::states_of(&paths, None);
-    for (p, st) in paths.into_iter().zip(states) {
+    marked
+}
+
+/// Takes into `seal` the state, now, of every path the records `undone` (by their place in
+/// `journal`) name, without looking at those the undo's own journal says it left `absent`.
+fn reseal(seal: &mut Seal, journal: &JournalContents, undone: &[bool], absent: Option<&super::redo::Paths>) {
+    let named =
+        journal.records.iter().zip(undone).filter(|(_, u)| **u).flat_map(|(r, _)| crate::select::record_paths(r));
+    // Only the paths to look at are listed (each once, by sorting): an undo of a million
+    // creations leaves a million paths absent, which are set as they come (a path set twice
+    // is set the same way), where a list of them and of the rest was 24 MB at its peak.
+    let mut look = Vec::new();
+    for p in named {
+        if absent.is_some_and(|a| a.left_absent(p.as_bytes())) {
+            seal.set_state(p, crate::seal::AfterState::Absent);
+        } else {
+            look.push(p);
+        }
+    }
+    look.sort_unstable();
+    look.dedup();
+    let states = crate::seal::states_of(&look, None);
+    for (p, st) in look.into_iter().zip(states) {
         if let Some(Ok(st)) = st {
             seal.set_state(p, st);
         }

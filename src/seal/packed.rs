@@ -2,9 +2,10 @@
 //! touched (a million of them, read whole before anything is put back).
 //!
 //! An [`AfterState`] is 104 bytes as a value, most of it room for the largest variant; packed,
-//! a regular file is its numbers as LEB128 varints and its 32-byte digest, about 55 bytes, and
-//! an absent path one byte. Each state is self-delimiting, so one can be decoded from where it
-//! starts without a length beside it, and rewritten in place when its new form is no longer.
+//! a regular file is its numbers as LEB128 varints and its 32-byte digest, about 55 bytes (an
+//! empty one's digest, always the same, is a flag: about 20), and an absent path one byte.
+//! Each state is self-delimiting, so one can be decoded from where it starts without a length
+//! beside it, and rewritten in place when its new form is no longer.
 //!
 //! What this cannot do: find anything in a state without decoding it. Every reader decodes the
 //! whole state (a few dozen bytes), which is what a caller of [`super::SealedPaths::get`] asks
@@ -23,6 +24,14 @@ const OTHER: u8 = 4;
 const HAS_CTIME: u8 = 0x10;
 /// With [`FILE`]: its digest is a stamp (a length and text), not a BLAKE3.
 const STAMPED: u8 = 0x20;
+/// With [`FILE`]: its digest is the BLAKE3 of no bytes ([`EMPTY_DIGEST`]), not written out (a
+/// session of empty files, lock files or `touch`, seals each in about 20 bytes, not 52).
+const EMPTY: u8 = 0x40;
+/// BLAKE3 of no bytes.
+const EMPTY_DIGEST: [u8; 32] = [
+    0xaf, 0x13, 0x49, 0xb9, 0xf5, 0xf9, 0xa1, 0xa6, 0xa0, 0x40, 0x4d, 0xea, 0x36, 0xdc, 0xc9, 0x49, 0x9b, 0xcb, 0x25,
+    0xc9, 0xad, 0xc1, 0x12, 0xb7, 0xcc, 0x9a, 0x93, 0xca, 0xe4, 0x1f, 0x32, 0x62,
+];
 const KIND: u8 = 0x0f;
 
 /// Appends `state`, packed, to `out`.
@@ -30,11 +39,16 @@ pub(super) fn pack(state: &AfterState, out: &mut Vec<u8>) {
     match state {
         AfterState::Absent => out.push(ABSENT),
         AfterState::File { ident, size, hash, mode, uid, gid, ctime } => {
-            let stamped = matches!(hash, ContentDigest::Stamp(_));
-            out.push(FILE | if ctime.is_some() { HAS_CTIME } else { 0 } | if stamped { STAMPED } else { 0 });
+            let digest = match hash {
+                ContentDigest::Blake3(b) if *b == EMPTY_DIGEST => EMPTY,
+                ContentDigest::Blake3(_) => 0,
+                ContentDigest::Stamp(_) => STAMPED,
+            };
+            out.push(FILE | if ctime.is_some() { HAS_CTIME } else { 0 } | digest);
             ident_out(*ident, out);
             uint(*size, out);
             match hash {
+                ContentDigest::Blake3(_) if digest == EMPTY => {}
                 ContentDigest::Blake3(b) => out.extend_from_slice(b),
                 ContentDigest::Stamp(s) => bytes(s.as_bytes(), out),
             }
@@ -71,9 +85,11 @@ pub(super) fn unpack(data: &[u8]) -> Option<(AfterState, usize)> {
         FILE => {
             let ident = r.ident()?;
             let size = r.uint()?;
-            let hash = match tag & STAMPED {
+            let hash = match tag & (STAMPED | EMPTY) {
                 0 => ContentDigest::Blake3(r.take(32)?.try_into().ok()?),
-                _ => ContentDigest::Stamp(std::str::from_utf8(r.bytes()?).ok()?.into()),
+                EMPTY => ContentDigest::Blake3(EMPTY_DIGEST),
+                STAMPED => ContentDigest::Stamp(std::str::from_utf8(r.bytes()?).ok()?.into()),
+                _ => return None,
             };
             let (mode, uid, gid) = r.owner()?;
             let ctime = match tag & HAS_CTIME {
@@ -212,6 +228,15 @@ mod tests {
                 gid: 1000,
                 ctime: None,
             },
+            AfterState::File {
+                ident,
+                size: 0,
+                hash: ContentDigest::Blake3(EMPTY_DIGEST),
+                mode: 0o100644,
+                uid: 1000,
+                gid: 1000,
+                ctime: Some([1_796_324_070, 916_093_556]),
+            },
             AfterState::Dir { ident, mode: 0o40755, uid: 1, gid: 2 },
             AfterState::Symlink { target: BPath::from(&b"../t\xffarget"[..]) },
             AfterState::Symlink { target: BPath::from(&b""[..]) },
@@ -243,6 +268,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_file_is_sealed_without_its_digest_which_is_the_digest_of_no_bytes() {
+        assert_eq!(EMPTY_DIGEST, *blake3::hash(b"").as_bytes());
+        let (mut empty, mut full) = (Vec::new(), Vec::new());
+        pack(&states()[4], &mut empty);
+        let AfterState::File { ident, size, mode, uid, gid, ctime, .. } = states()[4].clone() else { unreachable!() };
+        let hash = ContentDigest::Blake3([7; 32]);
+        pack(&AfterState::File { ident, size, hash, mode, uid, gid, ctime }, &mut full);
+        assert_eq!(empty.len() + 32, full.len(), "the same state with another digest");
+        assert_eq!(unpack(&empty).map(|(s, _)| s), Some(states()[4].clone()));
+    }
+
+    #[test]
     fn damaged_or_cut_bytes_decode_to_nothing_rather_than_to_a_wrong_state() {
         let mut bytes = Vec::new();
         pack(&states()[1], &mut bytes);
@@ -250,6 +287,7 @@ mod tests {
             assert_eq!(unpack(&bytes[..cut]), None, "cut at {cut}");
         }
         assert_eq!(unpack(&[0x0e]), None);
+        assert_eq!(unpack(&[FILE | STAMPED | EMPTY, 0, 0, 0, 0, 0, 0]), None, "a digest both stamped and empty");
         assert_eq!(unpack(&[FILE, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]), None);
     }
 }

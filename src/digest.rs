@@ -439,9 +439,9 @@ mod tests {
     }
 
     fn line(seq: u64, path: &str) -> Vec<u8> {
-        use crate::record::{Before, Op, RECORD_VERSION, Record};
+        use crate::record::{Before, Op, Record, Version};
         crate::journal::encode_line(&Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: Default::default(),
             pid: 1,

@@ -859,10 +859,9 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Record, Problem> {
         return Err(corrupt(salvage_seq(json), "its checksum does not match its content"));
     }
     // The common case straight into a record; anything else the long way, which says why.
+    // (One of another version fails to read: `Version` reads only this build's.)
     if let Ok(rec) = serde_json::from_slice::<Record>(json) {
-        if rec.v == RECORD_VERSION {
-            return Ok(rec);
-        }
+        return Ok(rec);
     }
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| corrupt(salvage_seq(json), format!("invalid JSON ({e})")))?;
@@ -880,11 +879,11 @@ mod tests {
     use super::*;
     use crate::bpath::BPath;
     use crate::internal::{Envelope, encode_fields, prog_json};
-    use crate::record::{Before, Op};
+    use crate::record::{Before, Op, Version};
 
     fn rec(seq: u64) -> Record {
         Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: crate::record::Stamp::parse("2026-11-29T00:00:00.000000000Z").unwrap(),
             pid: 1,
@@ -1154,6 +1153,30 @@ mod tests {
             vec![Problem::UnknownVersion { segment: None, offset: 0, line: 1, seq: Some(4), version: 99 }]
         );
         assert!(j.problems[0].describe().contains("version 99"));
+    }
+
+    #[test]
+    fn a_whole_record_of_another_format_version_or_of_none_is_not_read() {
+        let line = encode_line(&rec(4));
+        let json = std::str::from_utf8(&line[CHECK_LEN + 1..line.len() - 1]).unwrap();
+        assert!(json.contains(r#""v":1,"#), "{json}");
+        let relined = |json: String| {
+            let mut line = check_of(json.as_bytes()).to_vec();
+            line.push(b' ');
+            line.extend_from_slice(json.as_bytes());
+            line.push(b'\n');
+            parse_journal(&line)
+        };
+        let j = relined(json.replace(r#""v":1,"#, r#""v":2,"#));
+        assert!(j.records.is_empty(), "{:?}", j.records);
+        assert_eq!(
+            j.problems,
+            vec![Problem::UnknownVersion { segment: None, offset: 0, line: 1, seq: Some(4), version: 2 }]
+        );
+        let j = relined(json.replace(r#""v":1,"#, ""));
+        assert!(j.records.is_empty(), "{:?}", j.records);
+        assert!(matches!(&j.problems[..], [Problem::Corrupt { .. }]), "{:?}", j.problems);
+        assert_eq!(relined(json.to_string()).records, vec![rec(4)]);
     }
 
     fn segment(parts: &[&[u8]]) -> Vec<u8> {

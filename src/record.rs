@@ -34,14 +34,15 @@ pub const EXCLUSIVE_BIRTH_SLACK_S: u64 = 1;
 /// journal of all-distinct names costs what it would have without sharing.
 struct Interner<T: ?Sized>(std::collections::HashSet<Arc<T>>);
 
-impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
-    const MAX: usize = 4096;
+/// How many distinct values a reading thread shares at most (see [`Interner`]).
+const INTERNED_MAX: usize = 4096;
 
+impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
     fn get(&mut self, value: &T, make: impl FnOnce(&T) -> Arc<T>) -> Arc<T> {
         if let Some(found) = self.0.get(value) {
             return found.clone();
         }
-        if self.0.len() >= Self::MAX {
+        if self.0.len() >= INTERNED_MAX {
             self.0.clear();
         }
         let shared = make(value);
@@ -52,7 +53,7 @@ impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
 
 thread_local! {
     static PROGS: std::cell::RefCell<Interner<BPath>> = std::cell::RefCell::new(Interner(Default::default()));
-    static CALLS: std::cell::RefCell<Interner<str>> = std::cell::RefCell::new(Interner(Default::default()));
+    static CALLS: std::cell::RefCell<std::collections::HashMap<Box<str>, Call>> = Default::default();
 }
 
 fn interned_prog<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<BPath>, D::Error> {
@@ -60,9 +61,89 @@ fn interned_prog<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<BPath>, D
     Ok(PROGS.with(|t| t.borrow_mut().get(&prog, |p| Arc::new(p.clone()))))
 }
 
-fn interned_call<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
-    let call = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-    Ok(CALLS.with(|t| t.borrow_mut().get(&call, |c| Arc::from(c))))
+/// A record's format version, in memory: always [`RECORD_VERSION`], since a record of any
+/// other version is not read as one (see [`crate::journal`]), so it takes no room (a journal
+/// of a million records held four million bytes of ones). Written as that number; reading
+/// any other number, or none, fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Version;
+
+impl Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(RECORD_VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match u64::deserialize(d)? {
+            v if v == u64::from(RECORD_VERSION) => Ok(Version),
+            v => Err(serde::de::Error::custom(format!("record format version {v}, not {RECORD_VERSION}"))),
+        }
+    }
+}
+
+/// The libc entry point a record was made for (`openat`, `__open_2`, `renameat2`, ...): a
+/// string, shared between the records that name the same one (read through the reader's
+/// interner) and held by one pointer (an `Arc<str>` is two words, and a million records held
+/// eight million bytes of lengths of a dozen names).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Call(Arc<Box<str>>);
+
+impl Call {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Call {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Call {
+    fn from(name: &str) -> Call {
+        Call(Arc::new(name.into()))
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self.0, f)
+    }
+}
+
+impl Serialize for Call {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Call {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let call = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Ok(CALLS.with(|t| {
+            let mut t = t.borrow_mut();
+            if let Some(found) = t.get(&*call) {
+                return found.clone();
+            }
+            if t.len() >= INTERNED_MAX {
+                t.clear();
+            }
+            let shared = Call::from(&*call);
+            t.insert(call.into(), shared.clone());
+            shared
+        }))
+    }
 }
 
 /// A record's wall-clock time: nanoseconds since the epoch (0 and after; held as a number, not
@@ -126,8 +207,8 @@ impl<'de> Deserialize<'de> for Stamp {
 /// One journaled step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    /// Record format version; see [`RECORD_VERSION`].
-    pub v: u32,
+    /// Record format version; see [`Version`].
+    pub v: Version,
     /// Session-wide sequence number, taken after the prior state was captured and before the
     /// call proceeds: undo replays in descending `seq`.
     pub seq: u64,
@@ -143,8 +224,7 @@ pub struct Record {
     pub prog: Arc<BPath>,
     /// The libc entry point that was called (`openat`, `__open_2`, `renameat2`, ...). Shared
     /// like `prog`.
-    #[serde(deserialize_with = "interned_call")]
-    pub call: Arc<str>,
+    pub call: Call,
     /// What the call is about to do, with the prior state needed to reverse it.
     #[serde(deserialize_with = "tag_first::op")]
     pub op: Op,
@@ -1251,7 +1331,7 @@ mod tests {
 
     fn sample(op: Op) -> Record {
         Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq: 7,
             time: Stamp::parse("2026-11-29T19:45:12.000000001Z").unwrap(),
             pid: 42,
@@ -1275,6 +1355,27 @@ mod tests {
         let json = r#"{"type":"packed","pack":"../../../etc/shadow","at":0,"size":1,"hash":"ab"}"#;
         let err = serde_json::from_str::<Node>(json).unwrap_err().to_string();
         assert!(err.contains("not a blob name"), "{err}");
+    }
+
+    #[test]
+    fn a_record_in_memory_is_eighty_bytes_and_its_call_one_pointer() {
+        // A journal of a million records holds a million of these: each word is 8 MB.
+        assert_eq!(std::mem::size_of::<Version>(), 0);
+        assert_eq!(std::mem::size_of::<Call>(), 8);
+        assert!(std::mem::size_of::<Op>() <= 40, "{}", std::mem::size_of::<Op>());
+        assert!(std::mem::size_of::<Record>() <= 80, "{}", std::mem::size_of::<Record>());
+    }
+
+    #[test]
+    fn a_call_reads_and_writes_as_its_name_and_the_records_of_one_thread_share_it() {
+        let a: Call = serde_json::from_str(r#""openat""#).unwrap();
+        let b: Call = serde_json::from_str(r#""openat""#).unwrap();
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert_eq!((a.as_str(), format!("{a}"), format!("{a:?}")), ("openat", "openat".into(), r#""openat""#.into()));
+        assert_eq!(serde_json::to_string(&a).unwrap(), r#""openat""#);
+        assert_eq!(a, Call::from("openat"));
+        let odd: Call = serde_json::from_str(r#""we\"ird""#).unwrap();
+        assert_eq!(&*odd, "we\"ird");
     }
 
     #[test]

@@ -1208,7 +1208,7 @@ mod tests {
     #[test]
     fn the_seal_written_as_records_are_read_is_the_seal_of_the_journal_read_whole() {
         use crate::journal::{encode_line, read_with_segments, visit_with_segments};
-        use crate::record::{RECORD_VERSION, Snapshot, Stamp};
+        use crate::record::{Snapshot, Stamp, Version};
         let t = tempfile::tempdir().unwrap();
         let (tree, store) = (t.path().join("tree"), t.path().join("store"));
         let blobs = store.join("blobs");
@@ -1232,7 +1232,7 @@ mod tests {
             links: 1,
         };
         let rec = |seq: u64, op: Op| Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: Stamp::parse("2026-12-01T00:00:00.000000000Z").unwrap(),
             pid: 1,
@@ -1436,7 +1436,7 @@ mod tests {
         let dir = crate::capture::snapshot_meta(&st, Node::Dir);
         let ident = dir.ident;
         let rec = |seq: u64, op: Op| crate::record::Record {
-            v: crate::record::RECORD_VERSION,
+            v: crate::record::Version,
             seq,
             time: Default::default(),
             pid: 1,

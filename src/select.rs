@@ -201,11 +201,11 @@ pub fn select(journal: &JournalContents, sel: &Selection) -> BTreeSet<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Ident, RECORD_VERSION, Snapshot};
+    use crate::record::{Ident, Snapshot, Version};
 
     fn rec(seq: u64, pid: u32, ppid: u32, call: &str, op: Op) -> Record {
         Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: Default::default(),
             pid,

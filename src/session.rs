@@ -717,7 +717,7 @@ impl Session {
     /// process's.
     pub fn starter_record(&self, seq: u64, call: &str, op: crate::record::Op) -> crate::record::Record {
         crate::record::Record {
-            v: crate::record::RECORD_VERSION,
+            v: crate::record::Version,
             seq,
             time: crate::record::Stamp::now(),
             pid: std::process::id(),

@@ -27,7 +27,7 @@ use crate::byteset::PathSet;
 use crate::capture::{Capturer, Counters, Direct, Intent, ident_of, meta_before};
 use crate::config::Budget;
 use crate::journal::JournalWriter;
-use crate::record::{Before, DirTimesOp, MetaKind, Op, RECORD_VERSION, Record, RenameOp, XattrBefore};
+use crate::record::{Before, DirTimesOp, MetaKind, Op, Record, RenameOp, Version, XattrBefore};
 
 /// The directory (in the session) holding one journal per undo, `1`, `2`, ...
 pub const UNDOS_DIR: &str = "undos";
@@ -292,7 +292,7 @@ impl UndoLog {
         }
         let seq = self.next_id();
         let rec = Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: crate::record::Stamp::now(),
             pid: self.pid,

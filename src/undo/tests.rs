@@ -5,7 +5,7 @@ use crate::capture::tests::TestCounters;
 use crate::capture::{Capturer, Intent};
 use crate::config::Budget;
 use crate::journal::JournalContents;
-use crate::record::{DirTimesOp, RECORD_VERSION, Reason, RenameOp};
+use crate::record::{DirTimesOp, Reason, RenameOp, Version};
 use crate::select::{Selection, select};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -91,7 +91,7 @@ impl Fixture {
     fn push(&mut self, op: Op) {
         let seq = self.records.len() as u64 + 1;
         self.records.push(Record {
-            v: RECORD_VERSION,
+            v: Version,
             seq,
             time: Default::default(),
             pid: 1,
@@ -431,7 +431,7 @@ fn a_temporary_name_whose_record_never_came_makes_the_undo_incomplete_and_names_
 fn only_a_later_record_of_the_same_process_completes_a_temporary_name() {
     let template = BPath::from("/d/tmpXXXXXX");
     let rec = |seq: u64, pid: u32, op: Op| Record {
-        v: RECORD_VERSION,
+        v: Version,
         seq,
         time: Default::default(),
         pid,

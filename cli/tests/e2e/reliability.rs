@@ -1648,9 +1648,9 @@ fn an_undo_that_could_not_keep_what_it_changed_says_redo_cannot_take_it_back() {
 /// A journal line with a valid check: a record saying the session created `path` (which
 /// undo would remove), with sequence number `seq`.
 fn forged_creation(path: &std::path::Path, seq: u64) -> Vec<u8> {
-    use aether_journal::record::{Before, Op, RECORD_VERSION, Record};
+    use aether_journal::record::{Before, Op, Record, Version};
     let rec = Record {
-        v: RECORD_VERSION,
+        v: Version,
         seq,
         time: Default::default(),
         pid: 1,

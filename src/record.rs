@@ -32,13 +32,18 @@ pub const EXCLUSIVE_BIRTH_SLACK_S: u64 = 1;
 /// few programs and calls, and a million records otherwise kept a million copies of each. A
 /// reading thread keeps at most a few thousand distinct values (then starts again), so a
 /// journal of all-distinct names costs what it would have without sharing.
-struct Interner<T: ?Sized>(std::collections::HashSet<Arc<T>>);
+struct Interner<K>(std::collections::HashSet<K>);
 
 /// How many distinct values a reading thread shares at most (see [`Interner`]).
 const INTERNED_MAX: usize = 4096;
 
-impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
-    fn get(&mut self, value: &T, make: impl FnOnce(&T) -> Arc<T>) -> Arc<T> {
+impl<K: Clone + Eq + std::hash::Hash> Interner<K> {
+    /// The shared copy of `value`, made by `make` the first time.
+    fn get<Q>(&mut self, value: &Q, make: impl FnOnce(&Q) -> K) -> K
+    where
+        Q: ?Sized + Eq + std::hash::Hash,
+        K: std::borrow::Borrow<Q>,
+    {
         if let Some(found) = self.0.get(value) {
             return found.clone();
         }
@@ -52,8 +57,8 @@ impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
 }
 
 thread_local! {
-    static PROGS: std::cell::RefCell<Interner<BPath>> = std::cell::RefCell::new(Interner(Default::default()));
-    static CALLS: std::cell::RefCell<std::collections::HashMap<Box<str>, Call>> = Default::default();
+    static PROGS: std::cell::RefCell<Interner<Arc<BPath>>> = std::cell::RefCell::new(Interner(Default::default()));
+    static CALLS: std::cell::RefCell<Interner<Call>> = std::cell::RefCell::new(Interner(Default::default()));
 }
 
 fn interned_prog<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<BPath>, D::Error> {
@@ -104,6 +109,14 @@ impl std::ops::Deref for Call {
     }
 }
 
+// Hashed and compared as its name (`Arc` and `Box` hash and compare what they hold), as
+// `Borrow` requires: the reader's interner finds a call by its name.
+impl std::borrow::Borrow<str> for Call {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl From<&str> for Call {
     fn from(name: &str) -> Call {
         Call(Arc::new(name.into()))
@@ -131,18 +144,7 @@ impl Serialize for Call {
 impl<'de> Deserialize<'de> for Call {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let call = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Ok(CALLS.with(|t| {
-            let mut t = t.borrow_mut();
-            if let Some(found) = t.get(&*call) {
-                return found.clone();
-            }
-            if t.len() >= INTERNED_MAX {
-                t.clear();
-            }
-            let shared = Call::from(&*call);
-            t.insert(call.into(), shared.clone());
-            shared
-        }))
+        Ok(CALLS.with(|t| t.borrow_mut().get(&*call, |c| Call::from(c))))
     }
 }
 

@@ -275,6 +275,20 @@ pub enum Problem {
         /// The records set aside.
         seqs: Vec<u64>,
     },
+    /// Damaged lines of one file past the first [`NAMED_DAMAGE`] of it (corrupt, or of a format
+    /// version this build cannot read), counted together and not each named: a journal
+    /// with 100 MB of junk held a problem and an outcome for every line of it, 595 MB. Their
+    /// `seq`s are not read: a selective undo always names them.
+    Uncounted {
+        /// The segment they are in (`None`: the main journal file).
+        segment: Option<String>,
+        /// How many lines.
+        count: u64,
+        /// The byte offset and line number of the first.
+        first: (u64, u64),
+        /// The byte offset and line number of the last.
+        last: (u64, u64),
+    },
     /// Lines a journal file held when the session was sealed that it no longer holds (beyond
     /// those named as corrupt): records removed, or changed beyond reading, since. What they
     /// would undo cannot be known.
@@ -296,7 +310,7 @@ impl Problem {
             Problem::Unaccounted { seq, .. } | Problem::Unsealed { seq, .. } | Problem::Rewritten { seq, .. } => {
                 Some(*seq)
             }
-            Problem::Gone { .. } | Problem::Altered { .. } => None,
+            Problem::Gone { .. } | Problem::Altered { .. } | Problem::Uncounted { .. } => None,
         }
     }
 
@@ -335,6 +349,14 @@ impl Problem {
                 "{file} is not what it held when it was sealed (changed since: forged or damaged), so none of its {} record(s) was acted on",
                 seqs.len()
             ),
+            Problem::Uncounted { segment, count, first, last } => format!(
+                "{count} more damaged record(s){} from byte {} (line {}) to byte {} (line {}), each corrupt or of a format version this build cannot read; the steps they describe cannot be undone",
+                segment.as_ref().map(|s| format!(" of segment {s}")).unwrap_or_default(),
+                first.0,
+                first.1,
+                last.0,
+                last.1
+            ),
             Problem::Gone { file, count, whole_file: true } => format!(
                 "{file}, which held {count} record(s) when the session was sealed, is gone: what they would undo cannot be known, and was not put back"
             ),
@@ -355,6 +377,7 @@ impl Problem {
             | Problem::Unsealed { .. }
             | Problem::Rewritten { .. }
             | Problem::Altered { .. }
+            | Problem::Uncounted { .. }
             | Problem::Gone { .. } => {}
         }
     }
@@ -453,19 +476,24 @@ impl JournalContents {
                 }
                 Problem::Gone { file, count, whole_file } => {
                     // A line damaged in place is gone from the hashes and named as corrupt.
-                    let corrupt = self
+                    let of_file = |segment: &Option<String>| {
+                        segment.as_deref().map_or(file == crate::session::JOURNAL_FILE, |s| {
+                            file.strip_prefix(crate::session::SEGMENTS_DIR).and_then(|f| f.strip_prefix('/')) == Some(s)
+                        })
+                    };
+                    let corrupt: usize = self
                         .problems
                         .iter()
-                        .filter(|p| match p {
+                        .map(|p| match p {
                             Problem::Corrupt { segment, .. } | Problem::UnknownVersion { segment, .. } => {
-                                segment.as_deref().map_or(file == crate::session::JOURNAL_FILE, |s| {
-                                    file.strip_prefix(crate::session::SEGMENTS_DIR).and_then(|f| f.strip_prefix('/'))
-                                        == Some(s)
-                                })
+                                usize::from(of_file(segment))
                             }
-                            _ => false,
+                            Problem::Uncounted { segment, count, .. } if of_file(segment) => {
+                                usize::try_from(*count).unwrap_or(usize::MAX)
+                            }
+                            _ => 0,
                         })
-                        .count();
+                        .fold(0, usize::saturating_add);
                     if whole_file || count > corrupt {
                         let count = if whole_file { count } else { count - corrupt };
                         self.problems.push(Problem::Gone { file, count, whole_file });
@@ -554,7 +582,12 @@ fn parse_main_into(data: &[u8], out: &mut JournalContents) {
 struct Place {
     base: usize,
     line_no: u64,
+    /// How many damaged lines it named one by one.
+    named_damage: usize,
 }
+
+/// How many damaged lines of one file are named one by one ([`Problem::Uncounted`]).
+pub const NAMED_DAMAGE: usize = 1000;
 
 /// Takes the whole lines of the main journal file at the start of `data` (at `place` in the
 /// file): records to `sink`, problems to `out`. Returns how many bytes it took; with `last`
@@ -576,7 +609,7 @@ fn main_lines(
             break;
         };
         place.line_no += 1;
-        take_line(&data[offset..offset + nl], None, place.base + offset, place.line_no, out, sink);
+        take_line(&data[offset..offset + nl], None, place.base + offset, place, out, sink);
         offset += nl + 1;
     }
     place.base += offset;
@@ -587,26 +620,38 @@ fn take_line(
     line: &[u8],
     segment: Option<&str>,
     offset: usize,
-    line_no: u64,
+    place: &mut Place,
     out: &mut JournalContents,
     sink: &mut dyn FnMut(Record),
 ) {
-    match parse_line(line) {
+    let mut p = match parse_line(line) {
         // The marks segment is appended to by processes that may be of the session: it holds
         // nothing that undo would act on.
         Ok(rec)
             if segment == Some(crate::marks::MARKS_SEGMENT) && !matches!(rec.op, crate::record::Op::Mark { .. }) =>
         {
-            let mut p = corrupt(Some(rec.seq), "the marks segment holds only marks, and this record is not one");
-            p.place(segment, offset, line_no);
-            out.problems.push(p);
+            corrupt(Some(rec.seq), "the marks segment holds only marks, and this record is not one")
         }
-        Ok(rec) => sink(rec),
-        Err(mut p) => {
-            p.place(segment, offset, line_no);
-            out.problems.push(p);
-        }
+        Ok(rec) => return sink(rec),
+        Err(p) => p,
+    };
+    let at = (offset as u64, place.line_no);
+    if place.named_damage < NAMED_DAMAGE {
+        place.named_damage += 1;
+        p.place(segment, offset, place.line_no);
+        out.problems.push(p);
+        return;
     }
+    // Counted together with the damaged lines after the first named ones (a damaged line's
+    // problem, and its outcome, cost hundreds of bytes each).
+    if let Some(Problem::Uncounted { segment: s, count, last, .. }) = out.problems.last_mut()
+        && s.as_deref() == segment
+    {
+        *count += 1;
+        *last = at;
+        return;
+    }
+    out.problems.push(Problem::Uncounted { segment: segment.map(str::to_string), count: 1, first: at, last: at });
 }
 
 /// Adds one segment's records and problems to `out` (unsorted). A segment is lines as in the
@@ -641,7 +686,7 @@ fn segment_lines(
         match end {
             Some(e) if data[e] == b'\n' => {
                 place.line_no += 1;
-                take_line(&data[offset..e], Some(name), place.base + offset, place.line_no, out, sink);
+                take_line(&data[offset..e], Some(name), place.base + offset, place, out, sink);
                 offset = e + 1;
             }
             Some(e) => {
@@ -1153,6 +1198,45 @@ mod tests {
             vec![Problem::UnknownVersion { segment: None, offset: 0, line: 1, seq: Some(4), version: 99 }]
         );
         assert!(j.problems[0].describe().contains("version 99"));
+    }
+
+    #[test]
+    fn damaged_lines_past_the_first_thousand_of_a_file_are_counted_together_and_every_record_is_still_read() {
+        // Junk, a record, junk, a record: each file's first NAMED_DAMAGE damaged lines are
+        // named, the rest counted in one problem per file and run, whatever lies between.
+        let junk = b"0123456789abcdef {\"seq\":5}\n";
+        let mut data = Vec::new();
+        for _ in 0..NAMED_DAMAGE - 1 {
+            data.extend_from_slice(junk);
+        }
+        data.extend_from_slice(&encode_line(&rec(1)));
+        let first = data.len() as u64;
+        for _ in 0..6 {
+            data.extend_from_slice(junk);
+        }
+        data.extend_from_slice(&encode_line(&rec(2)));
+        let last = data.len() as u64;
+        data.extend_from_slice(junk);
+        let j = parse_journal(&data);
+        assert_eq!(j.records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(j.problems.len(), NAMED_DAMAGE + 1);
+        assert!(j.problems[..NAMED_DAMAGE].iter().all(|p| matches!(p, Problem::Corrupt { seq: Some(5), .. })));
+        let lines = NAMED_DAMAGE as u64 + 2;
+        assert_eq!(
+            j.problems[NAMED_DAMAGE],
+            Problem::Uncounted {
+                segment: None,
+                count: 6,
+                first: (first + junk.len() as u64, lines),
+                last: (last, lines + 6)
+            }
+        );
+        assert_eq!(j.problems[NAMED_DAMAGE].seq(), None);
+        assert!(j.problems[NAMED_DAMAGE].describe().starts_with("6 more damaged record(s) from byte"));
+        // A segment's damage is its own: it names its first thousand too.
+        let mut j = parse_journal(&data);
+        parse_segment_into("7-4", junk, &mut j);
+        assert!(matches!(j.problems.last(), Some(Problem::Corrupt { segment: Some(s), .. }) if s == "7-4"));
     }
 
     #[test]

@@ -381,6 +381,30 @@ fn a_corrupt_record_mid_file_is_named_and_every_other_step_is_still_undone() {
 }
 
 #[test]
+fn a_journal_of_junk_is_undone_with_its_first_thousand_damaged_lines_named_and_the_rest_counted() {
+    // A million junk lines held a problem and an outcome each (595 MB for 100 MB of junk);
+    // past the first thousand of a file they are one outcome, and every real step is undone.
+    let s = scratch!();
+    s.sh("echo a > a");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "echo 1 > a; echo 2 > b"]);
+    let junk = b"0123456789abcdef {\"seq\":3,\"junk\":1}\n";
+    let before = std::fs::metadata(session.join("journal")).unwrap().len();
+    damage(&session, |d| (0..1500).for_each(|_| d.extend_from_slice(junk)));
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    assert_eq!(r["complete"], false, "{r}");
+    let failed: Vec<_> = r["outcomes"].as_array().unwrap().iter().filter(|o| o["outcome"] == "failed").collect();
+    assert_eq!(failed.len(), 1001, "{r}");
+    assert!(failed.iter().all(|o| o["cause"]["code"] == "damaged_journal"), "{r}");
+    let last = failed[1000]["why"].as_str().unwrap();
+    let first_uncounted = before + 1000 * junk.len() as u64;
+    assert!(last.starts_with(&format!("500 more damaged record(s) from byte {first_uncounted} ")), "{last}");
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"a\n");
+    assert!(!s.path("b").exists());
+}
+
+#[test]
 fn an_unknown_format_version_is_a_clear_error_not_a_panic() {
     let s = scratch!();
     let session = s.session("session");

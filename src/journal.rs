@@ -392,8 +392,13 @@ pub struct JournalContents {
     pub problems: Vec<Problem>,
     /// Byte offset of an incomplete final record in the main journal file, if it ends in one.
     pub torn_tail: Option<u64>,
-    /// Incomplete records in segments: (segment name, byte offset).
+    /// Incomplete records in segments: (segment name, byte offset), the first
+    /// [`NAMED_DAMAGE`] of each segment.
     pub torn_in_segments: Vec<(String, u64)>,
+    /// How many incomplete records each segment holds past those in
+    /// [`JournalContents::torn_in_segments`]: (segment name, count). A segment of junk held a
+    /// place and a note for each (94 MB of fragments: 10.8 GB).
+    pub torn_uncounted: Vec<(String, u64)>,
     /// Bytes read (the main file and every segment, preallocated room included).
     pub bytes: u64,
 }
@@ -556,7 +561,12 @@ impl JournalContents {
                 "segment {name} holds an incomplete record at byte {at} (a process died while writing it; the call it describes never ran)"
             )
         });
-        tail.into_iter().chain(segs).collect()
+        let more = self.torn_uncounted.iter().map(|(name, count)| {
+            format!(
+                "segment {name} holds {count} more incomplete record(s) (each where a process died while writing it, or junk; no call they could describe ran)"
+            )
+        });
+        tail.into_iter().chain(segs).chain(more).collect()
     }
 }
 
@@ -584,6 +594,22 @@ struct Place {
     line_no: u64,
     /// How many damaged lines it named one by one.
     named_damage: usize,
+    /// How many incomplete records it named one by one.
+    named_torn: usize,
+}
+
+/// Notes an incomplete record of segment `name` at `at`: one by one for the first
+/// [`NAMED_DAMAGE`], then counted.
+fn torn_in_segment(out: &mut JournalContents, place: &mut Place, name: &str, at: usize) {
+    if place.named_torn < NAMED_DAMAGE {
+        place.named_torn += 1;
+        out.torn_in_segments.push((name.to_string(), at as u64));
+        return;
+    }
+    match out.torn_uncounted.last_mut() {
+        Some((n, count)) if n == name => *count += 1,
+        _ => out.torn_uncounted.push((name.to_string(), 1)),
+    }
 }
 
 /// How many damaged lines of one file are named one by one ([`Problem::Uncounted`]).
@@ -690,11 +716,11 @@ fn segment_lines(
                 offset = e + 1;
             }
             Some(e) => {
-                out.torn_in_segments.push((name.to_string(), (place.base + offset) as u64));
+                torn_in_segment(out, place, name, place.base + offset);
                 offset = e;
             }
             None if last => {
-                out.torn_in_segments.push((name.to_string(), (place.base + offset) as u64));
+                torn_in_segment(out, place, name, place.base + offset);
                 offset = data.len();
             }
             None => break,
@@ -877,6 +903,7 @@ pub fn visit_with_segments<A: Send>(
         let part = part?;
         out.problems.extend(part.problems);
         out.torn_in_segments.extend(part.torn_in_segments);
+        out.torn_uncounted.extend(part.torn_uncounted);
         out.bytes += part.bytes;
     }
     accs.push(main);
@@ -1237,6 +1264,23 @@ mod tests {
         let mut j = parse_journal(&data);
         parse_segment_into("7-4", junk, &mut j);
         assert!(matches!(j.problems.last(), Some(Problem::Corrupt { segment: Some(s), .. }) if s == "7-4"));
+    }
+
+    #[test]
+    fn incomplete_records_past_the_first_thousand_of_a_segment_are_counted_together() {
+        let mut data = b"ab\0".repeat(NAMED_DAMAGE + 3);
+        data.extend_from_slice(&encode_line(&rec(4)));
+        let mut j = JournalContents::default();
+        parse_segment_into("9-1", &data, &mut j);
+        parse_segment_into("9-2", b"cd\0", &mut j);
+        assert_eq!(j.records.len(), 1);
+        assert_eq!(j.torn_in_segments.len(), NAMED_DAMAGE + 1);
+        assert_eq!(j.torn_in_segments[NAMED_DAMAGE - 1], ("9-1".to_string(), 3 * (NAMED_DAMAGE as u64 - 1)));
+        assert_eq!(j.torn_in_segments[NAMED_DAMAGE], ("9-2".to_string(), 0));
+        assert_eq!(j.torn_uncounted, [("9-1".to_string(), 3)]);
+        let notes = j.torn_messages();
+        assert_eq!(notes.len(), NAMED_DAMAGE + 2);
+        assert!(notes[NAMED_DAMAGE + 1].starts_with("segment 9-1 holds 3 more incomplete record(s)"), "{notes:?}");
     }
 
     #[test]

@@ -318,6 +318,7 @@ pub fn log_json(s: &Session, j: &JournalContents) -> String {
         "problems": problems,
         "torn_tail": j.torn_tail,
         "torn_in_segments": j.torn_in_segments.iter().map(|(segment, offset)| serde_json::json!({"segment": segment, "offset": offset})).collect::<Vec<_>>(),
+        "torn_uncounted": j.torn_uncounted.iter().map(|(segment, count)| serde_json::json!({"segment": segment, "count": count})).collect::<Vec<_>>(),
     });
     format!("{doc}\n")
 }

@@ -34,7 +34,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::Problem;
+use crate::journal::{LONGEST_LINE, Problem};
 use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
 
 /// Where the seal keeps the hash of each line of every journal file: beside `seal.json`, as
@@ -148,18 +148,36 @@ const BLOCK: usize = 1 << 20;
 /// Calls `each` with the offset and bytes (without the LF) of every whole line of `file`, as
 /// the journal's reader takes them: runs of NUL bytes between lines skipped, and bytes that
 /// reach a NUL or the end before an LF (an unfinished record) not a line. A line longer than a
-/// block is held whole, as the reader holds it. `run` is handed the same lines, each with its
-/// LF, as few spans as they make (consecutive lines in one): hashed as one, they are hashed
-/// on every lane the CPU has.
-fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMut(u64, &[u8])) -> io::Result<()> {
+/// block is held whole, as the reader holds it, up to [`LONGEST_LINE`]: a longer one is no
+/// record (the reader names it corrupt), so it is neither a line here nor hashed, and the rest
+/// of it is read past, not held (a 500 MB line of junk was held whole). `run` is handed the
+/// same lines, each with its LF, as few spans as they make (consecutive lines in one): hashed
+/// as one, they are hashed on every lane the CPU has. Returns the most bytes it held at once.
+fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMut(u64, &[u8])) -> io::Result<usize> {
     let (mut base, mut buf) = (0u64, Vec::new());
+    let mut most = 0;
+    // Reading past the rest of a line longer than LONGEST_LINE.
+    let mut skipping = false;
+    // How much of the line held from the last block was searched for its end already (a
+    // line of many blocks is searched once, not again with every block).
+    let mut searched = 0;
     loop {
         let held = buf.len();
         buf.resize(held + BLOCK, 0);
         let n = read_at(file, &mut buf[held..], base + held as u64)?;
         buf.truncate(held + n);
+        most = most.max(buf.len());
         let ended = n == 0;
         let mut i = 0;
+        if skipping {
+            i = match memchr::memchr2(b'\n', 0, &buf) {
+                Some(e) => {
+                    skipping = false;
+                    if buf[e] == b'\n' { e + 1 } else { e }
+                }
+                None => buf.len(),
+            };
+        }
         let mut from: Option<usize> = None;
         while i < buf.len() {
             if buf[i] == 0 {
@@ -169,7 +187,14 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMu
                 i += buf[i..].iter().take_while(|&&b| b == 0).count();
                 continue;
             }
-            match memchr::memchr2(b'\n', 0, &buf[i..]).map(|e| i + e) {
+            let look = i.max(std::mem::take(&mut searched));
+            match memchr::memchr2(b'\n', 0, &buf[look..]).map(|e| look + e) {
+                Some(e) if buf[e] == b'\n' && e - i > LONGEST_LINE => {
+                    if let Some(f) = from.take() {
+                        run(base + f as u64, &buf[f..i]);
+                    }
+                    i = e + 1;
+                }
                 Some(e) if buf[e] == b'\n' => {
                     each(base + i as u64, &buf[i..e]);
                     from.get_or_insert(i);
@@ -187,8 +212,18 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMu
                     }
                     i = buf.len();
                 }
+                None if buf.len() - i > LONGEST_LINE => {
+                    if let Some(f) = from.take() {
+                        run(base + f as u64, &buf[f..i]);
+                    }
+                    skipping = true;
+                    i = buf.len();
+                }
                 // The rest of this line is in the next block.
-                None => break,
+                None => {
+                    searched = buf.len() - i;
+                    break;
+                }
             }
         }
         if let Some(f) = from.take() {
@@ -197,7 +232,7 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMu
         buf.drain(..i);
         base += i as u64;
         if ended {
-            return Ok(());
+            return Ok(most);
         }
     }
 }
@@ -436,6 +471,22 @@ mod tests {
         let got = lines_of(&long);
         assert_eq!(got.len(), 2, "a line longer than a block is whole");
         assert_eq!((got[0].1.len(), got[1].0), (2 * BLOCK + 3, 2 * BLOCK as u64 + 4));
+    }
+
+    #[test]
+    fn a_line_longer_than_any_record_is_neither_a_line_nor_hashed_nor_held() {
+        let mut bytes = b"a\n".to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', LONGEST_LINE + BLOCK + 1));
+        bytes.extend_from_slice(b"\nb\n");
+        let b_at = bytes.len() as u64 - 2;
+        bytes.extend(std::iter::repeat_n(b'y', LONGEST_LINE + 2 * BLOCK));
+        bytes.extend_from_slice(b"\0c\n");
+        let c_at = bytes.len() as u64 - 2;
+        bytes.extend(std::iter::repeat_n(b'z', LONGEST_LINE + 1));
+        let got = lines_of(&bytes);
+        assert_eq!(got, [(0, b"a".to_vec()), (b_at, b"b".to_vec()), (c_at, b"c".to_vec())]);
+        let most = whole_lines(&file_of(&bytes), |_, _| {}, |_, _| {}).unwrap();
+        assert!(most <= LONGEST_LINE + 2 * BLOCK, "held {most} bytes at once");
     }
 
     fn line(seq: u64, path: &str) -> Vec<u8> {

@@ -596,7 +596,18 @@ struct Place {
     named_damage: usize,
     /// How many incomplete records it named one by one.
     named_torn: usize,
+    /// Where a line longer than [`LONGEST_LINE`] started, while the rest of it is skipped.
+    skipping: Option<usize>,
+    /// How much of the unfinished line it was last handed it searched for an end already (a
+    /// line of many blocks is searched once, not again with every block).
+    searched: usize,
 }
+
+/// The longest line the reader takes as a record. No writer makes one near it (the longest
+/// record is an exec's: the kernel takes at most 6 MiB of arguments, which JSON escapes at
+/// most six-fold); a longer line is corrupt, or torn when the file ends first, without being
+/// held (a journal with a 500 MB line of junk made undo hold it, 520 MB).
+pub const LONGEST_LINE: usize = 64 << 20;
 
 /// Notes an incomplete record of segment `name` at `at`: one by one for the first
 /// [`NAMED_DAMAGE`], then counted.
@@ -626,11 +637,34 @@ fn main_lines(
     sink: &mut dyn FnMut(Record),
 ) -> usize {
     let mut offset = 0usize;
+    if let Some(start) = place.skipping {
+        match memchr::memchr(b'\n', data) {
+            Some(nl) => {
+                place.skipping = None;
+                place.line_no += 1;
+                damaged(too_long(), None, start, place, out);
+                offset = nl + 1;
+            }
+            None => {
+                if last {
+                    out.torn_tail = Some(start as u64);
+                }
+                place.base += data.len();
+                return data.len();
+            }
+        }
+    }
     while offset < data.len() {
-        let Some(nl) = memchr::memchr(b'\n', &data[offset..]) else {
+        let look = offset.max(std::mem::take(&mut place.searched));
+        let Some(nl) = memchr::memchr(b'\n', &data[look..]).map(|n| look + n - offset) else {
             if last {
                 out.torn_tail = Some((place.base + offset) as u64);
                 offset = data.len();
+            } else if data.len() - offset > LONGEST_LINE {
+                place.skipping = Some(place.base + offset);
+                offset = data.len();
+            } else {
+                place.searched = data.len() - offset;
             }
             break;
         };
@@ -650,7 +684,9 @@ fn take_line(
     out: &mut JournalContents,
     sink: &mut dyn FnMut(Record),
 ) {
-    let mut p = match parse_line(line) {
+    let p = match parse_line(line) {
+        // Whether or not the reader held it whole, it is no record.
+        _ if line.len() > LONGEST_LINE => too_long(),
         // The marks segment is appended to by processes that may be of the session: it holds
         // nothing that undo would act on.
         Ok(rec)
@@ -661,6 +697,17 @@ fn take_line(
         Ok(rec) => return sink(rec),
         Err(p) => p,
     };
+    damaged(p, segment, offset, place, out);
+}
+
+/// A line longer than [`LONGEST_LINE`].
+fn too_long() -> Problem {
+    corrupt(None, format!("the line is longer than {} MiB, which no record is", LONGEST_LINE >> 20))
+}
+
+/// Adds the problem `p` of the line at `offset` (and `place`'s line number) to `out`: named
+/// for the first [`NAMED_DAMAGE`] of a file, then counted.
+fn damaged(mut p: Problem, segment: Option<&str>, offset: usize, place: &mut Place, out: &mut JournalContents) {
     let at = (offset as u64, place.line_no);
     if place.named_damage < NAMED_DAMAGE {
         place.named_damage += 1;
@@ -703,12 +750,35 @@ fn segment_lines(
     sink: &mut dyn FnMut(Record),
 ) -> usize {
     let mut offset = 0usize;
+    if let Some(start) = place.skipping {
+        match memchr::memchr2(b'\n', 0, data) {
+            Some(e) if data[e] == b'\n' => {
+                place.skipping = None;
+                place.line_no += 1;
+                damaged(too_long(), Some(name), start, place, out);
+                offset = e + 1;
+            }
+            Some(e) => {
+                place.skipping = None;
+                torn_in_segment(out, place, name, start);
+                offset = e;
+            }
+            None => {
+                if last {
+                    torn_in_segment(out, place, name, start);
+                }
+                place.base += data.len();
+                return data.len();
+            }
+        }
+    }
     while offset < data.len() {
         if data[offset] == 0 {
             offset += nuls_at_start(&data[offset..]);
             continue;
         }
-        let end = memchr::memchr2(b'\n', 0, &data[offset..]).map(|n| offset + n);
+        let look = offset.max(std::mem::take(&mut place.searched));
+        let end = memchr::memchr2(b'\n', 0, &data[look..]).map(|n| look + n);
         match end {
             Some(e) if data[e] == b'\n' => {
                 place.line_no += 1;
@@ -723,7 +793,14 @@ fn segment_lines(
                 torn_in_segment(out, place, name, place.base + offset);
                 offset = data.len();
             }
-            None => break,
+            None if data.len() - offset > LONGEST_LINE => {
+                place.skipping = Some(place.base + offset);
+                offset = data.len();
+            }
+            None => {
+                place.searched = data.len() - offset;
+                break;
+            }
         }
     }
     place.base += offset;
@@ -1373,6 +1450,61 @@ mod tests {
         std::fs::create_dir(segs.join("12-7")).unwrap(); // not a file: cannot be read
         let e = read_with_segments(&main, &segs).unwrap_err();
         assert!(e.to_string().contains("12-7"), "the unreadable segment is named: {e}");
+    }
+
+    #[test]
+    fn a_line_longer_than_any_record_is_let_go_as_it_is_read_and_named_corrupt_or_torn() {
+        // As the block reader hands them over: once more than LONGEST_LINE bytes hold no line
+        // end, all of them are taken (the reader drops them), and the line is named from where
+        // it started: corrupt when it ends in an LF, torn when the file (or, in a segment, a
+        // NUL) ends it first. The records around it are read.
+        let long = vec![b'x'; LONGEST_LINE + 1];
+        let mut out = JournalContents::default();
+        let mut place = Place::default();
+        let mut seqs = Vec::new();
+        let first = encode_line(&rec(1));
+        let mut data = first.clone();
+        data.extend_from_slice(&long);
+        assert_eq!(main_lines(&data, &mut place, false, &mut out, &mut |r| seqs.push(r.seq)), data.len());
+        let mut rest = b"xx\n".to_vec();
+        rest.extend_from_slice(&encode_line(&rec(2)));
+        let torn_at = data.len() + rest.len();
+        rest.extend_from_slice(&long);
+        assert_eq!(main_lines(&rest, &mut place, false, &mut out, &mut |r| seqs.push(r.seq)), rest.len());
+        assert_eq!(main_lines(b"yy", &mut place, true, &mut out, &mut |r| seqs.push(r.seq)), 2);
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(out.torn_tail, Some(torn_at as u64));
+        assert!(
+            matches!(&out.problems[..], [Problem::Corrupt { segment: None, offset, line: 2, what, .. }]
+                if *offset == first.len() as u64 && what.contains("longer than 64 MiB")),
+            "{:?}",
+            out.problems
+        );
+
+        let mut out = JournalContents::default();
+        let mut place = Place::default();
+        assert_eq!(segment_lines("5-1", &long, &mut place, false, &mut out, &mut |r| seqs.push(r.seq)), long.len());
+        let mut rest = b"x\0".to_vec();
+        let line_at = long.len() + rest.len();
+        rest.extend_from_slice(&long);
+        assert_eq!(segment_lines("5-1", &rest, &mut place, false, &mut out, &mut |r| seqs.push(r.seq)), rest.len());
+        let mut end = b"x\n".to_vec();
+        end.extend_from_slice(&encode_line(&rec(3)));
+        assert_eq!(segment_lines("5-1", &end, &mut place, true, &mut out, &mut |r| seqs.push(r.seq)), end.len());
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(out.torn_in_segments, [("5-1".to_string(), 0)]);
+        assert!(
+            matches!(&out.problems[..], [Problem::Corrupt { segment: Some(s), offset, line: 1, .. }]
+                if s == "5-1" && *offset == line_at as u64),
+            "{:?}",
+            out.problems
+        );
+        // A line held whole that is that long is no record either.
+        let mut whole = long.clone();
+        whole.push(b'\n');
+        assert!(
+            matches!(&parse_journal(&whole).problems[..], [Problem::Corrupt { what, .. }] if what.contains("longer than"))
+        );
     }
 
     #[test]

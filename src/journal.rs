@@ -684,9 +684,9 @@ fn take_line(
     out: &mut JournalContents,
     sink: &mut dyn FnMut(Record),
 ) {
-    let p = match parse_line(line) {
-        // Whether or not the reader held it whole, it is no record.
-        _ if line.len() > LONGEST_LINE => too_long(),
+    // Whether or not the reader held it whole, a line that long is no record: not parsed.
+    let parsed = if line.len() > LONGEST_LINE { Err(too_long()) } else { parse_line(line) };
+    let p = match parsed {
         // The marks segment is appended to by processes that may be of the session: it holds
         // nothing that undo would act on.
         Ok(rec)

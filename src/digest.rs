@@ -18,10 +18,11 @@
 //! of closing the undo): when it differs, every record it holds that its seal covers is set
 //! aside.
 //!
-//! What this module cannot do: tell anything of what was written before the seal. A process
-//! of the session can write into the store through the shim's own descriptors and mapping
-//! while the session runs, and the seal then hashes what it wrote (README, "Not a security
-//! boundary"). A record a process of the session was still writing when `run` sealed, with a
+//! What this module cannot do: tell anything of what was written before the seal, except
+//! against what the supervisor read while the session ran ([`crate::witness`]). A process of
+//! the session can write into the store through the shim's own descriptors and mapping while
+//! the session runs, and the seal then hashes what it wrote, where the supervisor had not read
+//! the lines it wrote over (README, "Not a security boundary"). A record a process of the session was still writing when `run` sealed, with a
 //! `seq` the seal covers, is not among its hashes and is set aside: the undo is then
 //! incomplete, never wrongly complete. Records newer than the seal are not hashed: they are
 //! checked the unsealed way.
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::journal::{LONGEST_LINE, Problem};
 use crate::session::{JOURNAL_FILE, SEGMENTS_DIR};
+use crate::witness::{Seen, Witnessed};
 
 /// Where the seal keeps the hash of each line of every journal file: beside `seal.json`, as
 /// little-endian 64-bit numbers, file after file in the order of [`JournalDigest`]'s files
@@ -84,7 +86,7 @@ fn is_zero(n: &u64) -> bool {
 /// as the name the digest knows it by and its path. A segment's name is its file name, with
 /// every byte of a name that is not UTF-8 (no writer of a session makes one) outside printable
 /// ASCII, and every `\`, written `\xHH`: two files never share a name.
-fn journal_files(session_dir: &Path) -> io::Result<Vec<(String, std::path::PathBuf)>> {
+pub(crate) fn journal_files(session_dir: &Path) -> io::Result<Vec<(String, std::path::PathBuf)>> {
     use std::os::unix::ffi::OsStrExt;
     let mut names = vec![(JOURNAL_FILE.to_string(), session_dir.join(JOURNAL_FILE))];
     let dir = session_dir.join(SEGMENTS_DIR);
@@ -120,7 +122,7 @@ fn journal_files(session_dir: &Path) -> io::Result<Vec<(String, std::path::PathB
 }
 
 /// The hash the seal keeps of a line (without its LF).
-fn line_hash(line: &[u8]) -> u64 {
+pub(crate) fn line_hash(line: &[u8]) -> u64 {
     let h = blake3::hash(line);
     let mut first = [0u8; 8];
     first.copy_from_slice(&h.as_bytes()[..8]);
@@ -129,7 +131,7 @@ fn line_hash(line: &[u8]) -> u64 {
 
 /// Reads `file` from `at`, into `buf`, as much as it holds up to `buf`'s length; returns how
 /// much (short only at the end of the file).
-fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+pub(crate) fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], at + got as u64) {
@@ -237,27 +239,55 @@ fn whole_lines(file: &File, mut each: impl FnMut(u64, &[u8]), mut run: impl FnMu
     }
 }
 
-/// Digests one file as it is now (with the hash of each line when `each_line`).
-fn digest_file(file: &File, each_line: bool) -> io::Result<FileDigest> {
+/// Digests one file as it is now (with the hash of each line when `each_line`). With `seen`
+/// (what the supervisor read of it, see [`crate::witness`]): when the file no longer begins
+/// with exactly those lines, the digest holds the lines read instead of those the file holds
+/// before where the reading ended, and says so (`true`).
+fn digest_file(file: &File, each_line: bool, seen: Option<&Seen>) -> io::Result<(FileDigest, bool)> {
     let mut d = FileDigest::default();
     let mut whole = blake3::Hasher::new();
     let mut end = 0;
+    let read_to = seen.map_or(0, |s| s.end);
+    // The hash of the lines before `read_to`, and the hashes of the lines from it on.
+    let mut before_read_to = None;
+    let mut after = Vec::new();
     whole_lines(
         file,
         |offset, line| {
             if each_line {
-                d.hashes.push(line_hash(line));
+                let h = line_hash(line);
+                d.hashes.push(h);
+                if read_to > 0 && offset >= read_to {
+                    after.push(h);
+                }
             }
             end = offset + line.len() as u64 + 1;
         },
-        |_, span| {
-            whole.update(span);
+        |offset, span| match (read_to - offset.min(read_to)).try_into() {
+            Ok(cut) if read_to > offset && cut <= span.len() => {
+                whole.update(&span[..cut]);
+                before_read_to = Some(whole.finalize());
+                whole.update(&span[cut..]);
+            }
+            _ => {
+                whole.update(span);
+            }
         },
     )?;
     d.end = end;
     d.whole = whole.finalize().to_hex().to_string();
+    let mut differs = false;
+    if let Some(seen) = seen.filter(|s| s.end > 0) {
+        if before_read_to.map(|h| *h.as_bytes()) != Some(seen.whole) {
+            differs = true;
+            d.hashes = if each_line { [seen.hashes.clone(), after].concat() } else { Vec::new() };
+            d.whole = blake3::Hash::from_bytes(seen.whole).to_hex().to_string();
+            // Never before the lines read: a file emptied since is not a file digested empty.
+            d.end = end.max(seen.end);
+        }
+    }
     d.lines = d.hashes.len() as u64;
-    Ok(d)
+    Ok((d, differs))
 }
 
 impl JournalDigest {
@@ -265,26 +295,60 @@ impl JournalDigest {
     /// when `each_line` (the files spread over the machine's CPUs: a million records' lines
     /// took 0.4 s on one).
     pub fn take(session_dir: &Path, each_line: bool) -> io::Result<JournalDigest> {
+        Ok(JournalDigest::take_witnessed(session_dir, each_line, &Witnessed::default())?.0)
+    }
+
+    /// [`JournalDigest::take`], held against what the supervisor read of the files while the
+    /// session ran (see [`crate::witness`]). Also returns the files that no longer begin with
+    /// the lines it read, or are gone: the digest holds those lines for them, so that the
+    /// records written over them are set aside and the ones erased counted as gone.
+    pub fn take_witnessed(
+        session_dir: &Path,
+        each_line: bool,
+        witnessed: &Witnessed,
+    ) -> io::Result<(JournalDigest, Vec<String>)> {
         let names = journal_files(session_dir)?;
-        let hashed = crate::seal::in_parallel(&names, |(_, path)| {
+        let hashed = crate::seal::in_parallel(&names, |(name, path)| {
             Some(match File::open(path) {
-                Ok(f) => digest_file(&f, each_line).map(Some),
+                Ok(f) => digest_file(&f, each_line, witnessed.files.get(name)).map(Some),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
             })
         });
         let mut files = BTreeMap::new();
+        let mut differing = Vec::new();
         for ((name, _), got) in names.into_iter().zip(hashed) {
-            if let Some(d) = got.ok_or_else(|| io::Error::other("the hashing of a journal file panicked"))?? {
+            if let Some((d, differs)) =
+                got.ok_or_else(|| io::Error::other("the hashing of a journal file panicked"))??
+            {
+                if differs {
+                    differing.push(name.clone());
+                }
                 files.insert(name, d);
             }
         }
+        // A file read and gone since: its lines are what the seal holds of it.
+        for (name, seen) in &witnessed.files {
+            if seen.end > 0 && !files.contains_key(name) {
+                differing.push(name.clone());
+                let hashes = if each_line { seen.hashes.clone() } else { Vec::new() };
+                let d = FileDigest {
+                    end: seen.end,
+                    whole: blake3::Hash::from_bytes(seen.whole).to_hex().to_string(),
+                    lines: hashes.len() as u64,
+                    lines_at: 0,
+                    hashes,
+                };
+                files.insert(name.clone(), d);
+            }
+        }
+        differing.sort();
         let mut at = 0;
         for d in files.values_mut() {
             d.lines_at = at;
             at += d.lines;
         }
-        Ok(JournalDigest { files, lines_file: None })
+        Ok((JournalDigest { files, lines_file: None }, differing))
     }
 
     /// Writes the hash of each line into [`LINES_FILE`] in `session_dir` (as durably as
@@ -578,6 +642,51 @@ mod tests {
             assert_eq!(found, want);
             std::fs::write(&journal, &lines).unwrap();
         }
+    }
+
+    #[test]
+    fn records_changed_after_the_supervisor_read_them_are_found_though_the_seal_came_later() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(SEGMENTS_DIR)).unwrap();
+        let journal = dir.path().join(JOURNAL_FILE);
+        let segment = dir.path().join("segments/1-4");
+        std::fs::write(&journal, [line(1, "/a"), line(2, "/b")].concat()).unwrap();
+        // A slot still being copied when the supervisor read the segment.
+        let mut room = line(4, "/s4");
+        let slot = room.len();
+        room.extend_from_slice(&[0u8; 256]);
+        std::fs::write(&segment, &room).unwrap();
+        let mut witness = crate::witness::Witness::new(dir.path());
+        witness.catch_up();
+        // Written on honestly: a line appended, the slot filled.
+        std::fs::write(&journal, [line(1, "/a"), line(2, "/b"), line(3, "/c")].concat()).unwrap();
+        let five = line(5, "/s5");
+        room[slot..slot + five.len()].copy_from_slice(&five);
+        std::fs::write(&segment, &room).unwrap();
+        let (digest, differing) = JournalDigest::take_witnessed(dir.path(), true, &witness.seen()).unwrap();
+        assert_eq!(differing, Vec::<String>::new());
+        assert_eq!(digest, JournalDigest::take(dir.path(), true).unwrap(), "the seal is the one taken without it");
+        // Record 2 forged over (same length and not), record 4's segment removed, before the seal.
+        let forged = line(2, "/X");
+        std::fs::write(&journal, [line(1, "/a"), forged, line(3, "/c")].concat()).unwrap();
+        std::fs::remove_file(&segment).unwrap();
+        let (digest, differing) = JournalDigest::take_witnessed(dir.path(), true, &witness.seen()).unwrap();
+        assert_eq!(differing, vec!["journal".to_string(), "segments/1-4".to_string()]);
+        assert_eq!(
+            digest.check(dir.path(), 5).unwrap(),
+            vec![
+                Problem::Rewritten { file: "journal".into(), offset: line(1, "/a").len() as u64, seq: 2, through: 5 },
+                Problem::Gone { file: "journal".into(), count: 1, whole_file: false },
+                Problem::Gone { file: "segments/1-4".into(), count: 1, whole_file: true },
+            ]
+        );
+        // Emptied: every line read is gone, though the file holds none to check.
+        std::fs::write(&journal, b"").unwrap();
+        let (digest, _) = JournalDigest::take_witnessed(dir.path(), true, &witness.seen()).unwrap();
+        assert_eq!(
+            digest.check(dir.path(), 5).unwrap()[0],
+            Problem::Gone { file: "journal".into(), count: 2, whole_file: false }
+        );
     }
 
     #[test]

@@ -289,7 +289,8 @@ pub enum Problem {
         /// The byte offset and line number of the last.
         last: (u64, u64),
     },
-    /// Lines a journal file held when the session was sealed that it no longer holds (beyond
+    /// Lines a journal file held when the session was sealed (or when the supervisor read it
+    /// while the session ran, see [`crate::witness`]) that it no longer holds (beyond
     /// those named as corrupt): records removed, or changed beyond reading, since. What they
     /// would undo cannot be known.
     Gone {
@@ -343,7 +344,7 @@ impl Problem {
                 path.display_lossy()
             ),
             Problem::Rewritten { file, offset, seq, through } => format!(
-                "the record of seq {seq} at byte {offset} of {file} is one the session's seal covers (its records through seq {through}), but the journal held no such line when the session was sealed: it was written or changed since (forged or damaged); it was not acted on"
+                "the record of seq {seq} at byte {offset} of {file} is one the session's seal covers (its records through seq {through}), but the journal held no such line when the session was sealed (or when the supervisor read that file while it ran): it was written or changed since (forged or damaged); it was not acted on"
             ),
             Problem::Altered { file, seqs } => format!(
                 "{file} is not what it held when it was sealed (changed since: forged or damaged), so none of its {} record(s) was acted on",
@@ -361,7 +362,7 @@ impl Problem {
                 "{file}, which held {count} record(s) when the session was sealed, is gone: what they would undo cannot be known, and was not put back"
             ),
             Problem::Gone { file, count, whole_file: false } => format!(
-                "{count} record(s) that {file} held when the session was sealed are gone from it (removed or changed since): what they would undo cannot be known, and was not put back"
+                "{count} record(s) that {file} held when the session was sealed are gone from it (removed or changed since the seal, or since the supervisor read them while the session ran): what they would undo cannot be known, and was not put back"
             ),
         }
     }

@@ -46,6 +46,7 @@ pub mod seal;
 pub mod select;
 pub mod session;
 pub mod undo;
+pub mod witness;
 
 pub use bpath::BPath;
 pub use record::{Before, Op, Reason, Record};

@@ -731,9 +731,17 @@ impl Session {
     /// Seals the session once its command has ended: the after-state of every path it
     /// touched, so that a later undo tells a change made since from its own work
     /// ([`crate::seal`]), written as durably as `durability` says, its records read and the seal
-    /// written without holding either whole. Returns how many records it covers; `progress` is
-    /// called once per path and per unhashed blob.
-    pub fn seal(&self, durability: Durability, progress: impl Fn() + Sync) -> Result<usize, SessionError> {
+    /// written without holding either whole. `witnessed`: what the supervisor read of the
+    /// journal while the session ran ([`crate::witness`]; empty without one): a file that no
+    /// longer begins with the lines it read is sealed with those lines. Returns how many
+    /// records it covers, and the journal files that were not what the supervisor read;
+    /// `progress` is called once per path and per unhashed blob.
+    pub fn seal(
+        &self,
+        durability: Durability,
+        witnessed: &crate::witness::Witnessed,
+        progress: impl Fn() + Sync,
+    ) -> Result<(usize, Vec<String>), SessionError> {
         let p = self.journal_path();
         let segments = self.dir.join(SEGMENTS_DIR);
         let room = crate::journal::records_per_reader(&segments);
@@ -746,11 +754,14 @@ impl Session {
         .map_err(io_at(&p))?;
         let last_id = self.last_id_after_reading();
         // After the records: every line they were read from is in what it digests.
-        let mut digest = crate::digest::JournalDigest::take(&self.dir, true).map_err(io_at(&p))?;
+        let (mut digest, differing) =
+            crate::digest::JournalDigest::take_witnessed(&self.dir, true, witnessed).map_err(io_at(&p))?;
         let lines = self.dir.join(crate::digest::LINES_FILE);
         digest.write_lines(&self.dir, durability).map_err(io_at(&lines))?;
-        crate::seal::seal_streamed(parts, last_id, &digest, &self.dir, &self.blobs_dir(), durability, progress)
-            .map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))
+        let records =
+            crate::seal::seal_streamed(parts, last_id, &digest, &self.dir, &self.blobs_dir(), durability, progress)
+                .map_err(io_at(&self.dir.join(crate::seal::SEAL_FILE)))?;
+        Ok((records, differing))
     }
 
     /// Takes `n` ids from the shared counter without mapping it, returning the first. Only

@@ -21,6 +21,7 @@ use aether_journal::config::{ENV_DIR, ENV_MARK, ENV_POLICY, ENV_SHIM, ENV_SWITCH
 use aether_journal::exec_check::{self, Creds};
 use aether_journal::record::{ExecOp, Op};
 use aether_journal::session::{self, Coverage, CoverageMode, CoverageReason, Durability, Header, Session};
+use aether_journal::witness::Witnessed;
 use aether_journal_supervisor::install::{Installer, Unavailable, probe};
 use aether_journal_supervisor::launch::{Ended, launch};
 
@@ -262,12 +263,12 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
     if opts.strict {
         cmd.env(ENV_POLICY, "strict");
     }
-    let status = match installer {
+    let (status, witnessed) = match installer {
         Some(installer) => {
             cmd.env(ENV_MARK, format!("{:016x}", mark.unwrap_or(0)));
             run_supervised(&s, cmd, installer, mark.unwrap_or(0), opts.strict, &command[0])?
         }
-        None => run_plain(&s, cmd, opts.strict, &program, &cwd, &command)?,
+        None => (run_plain(&s, cmd, opts.strict, &program, &cwd, &command)?, Witnessed::default()),
     };
     let status = match status {
         Started::Ran(status) => status,
@@ -280,7 +281,7 @@ pub fn run(opts: RunOptions, command: Vec<OsString>) -> Result<u8, String> {
             return Ok(code);
         }
     };
-    seal(&s, durability)?;
+    seal(&s, durability, &witnessed)?;
     Ok(status)
 }
 
@@ -293,7 +294,7 @@ enum Started {
 }
 
 /// Runs the command under the supervisor (which journals its exec and sees into every
-/// program).
+/// program). Also returns what the supervisor read of the journal while the command ran.
 fn run_supervised(
     s: &Session,
     cmd: std::process::Command,
@@ -301,7 +302,7 @@ fn run_supervised(
     mark: u64,
     strict: bool,
     name: &OsString,
-) -> Result<Started, String> {
+) -> Result<(Started, Witnessed), String> {
     // The settings the command's processes get: this environment's, and the policy.
     let (settings, _) =
         Settings::from_lookup(
@@ -325,7 +326,8 @@ fn run_supervised(
                 rustix::process::Pid::from_raw(launched.supervisor as i32),
                 rustix::process::WaitOptions::empty(),
             );
-            return Ok(Started::Not(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return Ok((Started::Not(code), Witnessed::default()));
         }
         Ended::SupervisorLost(st) => {
             let _ = writeln!(
@@ -341,7 +343,7 @@ fn run_supervised(
         Some(rustix::process::Pid::from_raw(launched.supervisor as i32).ok_or("bad supervisor pid")?),
         rustix::process::WaitOptions::NOHANG,
     );
-    Ok(Started::Ran(status))
+    Ok((Started::Ran(status), std::mem::take(&mut launched.witnessed)))
 }
 
 /// Runs the command with the shim alone, as without a supervisor: `run` checks the program
@@ -389,7 +391,8 @@ fn run_plain(
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "aether-journal: cannot run {}: {e}", command[0].to_string_lossy());
-            return Ok(Started::Not(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }));
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return Ok(Started::Not(code));
         }
     };
     let argv = command.iter().map(|a| a.as_bytes()).collect();
@@ -447,7 +450,7 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 
 /// Seals the session: the after-state of every touched path, so that undo can tell later
 /// edits apart. Written as durably as the session's records (`durability`).
-fn seal(s: &Session, durability: Durability) -> Result<(), String> {
+fn seal(s: &Session, durability: Durability, witnessed: &Witnessed) -> Result<(), String> {
     // A store that vanished while the command ran (a program nothing could see into removed
     // or moved it) is said plainly: what was journaled in it is gone.
     match Session::open(s.dir()) {
@@ -469,8 +472,16 @@ fn seal(s: &Session, durability: Durability) -> Result<(), String> {
         }
     }
     let pb = crate::progress_bar(s.counters().last_id, "sealing");
-    let records = match s.seal(durability, || pb.inc(1)) {
-        Ok(records) => records,
+    let records = match s.seal(durability, witnessed, || pb.inc(1)) {
+        Ok((records, differing)) => {
+            for file in differing {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "aether-journal: warning: the session's {file} is not what the supervisor read of it while the command ran (a process of the session rewrote or removed records): undo will not act on what was written over them, and will be incomplete"
+                );
+            }
+            records
+        }
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr(),

@@ -131,6 +131,11 @@ impl SharedCounters {
         self.slot(SLOT_EXECS).load(Ordering::Acquire)
     }
 
+    /// The last id taken from the session's counter (records and blobs alike).
+    pub fn last_id(&self) -> u64 {
+        self.slot(SLOT_LAST_ID).load(Ordering::Acquire)
+    }
+
     /// Keeps the supervisor's peak resident memory (KiB), when it ends.
     pub fn note_supervisor_peak(&self, kib: u64) {
         self.slot(SLOT_SUPERVISOR_PEAK_KIB).store(kib, Ordering::Relaxed);

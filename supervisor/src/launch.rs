@@ -18,10 +18,12 @@
 //! What this module cannot do: outlive a `SIGKILL`. The watched calls then fail with `ENOSYS`
 //! in the program, and nothing changes unjournaled.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+
+use aether_journal::witness::{POLL, Witness, Witnessed};
 
 use crate::install::{Installer, receive_listener};
 use crate::listener::Listener;
@@ -34,6 +36,9 @@ pub struct Launched {
     /// The command's pid, once the supervisor said it.
     pub child: Option<u32>,
     events: BufReader<std::fs::File>,
+    /// What the supervisor read of the journal while the command ran, once it has ended
+    /// (empty if the supervisor could not say).
+    pub witnessed: Witnessed,
     /// An event [`Launched::started`] read that was not the start (kept for `wait`).
     pending: Option<Event>,
 }
@@ -80,6 +85,7 @@ pub fn launch(mut command: Command, store: Store, installer: Installer, workers:
                 supervisor: pid as u32,
                 child: None,
                 events: BufReader::new(from_supervisor.into()),
+                witnessed: Witnessed::default(),
                 pending: None,
             })
         }
@@ -134,6 +140,14 @@ impl Launched {
             let (Some(kind), Some(value)) = (words.next(), words.next().and_then(|v| v.parse::<i64>().ok())) else {
                 continue;
             };
+            if kind == "witness" {
+                let mut bytes = vec![0; usize::try_from(value).unwrap_or(0)];
+                if self.events.read_exact(&mut bytes).is_err() {
+                    return None;
+                }
+                self.witnessed = Witnessed::from_bytes(&bytes).unwrap_or_default();
+                continue;
+            }
             return Some(match kind {
                 "started" => Event::Started(value as u32),
                 "ended" => Event::Ended(value as i32, words.next() == Some("others")),
@@ -227,6 +241,7 @@ fn supervise(
         };
         let pid = child.id();
         drop(child);
+        let witness = Witnessing::start(store);
         let _ = writeln!(to_run, "started {pid}");
         let _ = to_run.flush();
         // The command has its standard streams: the supervisor keeps none of `run`'s open (a
@@ -244,6 +259,11 @@ fn supervise(
                 break; // ECHILD: nobody left
             }
             if r as u32 == pid && !reported {
+                // What the supervisor read of the journal, read on to the end first: `run`
+                // seals with it (see `aether_journal::witness`).
+                let seen = witness.finish();
+                let _ = writeln!(to_run, "witness {}", seen.len());
+                let _ = to_run.write_all(&seen);
                 // Whether the command left processes behind: its orphans are this process's
                 // children by the time its own exit is reaped.
                 // SAFETY: siginfo_t is plain data; zero is a valid value.
@@ -271,6 +291,56 @@ fn supervise(
         }
         drop(to_run);
         0
+    }
+}
+
+/// The supervisor's reading of the journal while the command runs: a thread that reads what
+/// was written every [`POLL`] while ids are being taken from the session's counter (and for a
+/// few rounds after, for records whose id was taken before they were written).
+struct Witnessing {
+    shared: std::sync::Arc<(std::sync::Mutex<Witness>, std::sync::atomic::AtomicBool)>,
+}
+
+/// Rounds the witness still reads after the counter last moved.
+const QUIET_ROUNDS: u32 = 5;
+
+impl Witnessing {
+    fn start(store: &'static Store) -> Witnessing {
+        use std::sync::atomic::Ordering;
+        let shared = std::sync::Arc::new((
+            std::sync::Mutex::new(Witness::new(&store.dir)),
+            std::sync::atomic::AtomicBool::new(false),
+        ));
+        let theirs = shared.clone();
+        // Without the thread (none could be started) the journal is read at the end only.
+        let _ = std::thread::Builder::new().name("witness".into()).spawn(move || {
+            let (witness, done) = &*theirs;
+            let (mut last, mut quiet) = (u64::MAX, 0);
+            while !done.load(Ordering::Acquire) {
+                std::thread::sleep(POLL);
+                let now = store.counters().last_id();
+                quiet = if now == last { quiet + 1 } else { 0 };
+                last = now;
+                if quiet <= QUIET_ROUNDS {
+                    if let Ok(mut w) = witness.lock() {
+                        w.catch_up();
+                    }
+                }
+            }
+        });
+        Witnessing { shared }
+    }
+
+    /// Reads on to the end, stops the thread, and returns what was read as `run` is handed it.
+    fn finish(&self) -> Vec<u8> {
+        self.shared.1.store(true, std::sync::atomic::Ordering::Release);
+        match self.shared.0.lock() {
+            Ok(mut w) => {
+                w.catch_up();
+                w.seen().to_bytes()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 }
 

@@ -711,3 +711,47 @@ fn a_link_from_the_store_to_outside_it_is_refused_whatever_the_program() {
         assert_complete(code, &r);
     }
 }
+
+#[test]
+fn a_record_a_process_erases_from_its_own_segment_after_the_supervisor_read_it_makes_the_undo_incomplete() {
+    // The attack no filter sees: a process of the session zeroes one of its records in the
+    // segment the shim maps into it (a write to its own memory), before `run` seals. Without
+    // the supervisor's reading the seal digests the erased segment and the undo says complete,
+    // one removed file never put back.
+    let s = scratch!();
+    s.sh("for i in $(seq -w 1 30); do echo \"kept $i\" > v$i; done");
+    let session = s.session("session");
+    let script = r#"
+import ctypes, os, time
+for i in range(1, 31):
+    os.remove("v%02d" % i)
+# The supervisor reads what was written within a tenth of a second of it: leave it twenty.
+time.sleep(2)
+erased = 0
+for line in open("/proc/self/maps"):
+    if "/segments/" not in line:
+        continue
+    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+    mapped = ctypes.string_at(lo, hi - lo)
+    at = mapped.find(b'/v25"')
+    if at >= 0:
+        start = mapped.rfind(b"\n", 0, at) + 1
+        end = mapped.find(b"\n", at) + 1
+        ctypes.memset(lo + start, 0, end - start)
+        erased += 1
+print("erased", erased)
+"#;
+    let out = s.run_ok(&session, &["python3", "-c", script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "erased 1", "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not what the supervisor read of it while the command ran"), "{stderr}");
+    let (code, r) = s.undo_json(&session);
+    assert_eq!(code, 3, "{r}");
+    let damaged = damaged_whys(&r);
+    assert!(damaged.iter().any(|w| w.contains("1 record(s) that segments/") && w.contains("are gone")), "{r}");
+    assert!(!s.path("v25").exists(), "what the erased record kept is not known: {r}");
+    for i in (1..=30).filter(|&i| i != 25) {
+        let name = format!("v{i:02}");
+        assert_eq!(std::fs::read_to_string(s.path(&name)).unwrap(), format!("kept {i:02}\n"), "{r}");
+    }
+}

@@ -29,8 +29,15 @@ pub(super) fn run_plan_streaming(
     };
     let mut linked = std::collections::HashMap::new();
     let mut hashed = std::collections::HashMap::new();
+    // How many records name each inode they kept, and the inode of each linked blob.
+    let mut named = std::collections::HashMap::new();
+    let mut linked_blobs = std::collections::HashMap::new();
     for r in &plan.journal.records {
         let Some(Before::Contents(snap)) = r.op.before() else { continue };
+        *named.entry(snap.ident).or_insert(0u32) += 1;
+        if let Node::File { blob, how: CaptureHow::Link, .. } = &snap.node {
+            linked_blobs.insert(blob.as_str(), snap.ident);
+        }
         match &snap.node {
             Node::File { blob, how: CaptureHow::Link, .. } => {
                 linked.entry(snap.ident).or_insert_with(|| blob.clone());
@@ -43,7 +50,11 @@ pub(super) fn run_plan_streaming(
             _ => {}
         }
     }
-    let mut tampered = HashSet::new();
+    // Each blob not to be trusted, and how it is known.
+    let mut tampered = std::collections::HashMap::new();
+    // When the session's first step was made (ns): a kept inode born before is no file the
+    // session made.
+    let session_began = plan.journal.records.first().map_or(i64::MIN, |r| r.time.0);
     if let Some(seal) = plan.seal {
         for (blob, want) in &seal.blob_hashes {
             let got = rustix::fs::openat(
@@ -56,7 +67,7 @@ pub(super) fn run_plan_streaming(
             .and_then(|fd| hash_fd(&fd).ok())
             .map(|(h, _)| h);
             if got.as_ref().is_some_and(|g| g != want) {
-                tampered.insert(blob.clone());
+                tampered.insert(blob.clone(), "does not match the hash sealed with the session");
             }
         }
         // A blob still there but not as sealed was changed since: never trusted. (One gone is
@@ -65,7 +76,20 @@ pub(super) fn run_plan_streaming(
         for (blob, want) in &seal.blob_stats {
             let now = rustix::fs::statat(&blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
             if now.is_ok_and(|st| !want.unchanged(&st, plan.earlier_undo)) {
-                tampered.insert(blob.clone());
+                tampered.insert(blob.clone(), "is not what it was when the session was sealed");
+            } else if !seal.blob_intact.contains(blob)
+                && linked_blobs.get(blob.as_str()).is_some_and(|ident| named.get(ident) == Some(&1))
+                && born_before(&blobs, blob, session_began)
+            {
+                // Written since its capture, while no other record names its inode and it is no
+                // file the session made: through a descriptor the journal never saw (one
+                // inherited from outside the session). A file the session made, or wrote
+                // through a call it journaled, is written by its own processes, whose steps
+                // undo takes back.
+                tampered.insert(
+                    blob.clone(),
+                    "was written after it was captured, through a descriptor the journal never saw (its size or modification time are not those of its capture)",
+                );
             }
         }
     }
@@ -606,4 +630,22 @@ impl<'a> Executor<'a> {
             || (self.only.is_none_or(|o| o.contains(&seq))
                 && self.journal.records.binary_search_by_key(&seq, |r| r.seq).is_ok())
     }
+}
+
+/// How far the file system's clock, which reads its clock tick's time, may lag the time a
+/// record was made: a file made just after the session's first record is never taken for one
+/// born before it.
+const COARSE_CLOCK_NS: i64 = 20_000_000;
+
+/// Whether the blob `name` in `blobs` is an inode born before `began` (ns since the epoch),
+/// by more than [`COARSE_CLOCK_NS`]. `false` where birth times are not kept.
+fn born_before(blobs: &impl AsFd, name: &str, began: i64) -> bool {
+    rustix::fs::statx(blobs, name, AtFlags::SYMLINK_NOFOLLOW, rustix::fs::StatxFlags::BTIME)
+        .ok()
+        .filter(|sx| sx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0)
+        .is_some_and(|sx| {
+            let born =
+                sx.stx_btime.tv_sec.saturating_mul(1_000_000_000).saturating_add(i64::from(sx.stx_btime.tv_nsec));
+            born < began.saturating_sub(COARSE_CLOCK_NS)
+        })
 }

@@ -74,7 +74,7 @@ struct Executor<'a> {
     hashed: std::collections::HashMap<String, String>,
     /// Linked blobs whose content no longer matches the hash sealed with the session (checked
     /// once, before this undo changes anything).
-    tampered: HashSet<String>,
+    tampered: std::collections::HashMap<String, &'static str>,
     force: bool,
     journal: &'a JournalContents,
     seal: Option<&'a Seal>,

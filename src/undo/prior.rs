@@ -249,7 +249,7 @@ impl Executor<'_> {
                             // Sealed by its state rather than its bytes, and still so: hashed now.
                             let sealed_as_is = || {
                                 self.seal.is_some_and(|s| s.blob_stats.contains_key(blob))
-                                    && !self.tampered.contains(blob)
+                                    && !self.tampered.contains_key(blob)
                             };
                             match (self.expected_hash(blob, hash.as_deref()), prefix) {
                                 (Some(h), None) => Body::File(h.to_string(), *size),

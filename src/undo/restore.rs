@@ -347,12 +347,10 @@ impl Executor<'_> {
                 ),
             );
         }
-        if self.tampered.contains(blob) {
+        if let Some(why) = self.tampered.get(blob) {
             return failed_because(
                 Cause::BlobDamaged { blob: blob.to_string() },
-                format!(
-                    "blob {blob} does not match the hash sealed with the session: it was tampered with or damaged and was not put back"
-                ),
+                format!("blob {blob} {why}: it was tampered with or damaged and was not put back"),
             );
         }
         let replaced = match cur {

@@ -2084,3 +2084,30 @@ fn an_undone_session_whose_journal_was_rewritten_since_is_not_reported_as_alread
     assert_eq!(r["already_undone"], false, "{r}");
     assert!(damaged_whys(&r).iter().any(|w| w.contains("the journal held no such line")), "{r}");
 }
+
+#[test]
+fn a_removed_file_written_after_its_removal_through_a_descriptor_from_outside_is_not_put_back_with_those_bytes() {
+    // `victim` open for reading and writing on the command's standard input: a descriptor from
+    // outside the session, whose writes no hook sees. The script removes it (its inode kept by
+    // linking it into the store), then writes through that descriptor: the kept inode is no
+    // longer what was removed, and undo must not put it back as though it were.
+    let script = "import os\nos.remove('victim')\nos.pwrite(0, b'EVIL EVIL\\n', 0)\n";
+    for watch in [Watch::Supervised, Watch::ShimOnly] {
+        let s = scratch!(format!("{watch:?}"));
+        // Made a moment before the session, as a file of the user's is.
+        s.sh("printf 'original!\\n' > victim && touch -d 2020-01-01 victim && sleep 0.2");
+        let session = s.session("session");
+        let victim = std::fs::OpenOptions::new().read(true).write(true).open(s.path("victim")).unwrap();
+        let argv: Vec<&OsStr> = ["python3", "-c", script].into_iter().map(OsStr::new).collect();
+        let out = run_cmd_as(&s, &session, &argv, watch).stdin(victim).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let (code, r) = s.undo_json(&session);
+        assert_eq!(code, 3, "{watch:?}: {r}");
+        assert!(!s.path("victim").exists(), "{watch:?}: the bytes written since were not put back: {r}");
+        let outcomes = r["outcomes"].as_array().unwrap();
+        let victim = outcomes.iter().find(|o| o["path"].as_str().unwrap().ends_with("/victim"));
+        let victim = victim.unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(victim["cause"]["code"], "blob_damaged", "{r}");
+        assert!(victim["why"].as_str().unwrap().contains("through a descriptor the journal never saw"), "{r}");
+    }
+}

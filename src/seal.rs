@@ -699,9 +699,8 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: impl Fn(&[u
 }
 
 /// A linked or cloned capture (or a copy reused by identity), which was not hashed when it was
-/// made: its blob, size, how it was captured and the captured mtime.
-/// A blob captured without a hash: its name, and the size, capture kind and modification time
-/// its record gives it, and the record's time (seconds).
+/// made: its blob, size, how it was captured, the captured mtime, and the time (seconds) of
+/// the record that made it.
 type Unhashed = (String, u64, CaptureHow, [i64; 2], i64);
 
 /// What a seal needs of the records one reader saw: every record's `seq` (to set aside those

@@ -72,8 +72,10 @@ struct Executor<'a> {
     linked: std::collections::HashMap<crate::record::Ident, String>,
     /// The hash each copied blob was recorded with (by the record that made it).
     hashed: std::collections::HashMap<String, String>,
-    /// Linked blobs whose content no longer matches the hash sealed with the session (checked
-    /// once, before this undo changes anything).
+    /// Blobs not to be trusted, each with how that is known: bytes that no longer match the
+    /// hash sealed with the session, a state not the sealed one, or a linked blob written
+    /// after its capture by something the journal never saw (checked once, before this undo
+    /// changes anything).
     tampered: std::collections::HashMap<String, &'static str>,
     force: bool,
     journal: &'a JournalContents,

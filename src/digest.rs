@@ -248,29 +248,29 @@ fn digest_file(file: &File, each_line: bool, seen: Option<&Seen>) -> io::Result<
     let mut whole = blake3::Hasher::new();
     let mut end = 0;
     let read_to = seen.map_or(0, |s| s.end);
-    // The hash of the lines before `read_to`, and the hashes of the lines from it on.
+    // The hash of the lines before `read_to`, and how many lines they are.
     let mut before_read_to = None;
-    let mut after = Vec::new();
+    let mut lines_before = 0;
     whole_lines(
         file,
         |offset, line| {
             if each_line {
-                let h = line_hash(line);
-                d.hashes.push(h);
-                if read_to > 0 && offset >= read_to {
-                    after.push(h);
-                }
+                d.hashes.push(line_hash(line));
             }
+            lines_before += usize::from(offset < read_to);
             end = offset + line.len() as u64 + 1;
         },
-        |offset, span| match (read_to - offset.min(read_to)).try_into() {
-            Ok(cut) if read_to > offset && cut <= span.len() => {
-                whole.update(&span[..cut]);
-                before_read_to = Some(whole.finalize());
-                whole.update(&span[cut..]);
-            }
-            _ => {
-                whole.update(span);
+        |offset, span| {
+            let cut = read_to.checked_sub(offset).and_then(|c| usize::try_from(c).ok());
+            match cut.filter(|&c| c > 0 && c <= span.len()) {
+                Some(cut) => {
+                    whole.update(&span[..cut]);
+                    before_read_to = Some(whole.finalize());
+                    whole.update(&span[cut..]);
+                }
+                None => {
+                    whole.update(span);
+                }
             }
         },
     )?;
@@ -280,7 +280,10 @@ fn digest_file(file: &File, each_line: bool, seen: Option<&Seen>) -> io::Result<
     if let Some(seen) = seen.filter(|s| s.end > 0) {
         if before_read_to.map(|h| *h.as_bytes()) != Some(seen.whole) {
             differs = true;
-            d.hashes = if each_line { [seen.hashes.clone(), after].concat() } else { Vec::new() };
+            if each_line {
+                let later = d.hashes.split_off(lines_before.min(d.hashes.len()));
+                d.hashes = [seen.hashes.clone(), later].concat();
+            }
             d.whole = blake3::Hash::from_bytes(seen.whole).to_hex().to_string();
             // Never before the lines read: a file emptied since is not a file digested empty.
             d.end = end.max(seen.end);

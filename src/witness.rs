@@ -8,7 +8,7 @@
 //! and it reads each file forward from where it stopped: a line is read once, soon after it is
 //! written, and only whole lines (up to an LF, never past a NUL: a segment's record may still
 //! be being copied, its LF last) are taken. [`Witness::seen`] is handed to `run` over a pipe;
-//! [`crate::digest::JournalDigest::take`] then checks that each file still begins with exactly
+//! [`crate::digest::JournalDigest::take_witnessed`] then checks that each file still begins with exactly
 //! the lines the supervisor read, and where it does not, the seal keeps the hashes of the lines
 //! the supervisor read instead of those the file holds: the records written over them are set
 //! aside and the ones erased are counted as gone, as for a change made after the seal.
@@ -26,6 +26,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::digest::{journal_files, line_hash, read_at};
@@ -100,6 +101,8 @@ impl Witnessed {
 /// One file being read.
 struct Reading {
     path: PathBuf,
+    /// For a segment of the shim's, the process that writes it (the pid in its name).
+    writer: Option<i32>,
     end: u64,
     whole: blake3::Hasher,
     hashes: Vec<u64>,
@@ -132,6 +135,7 @@ impl Witness {
         let Ok(names) = journal_files(&self.dir) else { return };
         for (name, path) in names {
             let reading = self.files.entry(name).or_insert_with(|| Reading {
+                writer: path.file_name().and_then(|n| writer(n.as_bytes())),
                 path,
                 end: 0,
                 whole: blake3::Hasher::new(),
@@ -143,7 +147,7 @@ impl Witness {
                 continue;
             }
             // Asked before the reading: a writer gone by then wrote everything it wrote before.
-            let gone = writer(&name_of(&reading.path)).is_some_and(|pid| !alive(pid));
+            let gone = reading.writer.is_some_and(|pid| !alive(pid));
             if read_on(reading, &mut self.buf).is_ok() && gone {
                 reading.settled = true;
             }
@@ -162,12 +166,6 @@ impl Witness {
             .collect();
         Witnessed { files }
     }
-}
-
-/// The file name of `path`.
-fn name_of(path: &Path) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    path.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default()
 }
 
 /// The process that writes the segment named `name` (`PID-SEQ`, as the shim names them; the

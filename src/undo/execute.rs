@@ -21,23 +21,22 @@ pub(super) fn run_plan_streaming(
     mut sink: Option<&mut dyn FnMut(StepReport)>,
 ) -> io::Result<Report> {
     super::tree::start_undo();
-    let blobs = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let blobs_fd = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     // A dry run acts on an overlay; its made-up nodes start from a real status.
     let sim = match plan.opts.dry_run {
-        true => Some(std::rc::Rc::new(Sim::new(rustix::fs::fstat(&blobs)?))),
+        true => Some(std::rc::Rc::new(Sim::new(rustix::fs::fstat(&blobs_fd)?))),
         false => None,
     };
+    use std::os::unix::ffi::OsStrExt;
+    let blobs_dir = Dir::real(plan.blobs_dir.as_os_str().as_bytes(), blobs_fd, sim.clone());
+    let blobs = blobs_dir.borrowed()?;
     let mut linked = std::collections::HashMap::new();
     let mut hashed = std::collections::HashMap::new();
-    // How many records name each inode they kept, and the inode of each linked blob.
+    // How many records name each inode they kept.
     let mut named = std::collections::HashMap::new();
-    let mut linked_blobs = std::collections::HashMap::new();
     for r in &plan.journal.records {
         let Some(Before::Contents(snap)) = r.op.before() else { continue };
         *named.entry(snap.ident).or_insert(0u32) += 1;
-        if let Node::File { blob, how: CaptureHow::Link, .. } = &snap.node {
-            linked_blobs.insert(blob.as_str(), snap.ident);
-        }
         match &snap.node {
             Node::File { blob, how: CaptureHow::Link, .. } => {
                 linked.entry(snap.ident).or_insert_with(|| blob.clone());
@@ -50,6 +49,9 @@ pub(super) fn run_plan_streaming(
             _ => {}
         }
     }
+    // The linked blobs whose inode no other record names (one record: one blob).
+    let lone: HashSet<&str> =
+        linked.iter().filter(|(ident, _)| named.get(*ident) == Some(&1)).map(|(_, blob)| blob.as_str()).collect();
     // Each blob not to be trusted, and how it is known.
     let mut tampered = std::collections::HashMap::new();
     // When the session's first step was made (ns): a kept inode born before is no file the
@@ -58,7 +60,7 @@ pub(super) fn run_plan_streaming(
     if let Some(seal) = plan.seal {
         for (blob, want) in &seal.blob_hashes {
             let got = rustix::fs::openat(
-                &blobs,
+                blobs,
                 blob.as_str(),
                 OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
@@ -74,12 +76,12 @@ pub(super) fn run_plan_streaming(
         // named missing where a step needs it.) Its change time is compared while no undo of
         // the session has run: a redo moves blobs back into the store.
         for (blob, want) in &seal.blob_stats {
-            let now = rustix::fs::statat(&blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
+            let now = rustix::fs::statat(blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
             if now.is_ok_and(|st| !want.unchanged(&st, plan.earlier_undo)) {
                 tampered.insert(blob.clone(), "is not what it was when the session was sealed");
             } else if !seal.blob_intact.contains(blob)
-                && linked_blobs.get(blob.as_str()).is_some_and(|ident| named.get(ident) == Some(&1))
-                && born_before(&blobs, blob, session_began)
+                && lone.contains(blob.as_str())
+                && born_before(&blobs_dir, blob, session_began)
             {
                 // Written since its capture, while no other record names its inode and it is no
                 // file the session made: through a descriptor the journal never saw (one
@@ -93,11 +95,10 @@ pub(super) fn run_plan_streaming(
             }
         }
     }
-    use std::os::unix::ffi::OsStrExt;
-    let store_dev = rustix::fs::fstat(&blobs)?.st_dev;
+    let store_dev = rustix::fs::fstat(blobs)?.st_dev;
     let exec = Executor {
         store_dev,
-        blobs: Dir::real(plan.blobs_dir.as_os_str().as_bytes(), blobs, sim.clone()),
+        blobs: blobs_dir,
         sim,
         blobs_path: plan.blobs_dir.to_path_buf(),
         linked,
@@ -639,13 +640,9 @@ const COARSE_CLOCK_NS: i64 = 20_000_000;
 
 /// Whether the blob `name` in `blobs` is an inode born before `began` (ns since the epoch),
 /// by more than [`COARSE_CLOCK_NS`]. `false` where birth times are not kept.
-fn born_before(blobs: &impl AsFd, name: &str, began: i64) -> bool {
-    rustix::fs::statx(blobs, name, AtFlags::SYMLINK_NOFOLLOW, rustix::fs::StatxFlags::BTIME)
-        .ok()
-        .filter(|sx| sx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0)
-        .is_some_and(|sx| {
-            let born =
-                sx.stx_btime.tv_sec.saturating_mul(1_000_000_000).saturating_add(i64::from(sx.stx_btime.tv_nsec));
-            born < began.saturating_sub(COARSE_CLOCK_NS)
-        })
+fn born_before(blobs: &Dir, name: &str, began: i64) -> bool {
+    blobs.birth(name.as_bytes()).is_some_and(|(sec, nsec)| {
+        let born = sec.saturating_mul(1_000_000_000).saturating_add(i64::from(nsec));
+        born < began.saturating_sub(COARSE_CLOCK_NS)
+    })
 }

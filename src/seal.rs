@@ -699,9 +699,8 @@ pub fn take_seal_of_paths(touched: Vec<BPath>, through: u64, absent: impl Fn(&[u
 }
 
 /// A linked or cloned capture (or a copy reused by identity), which was not hashed when it was
-/// made: its blob, size, how it was captured, the captured mtime, and the time (seconds) of
-/// the record that made it.
-type Unhashed = (String, u64, CaptureHow, [i64; 2], i64);
+/// made: its blob, size, how it was captured and the captured mtime.
+type Unhashed = (String, u64, CaptureHow, [i64; 2]);
 
 /// What a seal needs of the records one reader saw: every record's `seq` (to set aside those
 /// no writer handed out, as [`JournalContents::set_aside_unaccounted`] does), the paths each
@@ -823,8 +822,7 @@ impl Gathered {
         let mut blob = |before: &Before| {
             if let Before::Contents(s) = before {
                 if let Node::File { blob, size, hash: None, how, .. } = &s.node {
-                    let at = r.time.0.div_euclid(1_000_000_000);
-                    self.unhashed.push((r.seq, (blob.clone(), *size, *how, s.mtime, at)));
+                    self.unhashed.push((r.seq, (blob.clone(), *size, *how, s.mtime)));
                 }
             }
         };
@@ -921,27 +919,20 @@ fn touched_of(parts: Vec<Gathered>, last_id: Option<u64>) -> Touched {
 /// what `run` did after an `rm -rf`), which undo compares with the blob before it trusts it;
 /// and which of the linked ones are still as captured. A blob that cannot be looked at is left
 /// out (as is every blob of a store whose blobs directory cannot be opened).
-///
-/// A linked blob is the inode itself, which a descriptor kept open on the removed file can
-/// still write: it is as captured when its size is its record's, and its modification time is
-/// its record's or was set to before the record (more than a second before: the file system's
-/// clock is coarse), as `utime` through such a descriptor does; a write sets it to the time of
-/// the write.
 fn blob_stats_of(
     unhashed: &[Unhashed],
     blobs_dir: &Path,
     progress: &(impl Fn() + Sync),
 ) -> (BTreeMap<String, BlobStat>, std::collections::BTreeSet<String>) {
     let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
-    let stats = in_parallel(unhashed, |(blob, size, how, mtime, recorded)| {
+    let stats = in_parallel(unhashed, |(blob, size, how, mtime)| {
         let out = blobs
             .as_ref()
             .and_then(|dir| rustix::fs::statat(dir, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok())
             .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
             .map(|st| {
                 let stat = BlobStat::of(&st);
-                let set_back = stat.mtime[0] < recorded.saturating_sub(1);
-                (stat, *how != CaptureHow::Link || (stat.size == *size && (stat.mtime == *mtime || set_back)))
+                (stat, *how != CaptureHow::Link || (stat.size == *size && stat.mtime == *mtime))
             });
         progress();
         out

@@ -32,14 +32,16 @@ pub(super) fn run_plan_streaming(
     let blobs = blobs_dir.borrowed()?;
     let mut linked = std::collections::HashMap::new();
     let mut hashed = std::collections::HashMap::new();
-    // How many records name each inode they kept.
+    // How many records name each inode they kept, and what each linked capture recorded.
     let mut named = std::collections::HashMap::new();
+    let mut link_captures = Vec::new();
     for r in &plan.journal.records {
         let Some(Before::Contents(snap)) = r.op.before() else { continue };
         *named.entry(snap.ident).or_insert(0u32) += 1;
         match &snap.node {
-            Node::File { blob, how: CaptureHow::Link, .. } => {
+            Node::File { blob, how: CaptureHow::Link, size, .. } => {
                 linked.entry(snap.ident).or_insert_with(|| blob.clone());
+                link_captures.push((blob.as_str(), snap.ident, (*size, snap.mtime, r.time.0)));
             }
             // A copy reused by identity names its blob without a hash: the record that made
             // the blob has it.
@@ -49,9 +51,13 @@ pub(super) fn run_plan_streaming(
             _ => {}
         }
     }
-    // The linked blobs whose inode no other record names (one record: one blob).
-    let lone: HashSet<&str> =
-        linked.iter().filter(|(ident, _)| named.get(*ident) == Some(&1)).map(|(_, blob)| blob.as_str()).collect();
+    // The linked blobs whose inode no other record names, with their record's size, mtime
+    // and time.
+    let lone: std::collections::HashMap<&str, (u64, [i64; 2], i64)> = link_captures
+        .into_iter()
+        .filter(|(_, ident, _)| named.get(ident) == Some(&1))
+        .map(|(blob, _, captured)| (blob, captured))
+        .collect();
     // Each blob not to be trusted, and how it is known.
     let mut tampered = std::collections::HashMap::new();
     // When the session's first step was made (ns): a kept inode born before is no file the
@@ -79,8 +85,7 @@ pub(super) fn run_plan_streaming(
             let now = rustix::fs::statat(blobs, blob.as_str(), AtFlags::SYMLINK_NOFOLLOW);
             if now.is_ok_and(|st| !want.unchanged(&st, plan.earlier_undo)) {
                 tampered.insert(blob.clone(), "is not what it was when the session was sealed");
-            } else if !seal.blob_intact.contains(blob)
-                && lone.contains(blob.as_str())
+            } else if lone.get(blob.as_str()).is_some_and(|captured| written_since(want, *captured))
                 && born_before(&blobs_dir, blob, session_began)
             {
                 // Written since its capture, while no other record names its inode and it is no
@@ -631,6 +636,15 @@ impl<'a> Executor<'a> {
             || (self.only.is_none_or(|o| o.contains(&seq))
                 && self.journal.records.binary_search_by_key(&seq, |r| r.seq).is_ok())
     }
+}
+
+/// Whether a linked blob sealed as `sealed` was written after its capture, which recorded its
+/// size, its mtime and the record's time (ns): its size moved, or its mtime did and not to
+/// before the record (by more than a second), as `utime` through a descriptor kept open on
+/// the removed file sets it; a write sets it to the time of the write.
+fn written_since(sealed: &crate::seal::BlobStat, (size, mtime, recorded): (u64, [i64; 2], i64)) -> bool {
+    let set_back = sealed.mtime[0] < recorded.div_euclid(1_000_000_000).saturating_sub(1);
+    sealed.size != size || (sealed.mtime != mtime && !set_back)
 }
 
 /// How far the file system's clock, which reads its clock tick's time, may lag the time a

@@ -169,10 +169,21 @@ pub(super) fn run_plan_streaming(
             super::remover::wait();
         }
         exec.report_failed_removals(&mut report);
-        // (A step after a removal still queued may yet be failed by it: printed once it is not.)
-        if let Some(sink) = sink.as_mut().filter(|_| super::remover::queued() == 0) {
-            report.stream_from(kept, *sink);
-            kept = report.outcomes.len();
+        // The steps before the oldest removal still queued are final: printed (and dropped)
+        // now. That one and those after it may yet be failed by it.
+        if let Some(sink) = sink.as_mut() {
+            let upto = match super::remover::oldest_queued() {
+                None => Some(report.outcomes.len()),
+                Some(Some(step)) => {
+                    let after = report.outcomes[kept..].iter().position(|o| o.seq.is_none_or(|s| s <= step));
+                    Some(kept + after.unwrap_or(report.outcomes.len() - kept))
+                }
+                Some(None) => None,
+            };
+            // (Behind a queue, in pieces: the steps after it are moved down each time.)
+            if let Some(upto) = upto.filter(|&u| u == report.outcomes.len() || u >= kept + STREAM_BEHIND_QUEUE) {
+                kept = report.stream_range(kept, upto, *sink);
+            }
         }
         super::remover::set_step(Some(rec.seq), overlaps);
         if plan.already.contains(&rec.seq) {
@@ -266,6 +277,9 @@ pub(super) fn run_plan_streaming(
     }
     Ok(report)
 }
+
+/// While removals are queued, the final steps before them are printed this many at a time.
+const STREAM_BEHIND_QUEUE: usize = 1024;
 
 /// Names in `template`'s directory that it can produce, as they are now (at most 10).
 pub(super) fn temp_name_candidates(template: &BPath) -> Vec<String> {

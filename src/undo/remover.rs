@@ -24,8 +24,8 @@ use std::sync::{Arc, mpsc};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-/// At most this many removals wait at once: the steps before the oldest one are printed when
-/// they are done, so a long run of removals is printed in pieces of this many.
+/// At most this many removals wait at once: one more waits for the oldest batch to be done
+/// (the steps before the oldest removal still waiting are final, and printed).
 pub(super) const MAX_QUEUED: usize = 4096;
 
 /// Removals are handed to the thread this many at a time: one at a time, waking it for each
@@ -157,8 +157,13 @@ pub(super) fn unlink(path: &Rc<[u8]>, dir: BorrowedFd<'_>, name: &[u8], logged: 
     if r.jobs.is_none() {
         return unlink_now(dir, name);
     }
-    if r.queued.borrow().len() >= MAX_QUEUED {
-        wait();
+    // A full queue waits for its oldest batch only: waiting for all of it left the thread idle
+    // while this one refilled it (an undo of 100,000 creations without redo took the time of
+    // its checks and its removals added, not the longer of the two).
+    while r.queued.borrow().len() >= MAX_QUEUED {
+        if !r.collect_oldest() {
+            break;
+        }
     }
     let shared = {
         let mut last = r.dir.borrow_mut();
@@ -185,6 +190,27 @@ pub(super) fn unlink(path: &Rc<[u8]>, dir: BorrowedFd<'_>, name: &[u8], logged: 
     Ok(())
 }
 
+/// Removes `name` from `dir` on this thread, its undo journal record written first.
+fn unlink_now(dir: BorrowedFd<'_>, name: &[u8]) -> Result<(), Errno> {
+    super::redo::flush_held();
+    rustix::fs::unlinkat(dir, name, AtFlags::empty())
+}
+
+/// Whether a step acting on `path` must wait for the removals queued: it is one of them, or
+/// the directory of one.
+pub(super) fn must_wait(path: &[u8]) -> bool {
+    current().is_some_and(|r| {
+        !r.queued.borrow().is_empty() && (r.paths.borrow().contains(path) || r.dirs.borrow().contains(path))
+    })
+}
+
+/// The session's record whose undo queued the oldest removal not yet known to be done: the
+/// steps taken before it are final, it and those after it may yet be failed by a removal.
+/// `None` when nothing is queued.
+pub(super) fn oldest_queued() -> Option<Option<u64>> {
+    current().and_then(|r| r.queued.borrow().front().map(|f| f.step))
+}
+
 impl Remover {
     /// Hands the removals not yet handed over to the thread.
     fn hand_over(&self) {
@@ -201,54 +227,64 @@ impl Remover {
             self.sent.borrow_mut().push_back(n);
         }
     }
+
+    /// Takes the thread's answer for the oldest batch handed over (handing over the removals
+    /// not yet handed, if none was): its removals leave the queue, its failures are kept for
+    /// [`take_failures`]. `false` when nothing was queued.
+    fn collect_oldest(&self) -> bool {
+        if self.queued.borrow().is_empty() {
+            return false;
+        }
+        if self.sent.borrow().is_empty() {
+            self.hand_over();
+        }
+        let mut queued = self.queued.borrow_mut();
+        let mut failures = self.failures.borrow_mut();
+        let n = self.sent.borrow_mut().pop_front();
+        let (mut batch, failed) = match n.map(|n| (n, self.results.recv())) {
+            Some((n, Ok(failed))) => {
+                let n = n.min(queued.len());
+                (queued.drain(..n).collect::<Vec<_>>(), failed)
+            }
+            // The thread is gone (it cannot be, short of a panic in `unlinkat`), or never took
+            // them: what it has not said it did is not known to be done.
+            _ => {
+                let all: Vec<Failure> = queued.drain(..).collect();
+                let failed = (0..all.len()).map(|i| (i, Errno::IO)).collect();
+                (all, failed)
+            }
+        };
+        let mut paths = self.paths.borrow_mut();
+        for done in &batch {
+            paths.remove(&done.path);
+        }
+        for (i, errno) in failed.into_iter().rev() {
+            if i < batch.len() {
+                let mut removal = batch.swap_remove(i);
+                removal.errno = errno;
+                failures.push(removal);
+            }
+        }
+        true
+    }
 }
 
-/// Removes `name` from `dir` on this thread, its undo journal record written first.
-fn unlink_now(dir: BorrowedFd<'_>, name: &[u8]) -> Result<(), Errno> {
-    super::redo::flush_held();
-    rustix::fs::unlinkat(dir, name, AtFlags::empty())
-}
-
-/// How many removals are queued and not yet known to be done.
-pub(super) fn queued() -> usize {
-    current().map_or(0, |r| r.queued.borrow().len())
-}
-
-/// Whether a step acting on `path` must wait for the removals queued: it is one of them, or
-/// the directory of one.
-pub(super) fn must_wait(path: &[u8]) -> bool {
-    current().is_some_and(|r| {
-        !r.queued.borrow().is_empty() && (r.paths.borrow().contains(path) || r.dirs.borrow().contains(path))
-    })
+#[cfg(test)]
+thread_local! {
+    /// How many times [`wait`] found removals queued (a test counts them).
+    pub(super) static WAITED_FOR_ALL: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Waits until every removal queued is done (their failures are kept for [`take_failures`]).
 pub(super) fn wait() {
     let Some(r) = current() else { return };
-    r.hand_over();
-    let mut queued = r.queued.borrow_mut();
-    let mut failures = r.failures.borrow_mut();
-    while !queued.is_empty() {
-        let n = r.sent.borrow_mut().pop_front();
-        match n.map(|n| (n, r.results.recv())) {
-            Some((n, Ok(failed))) => {
-                let n = n.min(queued.len());
-                let mut batch: Vec<Failure> = queued.drain(..n).collect();
-                for (i, errno) in failed.into_iter().rev() {
-                    if i < batch.len() {
-                        let mut removal = batch.swap_remove(i);
-                        removal.errno = errno;
-                        failures.push(removal);
-                    }
-                }
-            }
-            // The thread is gone (it cannot be, short of a panic in `unlinkat`), or never took
-            // them: what it has not said it did is not known to be done.
-            _ => failures.extend(queued.drain(..)),
-        }
+    #[cfg(test)]
+    if !r.queued.borrow().is_empty() {
+        WAITED_FOR_ALL.with(|w| w.set(w.get() + 1));
     }
+    r.hand_over();
+    while r.collect_oldest() {}
     r.sent.borrow_mut().clear();
-    drop((queued, failures));
     r.paths.borrow_mut().clear();
     r.dirs.borrow_mut().clear();
     // A directory's path may name another directory after the steps to come.

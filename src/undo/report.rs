@@ -262,17 +262,28 @@ impl Report {
     /// Moves every step from `outcomes[from..]` that ended exactly to `sink`, counting it in
     /// `streamed`; the others stay, in order (later passes may still change them).
     pub(crate) fn stream_from(&mut self, from: usize, sink: &mut dyn FnMut(StepReport)) {
-        if self.outcomes[from..].iter().all(|o| !o.outcome.is_success()) {
-            return;
+        self.stream_range(from, self.outcomes.len(), sink);
+    }
+
+    /// [`Report::stream_from`] for `outcomes[from..upto]` only; the steps after it stay as they
+    /// are. Returns where those steps now begin.
+    pub(crate) fn stream_range(&mut self, from: usize, upto: usize, sink: &mut dyn FnMut(StepReport)) -> usize {
+        let upto = upto.clamp(from, self.outcomes.len());
+        if self.outcomes[from..upto].iter().all(|o| !o.outcome.is_success()) {
+            return upto;
         }
-        for o in self.outcomes.split_off(from) {
+        let mut stay = Vec::new();
+        for o in self.outcomes.drain(from..upto) {
             if o.outcome.is_success() {
                 self.streamed.count(o.outcome);
                 sink(o);
             } else {
-                self.outcomes.push(o);
+                stay.push(o);
             }
         }
+        let begins = from + stay.len();
+        self.outcomes.splice(from..from, stay);
+        begins
     }
 
     /// The report as the JSON object `undo --json` prints (a documented contract).

@@ -1041,3 +1041,52 @@ fn packed_bytes_that_no_longer_match_their_hash_are_never_written_back() {
     let r = f.undo();
     assert_eq!(code(&r, of("/c")), "blob_missing", "{:?}", r.outcomes);
 }
+
+#[test]
+fn removals_go_on_beside_the_steps_a_full_queue_waits_for_its_oldest_batch_only_and_every_step_is_printed_once() {
+    // Two queues' worth of creations in one directory: the undo waits for every queued
+    // removal only at its end (waiting for all of a full queue left the removal thread idle
+    // while the queue was filled again), and the steps it prints as they end are each
+    // printed once, the failed one never as removed.
+    let mut f = Fixture::new();
+    let n = super::remover::MAX_QUEUED * 2 + 500;
+    for i in 0..n {
+        let name = format!("f{i}");
+        fs::write(f.p(&name), b"").unwrap();
+        f.push(Op::Change { path: f.bp(&name), before: Before::Absent });
+    }
+    // A step whose removal fails: a non-empty directory stands at its name (it is then taken
+    // in order, not queued).
+    fs::remove_file(f.p("f5")).unwrap();
+    fs::create_dir(f.p("f5")).unwrap();
+    fs::write(f.p("f5/inside"), b"").unwrap();
+    let j = JournalContents { records: f.records.clone(), ..Default::default() };
+    let (opts, none) = (UndoOptions::default(), HashSet::new());
+    let plan = Plan {
+        journal: &j,
+        blobs_dir: &f.blobs,
+        opts: &opts,
+        seal: None,
+        already: &none,
+        undo_times: &Default::default(),
+        only: None,
+        earlier_undo: false,
+    };
+    super::remover::WAITED_FOR_ALL.with(|w| w.set(0));
+    let mut printed: Vec<StepReport> = Vec::new();
+    let r = super::execute::run_plan_streaming(&plan, &mut |_, _| {}, Some(&mut |s| printed.push(s))).unwrap();
+    // (A directory is removed in order: f5's step waits for every removal before it.)
+    let waited = super::remover::WAITED_FOR_ALL.with(|w| w.get());
+    assert_eq!(waited, 2, "only f5's step and the end wait for every removal queued");
+    printed.extend(r.outcomes.iter().cloned());
+    assert_eq!(printed.len(), n, "each step once");
+    let mut seqs: Vec<u64> = printed.iter().filter_map(|o| o.seq).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), n);
+    let f5: Vec<Outcome> = printed.iter().filter(|o| o.path.as_ref() == Some(&f.bp("f5"))).map(|o| o.outcome).collect();
+    assert_eq!(f5, [Outcome::Failed]);
+    assert!(!r.complete);
+    let left: Vec<_> = fs::read_dir(&f.work).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["f5"]);
+}

@@ -1756,12 +1756,27 @@ fn an_undo_says_when_another_running_session_has_journaled_the_same_paths() {
 #[test]
 #[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
 fn a_file_the_undo_cannot_remove_is_failed_even_when_removed_beside_the_next_steps() {
-    require_root("to make a file immutable");
-    let s = scratch!();
-    let session = s.session("session");
     // Enough creations for the removals to be handed over in batches, one in the middle.
-    s.run_ok(&session, &["sh", "-c", "for i in $(seq 1 600); do echo $i > f$i; done"]);
-    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(s.path("f300")).status().is_ok_and(|s| s.success());
+    undo_with_one_immutable_file(scratch!(), 600, 300);
+}
+
+#[test]
+#[ignore = "needs root: `cargo test -- --include-ignored` as root (.ci/run does)"]
+fn a_removal_that_fails_while_the_queue_is_full_is_failed_and_never_printed_as_removed() {
+    // More creations than removals are ever queued at once (4,096), the failing one among the
+    // first queued: its failure is collected while the undo goes on, with steps printed as
+    // they end.
+    undo_with_one_immutable_file(scratch!(), 9000, 8990);
+}
+
+/// Undoes (in `s`) a session of `n` creations `f1`..`fn` with `f{failing}` made immutable: that one
+/// fails, is named once, and the redo leaves it alone and puts back every other.
+fn undo_with_one_immutable_file(s: Scratch, n: usize, failing: usize) {
+    require_root("to make a file immutable");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", &format!("for i in $(seq 1 {n}); do echo $i > f$i; done")]);
+    let victim = format!("f{failing}");
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(s.path(&victim)).status().is_ok_and(|s| s.success());
     assert!(chattr("+i"), "the scratch file system must support chattr +i");
     let undo = |what: &str| {
         let out = s.cli(&[what.as_ref(), "--json".as_ref(), "--journal".as_ref(), session.as_os_str()]);
@@ -1773,26 +1788,35 @@ fn a_file_the_undo_cannot_remove_is_failed_even_when_removed_beside_the_next_ste
     assert_eq!(code, Some(3), "{}", report["summary"]);
     assert_eq!(report["complete"], false);
     let steps = report["outcomes"].as_array().unwrap();
+    let mut named = std::collections::HashMap::new();
+    for o in steps {
+        *named.entry(o["path"].as_str().unwrap_or_default()).or_insert(0) += 1;
+    }
+    for i in 1..=n {
+        let path = s.path(&format!("f{i}")).to_string_lossy().into_owned();
+        assert_eq!(named.get(path.as_str()), Some(&1), "f{i}'s step, once: {}", report["summary"]);
+    }
     let of = |name: &str| {
         let path = s.path(name).to_string_lossy().into_owned();
         steps.iter().filter(|o| o["path"] == path.as_str()).map(|o| o["outcome"].as_str().unwrap()).collect::<Vec<_>>()
     };
-    assert_eq!(of("f300"), ["failed"], "{}", report["summary"]);
-    assert_eq!(of("f299"), ["removed"]);
+    assert_eq!(of(&victim), ["failed"], "{}", report["summary"]);
+    assert_eq!(of(&format!("f{}", failing - 1)), ["removed"]);
     let failed: Vec<_> = steps.iter().filter(|o| o["outcome"] != "removed" && o["outcome"] != "restored").collect();
-    assert_eq!(failed.len(), 1, "only f300 is not removed: {failed:?}");
+    assert_eq!(failed.len(), 1, "only {victim} is not removed: {failed:?}");
     let left: Vec<_> = std::fs::read_dir(s.tree()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, ["f300"], "every other file is gone, and that one is still there");
-    // The undo's own journal says f300 was not removed: its redo puts back the 599 others and
-    // leaves f300 alone.
+    assert_eq!(left, [victim.as_str()], "every other file is gone, and that one is still there");
+    // The undo's own journal says it was not removed: its redo puts back the others and
+    // leaves it alone.
     let (code, report) = undo("redo");
     assert_eq!(code, Some(0), "{}", report["summary"]);
     // (It knows, from the record the undo added when the removal failed.)
-    let f300 = s.path("f300").to_string_lossy().into_owned();
-    let redone: Vec<_> = report["outcomes"].as_array().unwrap().iter().filter(|o| o["path"] == f300.as_str()).collect();
+    let victim_path = s.path(&victim).to_string_lossy().into_owned();
+    let redone: Vec<_> =
+        report["outcomes"].as_array().unwrap().iter().filter(|o| o["path"] == victim_path.as_str()).collect();
     assert_eq!(redone.len(), 1, "{redone:?}");
     assert_eq!(redone[0]["cause"]["code"], "call_changed_nothing", "{redone:?}");
-    for i in 1..=600 {
+    for i in 1..=n {
         assert_eq!(std::fs::read_to_string(s.path(&format!("f{i}"))).unwrap(), format!("{i}\n"));
     }
 }

@@ -487,10 +487,11 @@ pub struct Seal {
 /// path in a few directories, where a list of `BPath`s and a map to them took 100: a seal of
 /// a million paths is read whole by undo), the states packed beside
 /// them (`packed`: about 55 bytes a regular file where a value took 104), in the same order.
-/// A path a list repeats is held once, with its first state.
+/// A path a list repeats is held once, with its first state. The paths are shared with
+/// whoever asks for them ([`SealedPaths::names`]), copied only if a path is added meanwhile.
 #[derive(Clone, Default)]
 pub struct SealedPaths {
-    names: PathSet,
+    names: std::sync::Arc<PathSet>,
     /// Every state, packed one after another.
     packed: Vec<u8>,
     /// Where the state of each name starts in `packed`, by its index in `names`.
@@ -526,9 +527,12 @@ impl SealedPaths {
     /// Sets the state of `path`, adding it at the end when it is not held. A state no longer
     /// than the one it replaces takes its place (an undo sets a million created files absent).
     pub fn set(&mut self, path: &[u8], state: AfterState) {
-        match self.names.insert_full(path) {
-            (_, true) => self.push(&state),
-            (i, false) => {
+        match self.names.index_of(path) {
+            None => {
+                std::sync::Arc::make_mut(&mut self.names).insert(path);
+                self.push(&state);
+            }
+            Some(i) => {
                 let (_, old) = self.state(i);
                 let end = self.packed.len();
                 packed::pack(&state, &mut self.packed);
@@ -551,7 +555,7 @@ impl SealedPaths {
 
     /// Adds `path` with `state` unless it is held already (then the first state stays).
     fn add_first(&mut self, path: &[u8], state: AfterState) {
-        if self.names.insert(path) {
+        if std::sync::Arc::make_mut(&mut self.names).insert(path) {
             self.push(&state);
         }
     }
@@ -569,6 +573,12 @@ impl SealedPaths {
     /// The path at index `i` (see [`SealedPaths::index_of`]), whole.
     pub fn path_at(&self, i: usize) -> Option<Vec<u8>> {
         self.names.get(i)
+    }
+
+    /// Its paths, shared (for a reader that marks paths by their index here instead of holding
+    /// them again; the indexes are those of [`SealedPaths::index_of`]).
+    pub fn names(&self) -> std::sync::Arc<PathSet> {
+        self.names.clone()
     }
 }
 

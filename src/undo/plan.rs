@@ -245,7 +245,8 @@ fn undo_inner(
             room_for_redo(session, &plan)?;
             let (settings, _) = crate::config::Settings::from_env();
             let named = super::redo::named_inodes(&plan.journal.records);
-            let log = super::redo::UndoLog::create(session.dir(), settings.budget, named)
+            let sealed = seal.as_ref().map(|s| s.paths.names());
+            let log = super::redo::UndoLog::create(session.dir(), settings.budget, named, sealed)
                 .map_err(|source| SessionError::Io { path: session.dir().join(super::redo::UNDOS_DIR), source })?;
             Some(log.start())
         }

@@ -95,51 +95,85 @@ pub(super) const MADE: u8 = 1;
 /// A path an undo removed and did not make again: absent when it ends.
 pub(super) const REMOVED: u8 = 2;
 
-/// Every path an undo's journal names, once each (in one buffer: an undo of a million
-/// removals names a million paths), with what the undo did to each ([`MADE`], [`REMOVED`]).
+/// A path an undo's journal names (a mark of the paths the seal holds: those it does not hold
+/// are named by being in [`Paths::set`]).
+const NAMED: u8 = 4;
+
+/// Every path an undo's journal names, once each, with what the undo did to each ([`MADE`],
+/// [`REMOVED`]). A path the session's seal holds is marked by its index there (the seal holds
+/// every path the session's records name: an undo of a million removals names a million
+/// paths, which were 25 MB more held again); any other is held in one buffer of its own.
 #[derive(Debug, Default)]
 pub(super) struct Paths {
-    pub(super) set: PathSet,
-    /// The marks of each path, by its index in `set`.
+    /// The session's sealed paths, and the marks of each by its index there.
+    sealed: Option<(std::sync::Arc<PathSet>, Vec<u8>)>,
+    /// The paths the seal does not hold.
+    set: PathSet,
+    /// The marks of each path of `set`, by its index there.
     marks: Vec<u8>,
 }
 
 impl Paths {
-    /// Counts `path` among those the journal names.
-    fn touch(&mut self, path: &[u8]) -> usize {
+    /// Paths marked by their index in `sealed` (the session's seal's, when it has one), or held.
+    pub(super) fn new(sealed: Option<std::sync::Arc<PathSet>>) -> Paths {
+        Paths { sealed: sealed.map(|names| (names.clone(), vec![0; names.len()])), ..Default::default() }
+    }
+
+    /// The marks of `path`, if it is named.
+    fn marks_of(&self, path: &[u8]) -> Option<u8> {
+        if let Some((names, marks)) = &self.sealed {
+            if let Some(i) = names.index_of(path) {
+                return Some(marks[i]).filter(|m| m & NAMED != 0);
+            }
+        }
+        self.set.index_of(path).map(|i| self.marks[i])
+    }
+
+    /// The marks of `path`, counting it among those the journal names.
+    fn touch(&mut self, path: &[u8]) -> &mut u8 {
+        if let Some((names, marks)) = &mut self.sealed {
+            if let Some(i) = names.index_of(path) {
+                marks[i] |= NAMED;
+                return &mut marks[i];
+            }
+        }
         let (i, _) = self.set.insert_full(path);
         if i >= self.marks.len() {
             self.marks.resize(i + 1, 0);
         }
-        i
+        &mut self.marks[i]
     }
 
     /// Whether `path` is marked `mark`.
     fn has(&self, path: &[u8], mark: u8) -> bool {
-        self.set.index_of(path).is_some_and(|i| self.marks[i] & mark != 0)
+        self.marks_of(path).is_some_and(|m| m & mark != 0)
     }
 
     /// Marks `path` (counting it among those named).
     fn mark(&mut self, path: &[u8], mark: u8) {
-        let i = self.touch(path);
-        self.marks[i] |= mark;
+        *self.touch(path) |= mark;
     }
 
     /// Takes `mark` off `path`: whether it had it.
     fn unmark(&mut self, path: &[u8], mark: u8) -> bool {
-        match self.set.index_of(path) {
-            Some(i) => {
-                let had = self.marks[i] & mark != 0;
-                self.marks[i] &= !mark;
-                had
-            }
-            None => false,
+        if !self.has(path, mark) {
+            return false;
         }
+        *self.touch(path) &= !mark;
+        true
     }
 
     /// Whether the undo left `path` absent (it removed it and did not make it again).
     pub(super) fn left_absent(&self, path: &[u8]) -> bool {
         self.has(path, REMOVED)
+    }
+
+    /// Every path named, whole: those the seal holds, in its order, then the others.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        let sealed = self.sealed.iter().flat_map(|(names, marks)| {
+            marks.iter().enumerate().filter(|(_, m)| **m & NAMED != 0).filter_map(|(i, _)| names.get(i))
+        });
+        sealed.chain(self.set.iter())
     }
 }
 
@@ -190,11 +224,13 @@ fn next_dir(session: &Path) -> PathBuf {
 }
 
 impl UndoLog {
-    /// Opens a new undo journal in the session at `session`.
+    /// Opens a new undo journal in the session at `session`, whose seal's paths (if it has a
+    /// seal) are `sealed` (see [`Paths::new`]).
     pub(super) fn create(
         session: &Path,
         budget: Budget,
         named: HashSet<crate::record::Ident>,
+        sealed: Option<std::sync::Arc<PathSet>>,
     ) -> std::io::Result<UndoLog> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = next_dir(session);
@@ -215,7 +251,7 @@ impl UndoLog {
             next: Cell::new(0),
             kept: Cell::new(0),
             budget,
-            paths: Default::default(),
+            paths: RefCell::new(Paths::new(sealed)),
             dirs: Default::default(),
             lost: Cell::new(0),
             not_kept: Cell::new(0),
@@ -586,7 +622,7 @@ pub(super) fn close(done: Finished, reversed: &[u64]) {
     // The state of every path the undo changed, from the paths it journaled (its journal is
     // not read back: its records hold every capture); its kept inodes are not hashed (they
     // were this undo's own moves and links, a moment ago).
-    let mut touched: Vec<BPath> = done.paths.set.iter().map(BPath::new).collect();
+    let mut touched: Vec<BPath> = done.paths.iter().map(BPath::new).collect();
     touched.sort_unstable();
     let mut seal = crate::seal::take_seal_of_paths(touched, done.last_seq, |p| done.paths.left_absent(p));
     seal.journal_digest = crate::digest::JournalDigest::take(&done.dir, false).ok();
@@ -730,4 +766,32 @@ pub fn redo_session(
         let _ = crate::session::write_atomically(&dir.join(REDONE_FILE), crate::session::now_rfc3339().as_bytes());
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_undo_marks_the_paths_the_seal_holds_by_their_index_and_holds_only_the_others() {
+        let mut names = PathSet::new();
+        for p in ["/t/a", "/t/b", "/t/c"] {
+            names.insert(p.as_bytes());
+        }
+        let mut paths = Paths::new(Some(std::sync::Arc::new(names)));
+        paths.mark(b"/t/b", REMOVED);
+        paths.mark(b"/t/new", MADE);
+        paths.touch(b"/t/c");
+        assert_eq!(paths.set.len(), 1, "only the path the seal does not hold is held again");
+        assert!(paths.left_absent(b"/t/b") && !paths.left_absent(b"/t/a") && !paths.left_absent(b"/t/c"));
+        assert!(paths.has(b"/t/new", MADE));
+        assert!(paths.unmark(b"/t/b", REMOVED) && !paths.unmark(b"/t/b", REMOVED) && !paths.unmark(b"/t/a", MADE));
+        let named: Vec<Vec<u8>> = paths.iter().collect();
+        assert_eq!(named, [b"/t/b".to_vec(), b"/t/c".to_vec(), b"/t/new".to_vec()], "every path named, once");
+        // Without a seal, every path is held.
+        let mut alone = Paths::new(None);
+        alone.mark(b"/t/b", REMOVED);
+        assert_eq!(alone.set.len(), 1);
+        assert!(alone.left_absent(b"/t/b"));
+    }
 }

@@ -268,6 +268,7 @@ impl Report {
     /// [`Report::stream_from`] for `outcomes[from..upto]` only; the steps after it stay as they
     /// are. Returns where those steps now begin.
     pub(crate) fn stream_range(&mut self, from: usize, upto: usize, sink: &mut dyn FnMut(StepReport)) -> usize {
+        let from = from.min(self.outcomes.len());
         let upto = upto.clamp(from, self.outcomes.len());
         if self.outcomes[from..upto].iter().all(|o| !o.outcome.is_success()) {
             return upto;

@@ -24,7 +24,7 @@ pub(super) fn run_plan_streaming(
     let blobs_fd = rustix::fs::open(plan.blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     // A dry run acts on an overlay; its made-up nodes start from a real status.
     let sim = match plan.opts.dry_run {
-        true => Some(std::rc::Rc::new(Sim::new(rustix::fs::fstat(&blobs_fd)?))),
+        true => Some(std::rc::Rc::new(Sim::new(rustix::fs::fstat(&blobs_fd)?, plan.seal.map(|s| s.paths.names())))),
         false => None,
     };
     use std::os::unix::ffi::OsStrExt;
@@ -286,19 +286,19 @@ pub(super) fn run_plan_streaming(
 
 /// Tells the first time each path is met: a path the seal holds by a mark at its index there
 /// (a set of a million paths was 27 MB at the undo's peak), any other by a set of them.
-struct FirstSeen<'a> {
+pub(super) struct FirstSeen<'a> {
     seal: Option<&'a Seal>,
     sealed: Vec<bool>,
     others: HashSet<&'a BPath>,
 }
 
 impl<'a> FirstSeen<'a> {
-    fn new(seal: Option<&'a Seal>) -> FirstSeen<'a> {
+    pub(super) fn new(seal: Option<&'a Seal>) -> FirstSeen<'a> {
         FirstSeen { seal, sealed: vec![false; seal.map_or(0, |s| s.paths.len())], others: HashSet::new() }
     }
 
     /// Whether `path` is met for the first time.
-    fn first(&mut self, path: &'a BPath) -> bool {
+    pub(super) fn first(&mut self, path: &'a BPath) -> bool {
         match self.seal.and_then(|s| s.paths.index_of(path.as_bytes())) {
             Some(i) => !std::mem::replace(&mut self.sealed[i], true),
             None => self.others.insert(path),

@@ -504,14 +504,20 @@ pub(super) enum Where {
     Node(Box<SimNode>),
 }
 
-/// The names with a slot in one directory, by their index in [`Slots::paths`].
-type Names = HashSet<u32>;
+/// The names with a slot in one directory, by their index (see [`Slots`]): each listed when it
+/// gets a slot, again only if it lost it meanwhile (a list of four bytes a name, where a set
+/// of a million was 15 MB at a dry run's peak while it grew).
+type Names = Vec<u32>;
 
-/// What the overlay holds at each path it has a slot for: the paths in one [`PathSet`] (a dry
-/// run of a million removals holds a million slots), the slots beside them by index.
+/// What the overlay holds at each path it has a slot for, by the path's index: a path the
+/// session's seal holds by its index there (shared, so that a dry run of a million removals
+/// does not hold a million paths again), any other by its index in a set of the overlay's own
+/// after those.
 struct Slots {
-    /// Every path that ever had a slot (one that lost it keeps its index).
-    paths: PathSet,
+    /// The seal's paths (none for a session without a seal).
+    sealed: Option<std::sync::Arc<PathSet>>,
+    /// Every other path that ever had a slot (one that lost it keeps its index).
+    own: PathSet,
     /// What each path's slot is, by its index: [`NO_SLOT`], [`ABSENT`] or [`NODE`] (a byte: a
     /// dry run of a million removals holds a million absent slots, and an `Option<Slot>` was
     /// 16 bytes).
@@ -528,35 +534,54 @@ const NO_SLOT: u8 = 0;
 const ABSENT: u8 = 1;
 const NODE: u8 = 2;
 
-impl Default for Slots {
-    fn default() -> Slots {
-        Slots { paths: PathSet::default(), kinds: Vec::new(), nodes: HashMap::new(), absent: Slot::Absent, held: 0 }
-    }
-}
-
 impl Slots {
+    fn new(sealed: Option<std::sync::Arc<PathSet>>) -> Slots {
+        Slots {
+            sealed,
+            own: PathSet::default(),
+            kinds: Vec::new(),
+            nodes: HashMap::new(),
+            absent: Slot::Absent,
+            held: 0,
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.held == 0
     }
 
+    /// How many indices the seal takes (the overlay's own paths come after them).
+    fn sealed_len(&self) -> usize {
+        self.sealed.as_ref().map_or(0, |s| s.len())
+    }
+
+    fn index_of(&self, path: &[u8]) -> Option<usize> {
+        match self.sealed.as_ref().and_then(|s| s.index_of(path)) {
+            Some(i) => Some(i),
+            None => Some(self.sealed_len() + self.own.index_of(path)?),
+        }
+    }
+
     fn get(&self, path: &[u8]) -> Option<&Slot> {
-        let i = self.paths.index_of(path)?;
-        match self.kinds[i] {
+        let i = self.index_of(path)?;
+        match self.kinds.get(i).copied().unwrap_or(NO_SLOT) {
             ABSENT => Some(&self.absent),
             NODE => self.nodes.get(&(i as u32)),
             _ => None,
         }
     }
 
-    /// Sets the slot of `path`: its index.
-    fn insert(&mut self, path: &[u8], slot: Slot) -> u32 {
-        let (i, new) = self.paths.insert_full(path);
-        if new {
-            self.kinds.push(NO_SLOT);
+    /// Sets the slot of `path`: its index, and whether it had no slot before.
+    fn insert(&mut self, path: &[u8], slot: Slot) -> (u32, bool) {
+        let i = match self.sealed.as_ref().and_then(|s| s.index_of(path)) {
+            Some(i) => i,
+            None => self.sealed_len() + self.own.insert_full(path).0,
+        };
+        if self.kinds.len() <= i {
+            self.kinds.resize(i + 1, NO_SLOT);
         }
-        if self.kinds[i] == NO_SLOT {
-            self.held += 1;
-        }
+        let new = self.kinds[i] == NO_SLOT;
+        self.held += usize::from(new);
         let at = i as u32;
         match slot {
             Slot::Absent => {
@@ -568,12 +593,12 @@ impl Slots {
                 self.nodes.insert(at, node);
             }
         }
-        at
+        (at, new)
     }
 
     fn remove(&mut self, path: &[u8]) -> Option<Slot> {
-        let i = self.paths.index_of(path)?;
-        let kind = std::mem::replace(&mut self.kinds[i], NO_SLOT);
+        let i = self.index_of(path)?;
+        let kind = std::mem::replace(self.kinds.get_mut(i)?, NO_SLOT);
         self.held -= usize::from(kind != NO_SLOT);
         match kind {
             ABSENT => Some(Slot::Absent),
@@ -583,12 +608,22 @@ impl Slots {
     }
 
     fn path(&self, index: u32) -> Vec<u8> {
-        self.paths.get(index as usize).unwrap_or_default()
+        let i = index as usize;
+        match i.checked_sub(self.sealed_len()) {
+            Some(own) => self.own.get(own),
+            None => self.sealed.as_ref().and_then(|s| s.get(i)),
+        }
+        .unwrap_or_default()
     }
 
     /// The last name of the path at `index`.
     fn name(&self, index: u32) -> &[u8] {
-        self.paths.name(index as usize).unwrap_or_default()
+        let i = index as usize;
+        match i.checked_sub(self.sealed_len()) {
+            Some(own) => self.own.name(own),
+            None => self.sealed.as_ref().and_then(|s| s.name(i)),
+        }
+        .unwrap_or_default()
     }
 }
 
@@ -603,8 +638,9 @@ pub(super) struct Sim {
 }
 
 impl Sim {
-    pub(super) fn new(template: Stat) -> Sim {
-        Sim { slots: Default::default(), kids: Default::default(), next_ino: Cell::new(0), template }
+    /// An empty overlay; `sealed`: the session seal's paths, whose indices it shares.
+    pub(super) fn new(template: Stat, sealed: Option<std::sync::Arc<PathSet>>) -> Sim {
+        Sim { slots: RefCell::new(Slots::new(sealed)), kids: Default::default(), next_ino: Cell::new(0), template }
     }
 
     /// Where `path` leads: the nearest slot at or above it decides.
@@ -680,8 +716,10 @@ impl Sim {
     }
 
     pub(super) fn set(&self, path: &[u8], slot: Slot) {
-        let i = self.slots.borrow_mut().insert(path, slot);
-        self.kids.borrow_mut().entry(parent(path).into()).or_default().insert(i);
+        let (i, new) = self.slots.borrow_mut().insert(path, slot);
+        if new {
+            self.kids.borrow_mut().entry(parent(path).into()).or_default().push(i);
+        }
     }
 
     /// Changes the node at `path` (taken into the overlay first).
@@ -872,7 +910,7 @@ mod tests {
         }
         std::fs::create_dir(t.path().join("d")).unwrap();
         std::fs::write(t.path().join("d/x"), "x").unwrap();
-        let sim = Sim::new(rustix::fs::stat(t.path()).unwrap());
+        let sim = Sim::new(rustix::fs::stat(t.path()).unwrap(), None);
         let p = |n: &str| join(&root, n.as_bytes());
         sim.set(&p("a"), Slot::Absent);
         sim.set(&p("d"), Slot::Absent);
@@ -888,5 +926,33 @@ mod tests {
         sim.set(&p("a"), Slot::Absent);
         assert!(matches!(sim.resolve(&p("a")), Ok(Where::Missing)));
         assert_eq!(sim.entries(&root), [b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn a_dry_run_holds_a_path_the_seal_holds_by_its_index_there_not_a_second_time() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().as_os_str().as_bytes().to_vec();
+        let p = |n: &str| join(&root, n.as_bytes());
+        std::fs::write(t.path().join("a"), "x").unwrap();
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::fs::write(t.path().join("d/x"), "x").unwrap();
+        let mut sealed = PathSet::default();
+        for n in ["a", "d", "d/x"] {
+            sealed.insert_full(&p(n));
+        }
+        let sim = Sim::new(rustix::fs::stat(t.path()).unwrap(), Some(std::sync::Arc::new(sealed)));
+        sim.set(&p("d/x"), Slot::Absent);
+        sim.set(&p("a"), Slot::Absent);
+        sim.make(&p("c"), FileType::RegularFile, 0o644, 0, None).unwrap();
+        assert!(matches!(sim.resolve(&p("a")), Ok(Where::Missing)));
+        assert!(matches!(sim.resolve(&p("d/x")), Ok(Where::Missing)));
+        assert!(matches!(sim.resolve(&p("c")), Ok(Where::Node(_))));
+        assert_eq!(sim.entries(&root), [b"c".to_vec(), b"d".to_vec()]);
+        assert_eq!(sim.entries(&p("d")), Vec::<Vec<u8>>::new());
+        // A directory made where one was takes none of the old one's slots along.
+        sim.set(&p("d"), Slot::Absent);
+        sim.make(&p("d"), FileType::Directory, 0o755, 0, None).unwrap();
+        assert!(matches!(sim.resolve(&p("d/x")), Ok(Where::Missing)), "a made directory holds only what has a slot");
+        assert_eq!(sim.slots.borrow().own.len(), 1, "only the path the seal does not hold is held again");
     }
 }

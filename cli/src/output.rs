@@ -142,7 +142,7 @@ pub fn describe_record(r: &Record) -> String {
         Op::Signal { target, target_prog, signal, outside } => format!(
             "{}signal {signal} to {target}{}",
             if *outside { "IRREVERSIBLE: " } else { "" },
-            target_prog.as_ref().map(|p| format!(" ({})", escape(p))).unwrap_or_default()
+            target_prog.as_ref().map(|p| format!(" ({})", escape(&**p))).unwrap_or_default()
         ),
         Op::Exec(e) => format!(
             "exec {}{}: {}",

@@ -365,7 +365,7 @@ fn run_plain(
     if let Err(reason) = exec_check::check_exec(program.as_bytes(), &argv, Creds::current()) {
         if strict {
             let what = format!("exec of {}: {reason}", program.display_lossy());
-            s.append(&s.starter_record(first, "run", Op::Refused { what, errno: libc_eperm() }))
+            s.append(&s.starter_record(first, "run", Op::Refused { what: what.into(), errno: libc_eperm() }))
                 .map_err(|e| e.to_string())?;
             let _ = writeln!(
                 std::io::stderr(),

@@ -176,7 +176,7 @@ pub fn before_signal<J: Journal, C: Caller>(journal: &J, caller: &C, call: &str,
             libc::EPERM,
         );
     }
-    journal.record(call, Op::Signal { target, target_prog, signal, outside });
+    journal.record(call, Op::Signal { target, target_prog: target_prog.map(Box::new), signal, outside });
     Pending::Nothing
 }
 

@@ -277,7 +277,7 @@ pub fn prepare(
                 let program = BPath::new(program.clone());
                 if store.settings.policy == Policy::Strict {
                     let what = format!("exec of {}: {reason}", program.display_lossy());
-                    store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
+                    store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
                     plan.refuse = Some(libc::EPERM);
                 } else {
                     plan.unobserved =
@@ -343,7 +343,7 @@ pub fn prepare(
             let program = BPath::new(program.clone());
             if store.settings.policy == Policy::Strict && !matches!(reason, UnobservedReason::ShimDisabled) {
                 let what = format!("exec of {}: {reason}", program.display_lossy());
-                store.record_fresh(call, Op::Refused { what, errno: libc::EPERM });
+                store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
                 plan.refuse = Some(libc::EPERM);
             } else {
                 plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));

@@ -461,7 +461,7 @@ fn protect<J: Journal>(journal: &J, call: &str, path: &BPath) -> Pending {
 
 /// Journals a refusal (strict policy, or the session's own store).
 pub fn refuse<J: Journal>(journal: &J, call: &str, what: String, errno: i32) -> Pending {
-    journal.record(call, Op::Refused { what, errno });
+    journal.record(call, Op::Refused { what: what.into(), errno });
     Pending::Refuse(errno)
 }
 

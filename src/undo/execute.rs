@@ -235,7 +235,7 @@ pub(super) fn run_plan_streaming(
         .filter_map(|o| o.seq)
         .chain(later)
         .collect();
-    report.undone.retain(|s| !failed_dirs.contains(s));
+    report.undone.retain(|s| !failed_dirs.contains(&s));
     exec.forgive_superseded(plan, &failed_calls, &mut report);
     // A selective undo names the damaged records it chose, and those whose place is not
     // known (it cannot say they are outside what it was asked to undo).
@@ -361,7 +361,7 @@ impl<'a> Executor<'a> {
                 }),
             }
             if let Some(step) = f.step {
-                report.undone.retain(|&s| s != step);
+                report.undone.retain(|s| s != step);
             }
         }
     }

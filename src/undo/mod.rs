@@ -54,7 +54,7 @@ pub use plan::{
     Plan, UNDONE_FILE, UndoOptions, undo_records, undo_session, undo_session_streaming, undo_session_with_progress,
 };
 pub use redo::{REDONE_FILE, REVERSED_FILE, UNDOS_DIR, redo_session};
-pub use report::{Cause, JsonStream, Outcome, Report, StepReport, Summary};
+pub use report::{Cause, JsonStream, Outcome, Report, Seqs, StepReport, Summary};
 
 use meta::Deferred;
 use prior::PriorFacts;

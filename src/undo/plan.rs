@@ -56,10 +56,10 @@ fn read_undone(session: &Session) -> HashMap<u64, (bool, Option<i64>)> {
 /// and the seal takes the state the redo left.
 pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
     let now = crate::undo::now_ns();
-    append_undone_lines(session, seqs, b"-", now)?;
+    append_undone_lines(session, seqs.iter().copied(), b"-", now)?;
     if let Some(mut seal) = Seal::read(session.dir())? {
         let journal = session.read_journal().map_err(io::Error::other)?;
-        reseal(&mut seal, &journal, &by_place(&journal, seqs), None);
+        reseal(&mut seal, &journal, &by_place(&journal, seqs.iter().copied()), None);
         seal.write(session.dir())?;
     }
     if session.state() == State::Undone {
@@ -69,19 +69,24 @@ pub(super) fn note_redone(session: &Session, seqs: &[u64]) -> io::Result<()> {
     Ok(())
 }
 
-fn append_undone(session: &Session, seqs: &[u64]) -> io::Result<()> {
+fn append_undone(session: &Session, seqs: &super::Seqs) -> io::Result<()> {
     if seqs.is_empty() {
         return Ok(());
     }
     let now = crate::undo::now_ns();
-    append_undone_lines(session, seqs, b"", now)?;
+    append_undone_lines(session, seqs.iter(), b"", now)?;
     crate::marks::wait_for_clock_tick(now);
     Ok(())
 }
 
 /// Appends a line `{sign}SEQ NOW` to the `undone` file for each of `seqs`, written as it is
 /// made (the text of a million lines was 30 MB at an undo's peak).
-fn append_undone_lines(session: &Session, seqs: &[u64], sign: &[u8], now: i64) -> io::Result<()> {
+fn append_undone_lines(
+    session: &Session,
+    seqs: impl IntoIterator<Item = u64>,
+    sign: &[u8],
+    now: i64,
+) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(session.dir().join(UNDONE_FILE))?;
@@ -90,7 +95,7 @@ fn append_undone_lines(session: &Session, seqs: &[u64], sign: &[u8], now: i64) -
     let at = at.format(now);
     for s in seqs {
         w.write_all(sign)?;
-        w.write_all(seq.format(*s).as_bytes())?;
+        w.write_all(seq.format(s).as_bytes())?;
         w.write_all(b" ")?;
         w.write_all(at.as_bytes())?;
         w.write_all(b"\n")?;
@@ -317,7 +322,7 @@ fn undo_inner(
         let mut bookkeeping = append_undone(session, &report.undone).map_err(|e| (UNDONE_FILE, e));
         // Marked by each record's place in the journal (a set of a million seqs was 19 MB at
         // the undo's peak, a sorted copy of them 8 MB).
-        let undone = by_place(&journal, &report.undone);
+        let undone = by_place(&journal, report.undone.iter());
         if let (Ok(()), Some(mut seal)) = (&bookkeeping, seal.take()) {
             // What this undo left is what a later undo compares against: its own work is no
             // change since the session.
@@ -560,10 +565,10 @@ pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOpti
 
 /// Whether each record of `journal` (sorted by `seq`, each `seq` once) is one of `seqs`, by
 /// its place.
-fn by_place(journal: &JournalContents, seqs: &[u64]) -> Vec<bool> {
+fn by_place(journal: &JournalContents, seqs: impl IntoIterator<Item = u64>) -> Vec<bool> {
     let mut marked = vec![false; journal.records.len()];
     for seq in seqs {
-        if let Ok(i) = journal.records.binary_search_by_key(seq, |r| r.seq) {
+        if let Ok(i) = journal.records.binary_search_by_key(&seq, |r| r.seq) {
             marked[i] = true;
         }
     }

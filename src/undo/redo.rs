@@ -612,7 +612,7 @@ pub(super) fn before_meta(path: &[u8], node: BorrowedFd<'_>, what: MetaKind, xat
 
 /// Ends an undo's journal at `dir`: the session records it reversed, and the state it left
 /// (its seal, what a redo compares against). A journal that holds nothing is removed.
-pub(super) fn close(done: Finished, reversed: &[u64]) {
+pub(super) fn close(done: Finished, reversed: &super::Seqs) {
     if done.written == 0 {
         let _ = std::fs::remove_dir_all(&done.dir);
         return;

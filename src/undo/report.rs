@@ -214,6 +214,64 @@ pub struct Summary {
     pub total: usize,
 }
 
+/// A list of record numbers, held as runs of consecutive ones: an undo takes a journal's
+/// records newest first, so a million it undid are a few runs, where a list of them was 8 MB
+/// at the undo's peak. Kept in the order they were added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seqs {
+    /// Each run as its first number and its length, counting down from the first.
+    runs: Vec<(u64, u64)>,
+    len: usize,
+}
+
+impl Seqs {
+    /// Adds `seq` at the end.
+    pub fn push(&mut self, seq: u64) {
+        self.len += 1;
+        if let Some((first, n)) = self.runs.last_mut() {
+            if first.checked_sub(*n) == Some(seq) {
+                *n += 1;
+                return;
+            }
+        }
+        self.runs.push((seq, 1));
+    }
+
+    /// Every number, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.runs.iter().flat_map(|&(first, n)| (0..n).map(move |k| first - k))
+    }
+
+    /// How many numbers it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keeps only the numbers `keep` is true of.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
+        let mut kept = Seqs::default();
+        for s in self.iter().filter(|&s| keep(s)) {
+            kept.push(s);
+        }
+        *self = kept;
+    }
+}
+
+impl FromIterator<u64> for Seqs {
+    fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Seqs {
+        let mut out = Seqs::default();
+        for s in iter {
+            out.push(s);
+        }
+        out
+    }
+}
+
 /// The result of an undo (or a dry run).
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -235,7 +293,7 @@ pub struct Report {
     /// Whether drift was checked against a seal (false: the weaker check, or none with force).
     pub sealed: bool,
     /// The records this run undid completely.
-    pub undone: Vec<u64>,
+    pub undone: Seqs,
     /// What the session's journaling could see (from its header).
     pub coverage: crate::session::Coverage,
     /// For a selective undo, how many records the selection covers (`Some(0)`: it matched
@@ -429,9 +487,25 @@ mod tests {
                 step(1, Outcome::Unchanged, b"/w/d"),
             ],
             notes: vec!["a note".into()],
-            undone: vec![5, 3, 1],
+            undone: [5, 3, 1].into_iter().collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn undone_records_come_back_in_the_order_they_were_added_and_a_countdown_is_held_as_one_run() {
+        let added = [9, 8, 7, 3, 4, 4, 2, 1, 0, 100];
+        let seqs: Seqs = added.into_iter().collect();
+        assert_eq!(seqs.iter().collect::<Vec<_>>(), added);
+        assert_eq!(seqs.len(), added.len());
+        let mut kept = seqs.clone();
+        kept.retain(|s| s != 4 && s != 8);
+        assert_eq!(kept.iter().collect::<Vec<_>>(), [9, 7, 3, 2, 1, 0, 100]);
+        let million: Seqs = (0..1_000_000u64).rev().collect();
+        assert_eq!(million.runs.len(), 1, "a countdown is one run, not a list");
+        assert_eq!(million.iter().next(), Some(999_999));
+        assert_eq!(million.iter().last(), Some(0));
+        assert!(Seqs::default().is_empty());
     }
 
     #[test]

@@ -495,7 +495,63 @@ pub struct SealedPaths {
     /// Every state, packed one after another.
     packed: Vec<u8>,
     /// Where the state of each name starts in `packed`, by its index in `names`.
-    starts: Vec<u64>,
+    starts: Starts,
+}
+
+/// Offsets into [`SealedPaths::packed`]: four bytes each while they fit (4 MB of a seal of a
+/// million paths), eight once one does not.
+#[derive(Clone, Debug)]
+enum Starts {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+impl Default for Starts {
+    fn default() -> Starts {
+        Starts::Narrow(Vec::new())
+    }
+}
+
+impl Starts {
+    fn len(&self) -> usize {
+        match self {
+            Starts::Narrow(v) => v.len(),
+            Starts::Wide(v) => v.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> usize {
+        let at = match self {
+            Starts::Narrow(v) => v.get(i).map(|&a| u64::from(a)),
+            Starts::Wide(v) => v.get(i).copied(),
+        };
+        at.and_then(|a| usize::try_from(a).ok()).unwrap_or(usize::MAX)
+    }
+
+    /// The offsets as eight bytes each, when `at` does not fit in four.
+    fn widen_for(&mut self, at: usize) {
+        if let Starts::Narrow(v) = self {
+            if u32::try_from(at).is_err() {
+                *self = Starts::Wide(v.iter().map(|&a| u64::from(a)).collect());
+            }
+        }
+    }
+
+    fn set(&mut self, i: usize, at: usize) {
+        self.widen_for(at);
+        match self {
+            Starts::Narrow(v) => v[i] = at as u32,
+            Starts::Wide(v) => v[i] = at as u64,
+        }
+    }
+
+    fn push(&mut self, at: usize) {
+        self.widen_for(at);
+        match self {
+            Starts::Narrow(v) => v.push(at as u32),
+            Starts::Wide(v) => v.push(at as u64),
+        }
+    }
 }
 
 impl SealedPaths {
@@ -506,7 +562,7 @@ impl SealedPaths {
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
+        self.starts.len() == 0
     }
 
     /// The state of `path`, if it is held.
@@ -516,7 +572,7 @@ impl SealedPaths {
 
     /// The state at index `i`, and how many bytes it is packed in.
     fn state(&self, i: usize) -> (AfterState, usize) {
-        let at = usize::try_from(self.starts[i]).unwrap_or(usize::MAX);
+        let at = self.starts.get(i);
         // Only `pack` wrote these bytes. Were they ever not a state, the path would be taken
         // for one no real node matches, so changed since the seal (left alone, and named),
         // never for absent or unchanged.
@@ -538,18 +594,18 @@ impl SealedPaths {
                 packed::pack(&state, &mut self.packed);
                 let new = self.packed.len() - end;
                 if new <= old {
-                    let at = self.starts[i] as usize;
+                    let at = self.starts.get(i);
                     self.packed.copy_within(end.., at);
                     self.packed.truncate(end);
                 } else {
-                    self.starts[i] = end as u64;
+                    self.starts.set(i, end);
                 }
             }
         }
     }
 
     fn push(&mut self, state: &AfterState) {
-        self.starts.push(self.packed.len() as u64);
+        self.starts.push(self.packed.len());
         packed::pack(state, &mut self.packed);
     }
 
@@ -1212,6 +1268,20 @@ pub fn expectations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_seals_offsets_take_four_bytes_each_until_one_does_not_fit_and_then_keep_their_values() {
+        let mut starts = Starts::default();
+        starts.push(0);
+        starts.push(7);
+        assert!(matches!(starts, Starts::Narrow(_)), "small offsets are four bytes each");
+        let far = u32::MAX as usize + 10;
+        starts.set(0, far);
+        starts.push(far + 1);
+        assert!(matches!(starts, Starts::Wide(_)));
+        assert_eq!((0..3).map(|i| starts.get(i)).collect::<Vec<_>>(), [far, 7, far + 1]);
+        assert_eq!(starts.len(), 3);
+    }
 
     #[test]
     fn each_directory_of_the_seals_paths_is_kept_once_under_one_id_even_when_hashes_collide() {

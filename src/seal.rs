@@ -1192,7 +1192,7 @@ pub enum Expectation {
 /// million creations otherwise made a map of a million unknowns.
 pub fn expectations<'a>(
     journal: &'a JournalContents,
-    undone: &std::collections::HashSet<u64>,
+    undone: &crate::undo::SeqSet,
 ) -> std::collections::HashMap<&'a BPath, Expectation> {
     let ident_of_before = |b: &Before| match b {
         Before::Contents(s) => Some(s.ident),
@@ -1547,7 +1547,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let undone = std::collections::HashSet::from([5]);
+        let undone = [5].into_iter().collect();
         let e = expectations(&journal, &undone);
         let unknown = |path: &str| e.get(&p(path)).is_none_or(|x| *x == Expectation::Unknown);
         assert!(unknown("/w/rewritten-then-made"), "the newer creation says nothing: {e:?}");

@@ -573,7 +573,7 @@ impl<'a> Executor<'a> {
             }
             for r in self.journal.records.iter().rev() {
                 // When an undo (or a redo, which makes it not undone again) last acted on it.
-                let acted = self.undo_times.get(&r.seq).copied();
+                let acted = self.undo_times.get(&r.seq);
                 for p in crate::select::record_paths(r) {
                     let e = out.entry(p.clone()).or_default();
                     if let Some(at) = acted {

@@ -34,6 +34,7 @@ use crate::record::{
 };
 use crate::seal::{AfterState, Expectation, Seal, expectations};
 
+mod earlier;
 mod execute;
 mod fs;
 mod meta;
@@ -48,6 +49,7 @@ mod restore;
 mod tests;
 mod tree;
 
+pub use earlier::{SeqSet, SeqTimes};
 pub use execute::run_plan;
 pub use fs::open_dir_nofollow;
 pub use plan::{
@@ -82,9 +84,9 @@ struct Executor<'a> {
     seal: Option<&'a Seal>,
     /// The records this undo reverses (`None`: all), and those earlier undos reversed.
     only: Option<&'a BTreeSet<u64>>,
-    already: &'a HashSet<u64>,
+    already: &'a SeqSet,
     /// See [`Plan::undo_times`].
-    undo_times: &'a std::collections::HashMap<u64, i64>,
+    undo_times: &'a SeqTimes,
     /// For each path, the newest record of it no earlier undo reversed, and when the turn it
     /// was in ended (the time of the first mark after it), if one did (built on first use,
     /// for a session with marks).

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::Path;
 
-use super::{Cause, Outcome, Report, StepReport, run_plan};
+use super::{Cause, Outcome, Report, SeqSet, SeqTimes, StepReport, run_plan};
 use crate::journal::JournalContents;
 use crate::record::Op;
 use crate::seal::{SEAL_FILE, Seal};
@@ -31,26 +31,6 @@ pub struct UndoOptions {
 /// File (in the session directory) listing, one per line, the records earlier selective
 /// undos reversed.
 pub const UNDONE_FILE: &str = "undone";
-
-/// What earlier undos did to each record they reversed: whether it is undone now (a redo
-/// makes it not undone again: a line `-SEQ NS`), and when the last of them acted (ns since
-/// the epoch; lines written before undos kept it hold the seq alone).
-fn read_undone(session: &Session) -> HashMap<u64, (bool, Option<i64>)> {
-    let mut out = HashMap::new();
-    for l in std::fs::read_to_string(session.dir().join(UNDONE_FILE)).unwrap_or_default().lines() {
-        let mut f = l.split_whitespace();
-        let Some(first) = f.next() else { continue };
-        let (undone, seq) = match first.strip_prefix('-') {
-            Some(s) => (false, s),
-            None => (true, first),
-        };
-        let Ok(seq) = seq.parse::<u64>() else { continue };
-        let at = f.next().and_then(|t| t.parse().ok());
-        let e = out.entry(seq).or_insert((undone, at));
-        *e = (undone, at.or(e.1));
-    }
-    out
-}
 
 /// After a redo: the session records `seqs` that its undo reversed are not undone any more,
 /// and the seal takes the state the redo left.
@@ -158,9 +138,7 @@ fn undo_inner(
         std::fs::read_dir(session.dir().join(super::redo::UNDOS_DIR)).is_ok_and(|mut d| d.next().is_some());
     // What was written or changed since the seal is set aside (and named).
     let (journal, mut seal) = session.read_checked()?;
-    let undone_at = read_undone(session);
-    let already: HashSet<u64> = undone_at.iter().filter(|(_, (u, _))| *u).map(|(s, _)| *s).collect();
-    let undo_times: HashMap<u64, i64> = undone_at.iter().filter_map(|(s, (_, t))| Some((*s, (*t)?))).collect();
+    let super::earlier::Earlier { undone: already, times: undo_times } = super::earlier::read(session, &journal);
     // Undone is per record: what a process of the session journaled after an earlier undo is
     // undone by this one.
     // (Unless the journal is damaged: what it is damaged in is named again, and not as done.)
@@ -418,7 +396,7 @@ fn other_sessions_on_these_paths(
     session: &Session,
     journal: &crate::journal::JournalContents,
     opts: &UndoOptions,
-    already: &HashSet<u64>,
+    already: &SeqSet,
 ) -> Option<String> {
     let own = std::fs::canonicalize(session.dir()).unwrap_or_else(|_| session.dir().to_path_buf());
     let others: Vec<_> = crate::session::live_sessions().into_iter().filter(|(d, _)| *d != own).collect();
@@ -535,9 +513,9 @@ pub struct Plan<'a> {
     /// The session's seal, when it has one.
     pub seal: Option<&'a Seal>,
     /// Records undone by an earlier undo.
-    pub already: &'a HashSet<u64>,
+    pub already: &'a SeqSet,
     /// When an earlier undo reversed each record it did (ns since the epoch), where known.
-    pub undo_times: &'a HashMap<u64, i64>,
+    pub undo_times: &'a SeqTimes,
     /// The selected records, for a selective undo.
     pub only: Option<&'a BTreeSet<u64>>,
     /// Whether an undo of the session ran before this one: a redo of it may have moved the
@@ -549,7 +527,7 @@ pub struct Plan<'a> {
 /// Undoes every record of `journal` with the blobs in `blobs_dir`, unsealed, without
 /// bookkeeping (for tests and tools that manage their own journal).
 pub fn undo_records(journal: &JournalContents, blobs_dir: &Path, opts: &UndoOptions) -> io::Result<Report> {
-    let (none, no_times) = (HashSet::new(), HashMap::new());
+    let (none, no_times) = (SeqSet::default(), SeqTimes::default());
     let plan = Plan {
         journal,
         blobs_dir,

@@ -741,7 +741,7 @@ pub fn redo_session(
         journal.set_aside_altered(seal, &dir).map_err(io_at(&journal_path))?;
     }
     let blobs = dir.join(crate::session::BLOBS_DIR);
-    let (none, no_times) = (HashSet::new(), std::collections::HashMap::new());
+    let (none, no_times) = (super::SeqSet::default(), super::SeqTimes::default());
     let plan = super::Plan {
         journal: &journal,
         blobs_dir: &blobs,

@@ -104,7 +104,7 @@ impl Fixture {
     /// Undoes only the records `only`, unsealed, with nothing undone before.
     fn undo_only(&self, only: &BTreeSet<u64>) -> Report {
         let j = JournalContents { records: self.records.clone(), ..Default::default() };
-        let (opts, none) = (UndoOptions::default(), HashSet::new());
+        let (opts, none) = (UndoOptions::default(), SeqSet::default());
         let plan = Plan {
             journal: &j,
             blobs_dir: &self.blobs,
@@ -126,7 +126,7 @@ impl Fixture {
     fn undo_sealed(&self, dry_run: bool) -> Report {
         let j = JournalContents { records: self.records.clone(), ..Default::default() };
         let seal = crate::seal::take_seal(&j, &self.blobs, || {});
-        let (opts, none) = (UndoOptions { dry_run, ..Default::default() }, HashSet::new());
+        let (opts, none) = (UndoOptions { dry_run, ..Default::default() }, SeqSet::default());
         let plan = Plan {
             journal: &j,
             blobs_dir: &self.blobs,
@@ -313,7 +313,7 @@ fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
     fs::write(f.p("out"), b"third").unwrap();
     let j = JournalContents { records: f.records.clone(), ..Default::default() };
     let opts = UndoOptions::default();
-    let plan = |only: &BTreeSet<u64>, already: &HashSet<u64>| {
+    let plan = |only: &BTreeSet<u64>, already: &SeqSet| {
         let plan = Plan {
             journal: &j,
             blobs_dir: &f.blobs,
@@ -327,14 +327,14 @@ fn a_rewrite_of_a_file_the_session_created_is_undone_only_with_its_creation() {
         run_plan(&plan, &mut |_, _| {}).unwrap()
     };
     // The newest record alone: what `out` held before it was not kept.
-    let r = plan(&select(&j, &Selection::Last(1)), &HashSet::new());
+    let r = plan(&select(&j, &Selection::Last(1)), &SeqSet::default());
     assert!(!r.complete, "{r:?}");
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Skipped]);
     assert!(r.outcomes[0].why.contains("not kept") && r.outcomes[0].why.contains("record 1"), "{r:?}");
     assert_eq!(fs::read(f.p("out")).unwrap(), b"third", "nothing was made up");
     // The rewrites, after an earlier undo already reversed the creation: nothing left to do.
     fs::remove_file(f.p("out")).unwrap();
-    let r = plan(&BTreeSet::from([2, 3]), &HashSet::from([1]));
+    let r = plan(&BTreeSet::from([2, 3]), &[1].into_iter().collect());
     assert!(r.complete, "{r:?}");
     assert_eq!(Fixture::outcomes(&r), vec![Outcome::Unchanged, Outcome::Unchanged]);
     fs::write(f.p("out"), b"third").unwrap();
@@ -781,7 +781,7 @@ fn a_record_an_earlier_undo_reversed_has_the_cause_already_undone() {
     let mut f = Fixture::new();
     f.change("new", Intent::Overwrite);
     let j = JournalContents { records: f.records.clone(), ..Default::default() };
-    let already = HashSet::from([1]);
+    let already: SeqSet = [1].into_iter().collect();
     let opts = UndoOptions::default();
     let plan = Plan {
         journal: &j,
@@ -1061,7 +1061,7 @@ fn removals_go_on_beside_the_steps_a_full_queue_waits_for_its_oldest_batch_only_
     fs::create_dir(f.p("f5")).unwrap();
     fs::write(f.p("f5/inside"), b"").unwrap();
     let j = JournalContents { records: f.records.clone(), ..Default::default() };
-    let (opts, none) = (UndoOptions::default(), HashSet::new());
+    let (opts, none) = (UndoOptions::default(), SeqSet::default());
     let plan = Plan {
         journal: &j,
         blobs_dir: &f.blobs,

@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Op::Exec(e) => e.argv.iter().map(String::from_utf8_lossy).collect::<Vec<_>>().join(" "),
             other => format!("{other:?}"),
         };
-        println!("#{} {} {}: {what}", r.seq, r.prog.display_lossy(), r.call);
+        println!("#{} {} {}: {what}", r.seq, r.prog().display_lossy(), r.call());
     }
 
     // The summary a person (or a model) decides on.

@@ -589,8 +589,7 @@ mod tests {
             time: Default::default(),
             pid: 1,
             ppid: 0,
-            prog: crate::BPath::from("/bin/sh").into(),
-            call: "open".into(),
+            origin: crate::record::Origin::new(crate::BPath::from("/bin/sh"), "open".into()),
             op: Op::Change { path: crate::BPath::from(path), before: Before::Absent },
         })
     }

@@ -1038,8 +1038,7 @@ mod tests {
             time: crate::record::Stamp::parse("2026-11-29T00:00:00.000000000Z").unwrap(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/sh").into(),
-            call: "open".into(),
+            origin: crate::record::Origin::new(BPath::from("/bin/sh"), "open".into()),
             op: Op::Change { path: BPath::new(b"/t/a\nb\xff".to_vec()), before: Before::Absent },
         }
     }
@@ -1121,7 +1120,7 @@ mod tests {
     }
 
     fn fields_of(r: &Record, time: std::time::SystemTime, prog_json: &[u8]) -> Vec<u8> {
-        let env = Envelope { seq: r.seq, time, pid: r.pid, ppid: r.ppid, prog_json, call: &r.call };
+        let env = Envelope { seq: r.seq, time, pid: r.pid, ppid: r.ppid, prog_json, call: r.call() };
         encode_fields(&env, &r.op)
     }
 
@@ -1159,12 +1158,11 @@ mod tests {
             {
                 let mut r = rec(i as u64 + 1);
                 r.time = when;
-                r.prog = BPath::from(prog).into();
-                r.call = call.into();
+                r.origin = crate::record::Origin::new(BPath::from(prog), call.into());
                 r.op = op.clone();
                 r.pid = u32::MAX;
                 r.ppid = 0;
-                let line = fields_of(&r, t, &prog_json(&r.prog));
+                let line = fields_of(&r, t, &prog_json(r.prog()));
                 assert_eq!(String::from_utf8_lossy(&line), String::from_utf8_lossy(&encode_line(&r)));
                 assert_eq!(parse_journal(&line).records, vec![r]);
             }
@@ -1172,7 +1170,7 @@ mod tests {
         let nonutf8 = BPath::new(b"/p/\xff\xfe".to_vec());
         let mut r = rec(9);
         r.time = when;
-        r.prog = nonutf8.clone().into();
+        r.origin = crate::record::Origin::new(nonutf8.clone(), r.call().clone());
         assert_eq!(fields_of(&r, t, &prog_json(&nonutf8)), encode_line(&r), "a non-UTF-8 program name");
     }
 

@@ -18,7 +18,7 @@
 //! let root = sessions_root().expect("HOME is set");
 //! let session = latest_session(&root)?;
 //! for rec in session.read_journal()?.records {
-//!     println!("{} {} {:?}", rec.seq, rec.call, rec.op.primary_path());
+//!     println!("{} {} {:?}", rec.seq, rec.call(), rec.op.primary_path());
 //! }
 //! let report = undo_session(&session, &UndoOptions { dry_run: true, ..Default::default() })?;
 //! println!("an undo would be {}", if report.complete { "complete" } else { "incomplete" });

@@ -57,13 +57,54 @@ impl<K: Clone + Eq + std::hash::Hash> Interner<K> {
 }
 
 thread_local! {
-    static PROGS: std::cell::RefCell<Interner<Arc<BPath>>> = std::cell::RefCell::new(Interner(Default::default()));
+    static ORIGINS: std::cell::RefCell<Interner<Origin>> = std::cell::RefCell::new(Interner(Default::default()));
     static CALLS: std::cell::RefCell<Interner<Call>> = std::cell::RefCell::new(Interner(Default::default()));
 }
 
-fn interned_prog<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<BPath>, D::Error> {
-    let prog = BPath::deserialize(d)?;
-    Ok(PROGS.with(|t| t.borrow_mut().get(&prog, |p| Arc::new(p.clone()))))
+/// Who made a record: the program (`/proc/self/exe` of the caller) and the libc entry point it
+/// called, held together behind one pointer. Every record of a process names the same program
+/// and one of a few calls, so the records read by one thread share one copy of each pair (see
+/// `Interner`), and a record holds one word for both (a million records held eight million
+/// bytes for a second pointer).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Origin(Arc<(BPath, Call)>);
+
+impl Origin {
+    /// The origin of a call `call` made by the program `prog`, not shared with any other.
+    pub fn new(prog: BPath, call: Call) -> Origin {
+        Origin(Arc::new((prog, call)))
+    }
+
+    /// The program.
+    pub fn prog(&self) -> &BPath {
+        &self.0.0
+    }
+
+    /// The call.
+    pub fn call(&self) -> &Call {
+        &self.0.1
+    }
+
+    /// The shared copy of this pair for the reading thread (see `Interner`).
+    fn interned(prog: BPath, call: Call) -> Origin {
+        let pair = (prog, call);
+        ORIGINS.with(|t| t.borrow_mut().get(&pair, |p| Origin(Arc::new(p.clone()))))
+    }
+}
+
+// Hashed and compared as the pair it holds (`Arc` hashes and compares what it holds, and the
+// derived `Hash` of a one-field struct hashes only that field), as `Borrow` requires: the
+// reader's interner finds an origin by its pair.
+impl std::borrow::Borrow<(BPath, Call)> for Origin {
+    fn borrow(&self) -> &(BPath, Call) {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Origin").field("prog", self.prog()).field("call", self.call()).finish()
+    }
 }
 
 /// A record's format version, in memory: always [`RECORD_VERSION`], since a record of any
@@ -206,8 +247,9 @@ impl<'de> Deserialize<'de> for Stamp {
     }
 }
 
-/// One journaled step.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One journaled step. Written and read as one JSON object with the fields `v`, `seq`,
+/// `time`, `pid`, `ppid`, `prog`, `call` and `op`, in that order (see `docs/FORMAT.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Record format version; see [`Version`].
     pub v: Version,
@@ -220,24 +262,88 @@ pub struct Record {
     pub pid: u32,
     /// Its parent.
     pub ppid: u32,
-    /// The program (`/proc/self/exe` of the caller). Shared: every record of a process
-    /// names the same one, and a reader keeps one copy of each (see `Interner`).
-    #[serde(deserialize_with = "interned_prog")]
-    pub prog: Arc<BPath>,
-    /// The libc entry point that was called (`openat`, `__open_2`, `renameat2`, ...). Shared
-    /// like `prog`.
-    pub call: Call,
+    /// The program and the libc entry point it called (`openat`, `__open_2`, `renameat2`,
+    /// ...), `prog` and `call` in the journal. Shared: see [`Origin`].
+    pub origin: Origin,
     /// What the call is about to do, with the prior state needed to reverse it.
-    #[serde(deserialize_with = "tag_first::op")]
     pub op: Op,
 }
 
+/// A record as it is read: the program and the call are separate fields in the journal.
+#[derive(Deserialize)]
+struct RecordIn {
+    v: Version,
+    seq: u64,
+    time: Stamp,
+    pid: u32,
+    ppid: u32,
+    prog: BPath,
+    call: Call,
+    #[serde(deserialize_with = "tag_first::op")]
+    op: Op,
+}
+
+/// A record as it is written (borrowed from it), in the journal's order of fields.
+#[derive(Serialize)]
+struct RecordOut<'a> {
+    v: Version,
+    seq: u64,
+    time: Stamp,
+    pid: u32,
+    ppid: u32,
+    prog: &'a BPath,
+    call: &'a Call,
+    op: &'a Op,
+}
+
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self;
+        RecordOut {
+            v: r.v,
+            seq: r.seq,
+            time: r.time,
+            pid: r.pid,
+            ppid: r.ppid,
+            prog: r.prog(),
+            call: r.call(),
+            op: &r.op,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = RecordIn::deserialize(d)?;
+        Ok(Record {
+            v: r.v,
+            seq: r.seq,
+            time: r.time,
+            pid: r.pid,
+            ppid: r.ppid,
+            origin: Origin::interned(r.prog, r.call),
+            op: r.op,
+        })
+    }
+}
+
 impl Record {
+    /// The program that made the call (`/proc/self/exe` of the caller).
+    pub fn prog(&self) -> &BPath {
+        self.origin.prog()
+    }
+
+    /// The libc entry point that was called.
+    pub fn call(&self) -> &Call {
+        self.origin.call()
+    }
+
     /// The order of the journal: by `seq` (unique in a journal that was not tampered with),
     /// then by the rest of the envelope, so that duplicates still come out in one order. For
     /// sorting in place: a stable sort of a million records allocated half as many again.
     pub fn journal_order(a: &Record, b: &Record) -> std::cmp::Ordering {
-        (a.seq, a.pid, &a.time, &a.call).cmp(&(b.seq, b.pid, &b.time, &b.call))
+        (a.seq, a.pid, &a.time, a.call()).cmp(&(b.seq, b.pid, &b.time, b.call()))
     }
 
     /// Whether this step can never be undone (an irreversible capture, a connection that was
@@ -263,7 +369,7 @@ impl Record {
 /// What a journaled call is about to do. The variants that are rare in a large session and
 /// large in themselves are boxed, so that the common one (a [`Op::Change`]) is not as large as
 /// the largest: an undo of a million records holds every one of them (an `Op` was 96 bytes,
-/// now 40).
+/// now 32).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Op {
@@ -1340,8 +1446,7 @@ mod tests {
             time: Stamp::parse("2026-11-29T19:45:12.000000001Z").unwrap(),
             pid: 42,
             ppid: 1,
-            prog: BPath::from("/usr/bin/rm").into(),
-            call: "unlinkat".into(),
+            origin: crate::record::Origin::new(BPath::from("/usr/bin/rm"), "unlinkat".into()),
             op,
         }
     }
@@ -1362,12 +1467,31 @@ mod tests {
     }
 
     #[test]
-    fn a_record_in_memory_is_seventy_two_bytes_and_its_call_one_pointer() {
+    fn a_record_in_memory_is_sixty_four_bytes_and_its_program_and_call_one_pointer() {
         // A journal of a million records holds a million of these: each word is 8 MB.
         assert_eq!(std::mem::size_of::<Version>(), 0);
         assert_eq!(std::mem::size_of::<Call>(), 8);
+        assert_eq!(std::mem::size_of::<Origin>(), 8);
         assert!(std::mem::size_of::<Op>() <= 32, "{}", std::mem::size_of::<Op>());
-        assert!(std::mem::size_of::<Record>() <= 72, "{}", std::mem::size_of::<Record>());
+        assert!(std::mem::size_of::<Record>() <= 64, "{}", std::mem::size_of::<Record>());
+    }
+
+    #[test]
+    fn records_read_by_one_thread_share_one_origin_per_program_and_call() {
+        let line = |seq: u32, prog: &str, call: &str| {
+            format!(
+                r#"{{"v":1,"seq":{seq},"time":"2026-12-01T17:48:33.792479801Z","pid":1,"ppid":0,"prog":"{prog}","call":"{call}","op":{{"kind":"change","path":"/t/a","before":{{"state":"absent"}}}}}}"#
+            )
+        };
+        let read = |text: String| serde_json::from_str::<Record>(&text).unwrap();
+        let (a, b) = (read(line(1, "/bin/rm", "unlinkat")), read(line(2, "/bin/rm", "unlinkat")));
+        assert!(Arc::ptr_eq(&a.origin.0, &b.origin.0), "the same program and call are one copy");
+        let (c, d) = (read(line(3, "/bin/rm", "openat")), read(line(4, "/bin/mv", "unlinkat")));
+        assert!(!Arc::ptr_eq(&a.origin.0, &c.origin.0) && !Arc::ptr_eq(&a.origin.0, &d.origin.0));
+        assert_eq!((a.prog().as_bytes(), a.call().as_str()), (&b"/bin/rm"[..], "unlinkat"));
+        assert_eq!((c.call().as_str(), d.prog().as_bytes()), ("openat", &b"/bin/mv"[..]));
+        // Written back in the journal's order of fields, as it was read.
+        assert_eq!(serde_json::to_string(&a).unwrap(), line(1, "/bin/rm", "unlinkat"));
     }
 
     #[test]

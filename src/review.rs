@@ -660,7 +660,7 @@ pub fn review_span(
             pid: r.pid,
             ppid: r.ppid,
             execs: Vec::new(),
-            prog: (*r.prog).clone(),
+            prog: r.prog().clone(),
             changes: 0,
         });
         match &r.op {
@@ -695,14 +695,14 @@ pub fn review_span(
                     .into(),
                 ),
                 pid: r.pid,
-                prog: (*r.prog).clone(),
+                prog: r.prog().clone(),
             }),
             Op::Send { peer } => rv.network.push(NetworkEffect {
                 kind: "send".into(),
                 endpoint: peer.to_string(),
                 result: None,
                 pid: r.pid,
-                prog: (*r.prog).clone(),
+                prog: r.prog().clone(),
             }),
             _ => {}
         }
@@ -717,7 +717,7 @@ pub fn review_span(
         if let Op::TempName { template } = &r.op {
             let what = format!(
                 "{} {}: interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost); undo cannot remove what it created",
-                r.call,
+                r.call(),
                 template.display_lossy()
             );
             rv.irreversible.push(IrreversibleStep { seq: r.seq, what });
@@ -730,14 +730,14 @@ pub fn review_span(
 }
 
 fn irreversible_what(r: &Record) -> String {
-    let prog = r.prog.display_lossy();
+    let prog = r.prog().display_lossy();
     match &r.op {
         Op::Change { path, before: Before::Irreversible { reason } } => {
-            format!("{} {}: {reason}", r.call, path.display_lossy())
+            format!("{} {}: {reason}", r.call(), path.display_lossy())
         }
         Op::Rename(m) => match &m.to_before {
-            Before::Irreversible { reason } => format!("{} over {}: {reason}", r.call, m.to.display_lossy()),
-            _ => format!("{} (record {})", r.call, r.seq),
+            Before::Irreversible { reason } => format!("{} over {}: {reason}", r.call(), m.to.display_lossy()),
+            _ => format!("{} (record {})", r.call(), r.seq),
         },
         Op::Connect { peer, .. } => format!("{prog} connected to {peer}"),
         Op::Send { peer } => format!("{prog} sent data to {peer}"),
@@ -746,6 +746,6 @@ fn irreversible_what(r: &Record) -> String {
             target_prog.as_ref().map(|p| format!(" ({})", p.display_lossy())).unwrap_or_default()
         ),
         Op::Unobserved { program, reason } => format!("{} ran unobserved: {reason}", program.display_lossy()),
-        _ => format!("{} (record {})", r.call, r.seq),
+        _ => format!("{} (record {})", r.call(), r.seq),
     }
 }

@@ -1328,8 +1328,7 @@ mod tests {
             time: Stamp::parse("2026-12-01T00:00:00.000000000Z").unwrap(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/sh").into(),
-            call: "c".into(),
+            origin: crate::record::Origin::new(BPath::from("/bin/sh"), "c".into()),
             op,
         };
         let main = [
@@ -1532,8 +1531,7 @@ mod tests {
             time: Default::default(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/sh").into(),
-            call: "test".into(),
+            origin: crate::record::Origin::new(BPath::from("/bin/sh"), "test".into()),
             op,
         };
         let p = |s: &str| BPath::from(s);

@@ -210,8 +210,7 @@ mod tests {
             time: Default::default(),
             pid,
             ppid,
-            prog: BPath::from("/p").into(),
-            call: call.into(),
+            origin: crate::record::Origin::new(BPath::from("/p"), call.into()),
             op,
         }
     }

@@ -722,8 +722,10 @@ impl Session {
             time: crate::record::Stamp::now(),
             pid: std::process::id(),
             ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
-            prog: std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default().into(),
-            call: call.into(),
+            origin: crate::record::Origin::new(
+                std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
+                call.into(),
+            ),
             op,
         }
     }

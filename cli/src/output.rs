@@ -75,7 +75,7 @@ pub fn escape(p: &(impl AsRef<[u8]> + ?Sized)) -> String {
 }
 
 fn prog_name(r: &Record) -> String {
-    let p = r.prog.as_bytes();
+    let p = r.prog().as_bytes();
     let base = p.rsplit(|&c| c == b'/').next().unwrap_or(p);
     escape(&BPath::new(base.to_vec()))
 }
@@ -183,7 +183,7 @@ pub fn log_text(s: &Session, j: &JournalContents) -> String {
         let what = describe_record(r);
         let time = r.time.to_string();
         let time = time.get(11..19).unwrap_or(&time);
-        let _ = writeln!(out, "#{:<5} {time} {:>7} {:<10} {:<10} {what}", r.seq, r.pid, prog_name(r), r.call);
+        let _ = writeln!(out, "#{:<5} {time} {:>7} {:<10} {:<10} {what}", r.seq, r.pid, prog_name(r), r.call());
     }
     for p in &j.problems {
         let _ = writeln!(out, "!! {}", p.describe());
@@ -243,7 +243,7 @@ pub fn log_tree(s: &Session, j: &JournalContents) -> String {
             }
             _ => {
                 let p = procs.get_mut(&r.pid).expect("inserted above");
-                p.lines.push(format!("#{} {} {}", r.seq, r.call, describe_record(r)));
+                p.lines.push(format!("#{} {} {}", r.seq, r.call(), describe_record(r)));
             }
         }
         let p = procs.get_mut(&r.pid).expect("inserted above");

@@ -209,7 +209,7 @@ pub(super) fn run_plan_streaming(
                 seq: Some(rec.seq),
                 outcome: Outcome::Unchanged,
                 path: rec.op.primary_path().cloned(),
-                why: format!("the {} call failed, so it changed nothing", rec.call),
+                why: format!("the {} call failed, so it changed nothing", rec.call()),
                 cause: Cause::CallChangedNothing,
             });
             report.undone.push(rec.seq);
@@ -456,7 +456,7 @@ impl<'a> Executor<'a> {
                 };
                 let why = format!(
                     "{} was interrupted between creating a name from this template and journaling it (the process was killed, or its record was lost): whatever it created is not removed; {left}",
-                    rec.call
+                    rec.call()
                 );
                 let cause = Cause::InterruptedTempName;
                 out.push(StepReport { seq, outcome: Outcome::Skipped, path: Some(template.clone()), why, cause });

@@ -63,7 +63,8 @@ pub(super) struct UndoLog {
     not_kept: Cell<u64>,
     not_kept_why: RefCell<Option<String>>,
     written: Cell<u64>,
-    prog: std::sync::Arc<BPath>,
+    /// This program, and the call every record of an undo names (`undo`).
+    origin: crate::record::Origin,
     /// This process's id, for every record (asked once).
     pid: u32,
     /// The inodes the session's records name by identity ([`named_inodes`]): one of them that
@@ -241,7 +242,7 @@ impl UndoLog {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let prog = std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default().into();
+        let prog = std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default();
         Ok(UndoLog {
             dir,
             writer,
@@ -257,7 +258,7 @@ impl UndoLog {
             not_kept: Cell::new(0),
             not_kept_why: RefCell::new(None),
             written: Cell::new(0),
-            prog,
+            origin: crate::record::Origin::new(prog, "undo".into()),
             pid: std::process::id(),
             named,
             pack: RefCell::new(None),
@@ -333,8 +334,7 @@ impl UndoLog {
             time: crate::record::Stamp::now(),
             pid: self.pid,
             ppid: 0,
-            prog: self.prog.clone(),
-            call: "undo".into(),
+            origin: self.origin.clone(),
             op,
         };
         let line = crate::journal::encode_line(&rec);

@@ -96,8 +96,7 @@ impl Fixture {
             time: Default::default(),
             pid: 1,
             ppid: 0,
-            prog: BPath::from("/bin/test").into(),
-            call: "test".into(),
+            origin: crate::record::Origin::new(BPath::from("/bin/test"), "test".into()),
             op,
         });
     }
@@ -436,8 +435,7 @@ fn only_a_later_record_of_the_same_process_completes_a_temporary_name() {
         time: Default::default(),
         pid,
         ppid: 0,
-        prog: BPath::from("/bin/test").into(),
-        call: "mkstemp".into(),
+        origin: crate::record::Origin::new(BPath::from("/bin/test"), "mkstemp".into()),
         op,
     };
     let absent = |p: &str| Op::Change { path: BPath::from(p), before: Before::Absent };

@@ -1679,8 +1679,7 @@ fn forged_creation(path: &std::path::Path, seq: u64) -> Vec<u8> {
         time: Default::default(),
         pid: 1,
         ppid: 0,
-        prog: aether_journal::BPath::from("/bin/sh").into(),
-        call: "open".into(),
+        origin: aether_journal::record::Origin::new(aether_journal::BPath::from("/bin/sh"), "open".into()),
         op: Op::Change { path: aether_journal::BPath::from(path), before: Before::Absent },
     };
     aether_journal::journal::encode_line(&rec)

@@ -76,6 +76,7 @@ struct Region {
 }
 
 /// The current permanent region (older ones stay mapped: their blocks are never freed).
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static REGION: std::sync::atomic::AtomicPtr<Region> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 const REGION_SIZE: usize = 64 * 1024;
 
@@ -250,6 +251,7 @@ fn start_over(give_back: bool) -> bool {
 /// The pthread key whose destructor gives an exiting thread's arena back: [`NO_KEY`] until a
 /// first chunk is mapped (a process that changes nothing never makes one), then the key plus
 /// [`KEY_BASE`], or [`KEY_NONE`].
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(NO_KEY);
 const NO_KEY: usize = 0;
 const KEY_MAKING: usize = 1;

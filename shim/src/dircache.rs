@@ -141,6 +141,7 @@ static PATHS: [PathSlot; PATH_SLOTS] = [const {
 
 /// Bumped whenever this process's relative paths may start leading elsewhere (chdir, fchdir,
 /// chroot): every remembered path is then stale.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static LOCAL_GEN: AtomicU64 = AtomicU64::new(0);
 
 /// This process changed its working directory or root: forget every remembered path.

@@ -316,7 +316,11 @@ pub fn prepare(
             None
         } else {
             let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now, Creds::current());
-            if let Some(v) = vouched {
+            // Kept where the memory outlives the exec: a spawning parent's, a `vfork` child's
+            // (its parent's). A process's own exec replaces its memory: writing there would
+            // only cost a forked shell's child the pages' copies.
+            let outlives = !(record_exec && marks && crate::state::owns_memory());
+            if let Some(v) = vouched.filter(|_| outlives) {
                 crate::execmemo::remember(&program, &v);
             }
             verdict.err()

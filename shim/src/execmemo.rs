@@ -15,9 +15,10 @@
 //! guarded by a sequence counter.
 //!
 //! What this module cannot do: help a process that forks before each exec (a shell): the
-//! check runs in the child, whose memory is gone at the exec.
+//! check runs in the child, whose memory is gone at the exec (so such a child does not write
+//! its verdict here at all).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aether_journal_recorder::seqlock;
 use journal_core::exec_check::Vouched;
@@ -43,6 +44,11 @@ static TABLE: [Slot; SLOTS] = [const {
         vouched: [const { AtomicU64::new(0) }; 8],
     }
 }; SLOTS];
+
+/// Set before the first verdict is written: until then the table (5 KiB over two pages, which
+/// a process that never spawned anything has not touched) is not read at all.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+static ANY: AtomicBool = AtomicBool::new(false);
 
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
 fn slot(name: &[u8]) -> &'static Slot {
@@ -84,6 +90,9 @@ fn remembered(name: &[u8]) -> Option<Vouched> {
 /// caller's real uid now: then it is observable without a check. A `stat` and a `getuid` when
 /// the name is remembered, nothing otherwise.
 pub fn still_vouched(name: &[u8]) -> bool {
+    if !ANY.load(Ordering::Acquire) {
+        return false;
+    }
     let Some(v) = remembered(name) else { return false };
     Vouched::now(name, rustix::process::getuid().as_raw()) == Some(v)
 }
@@ -94,6 +103,7 @@ pub fn remember(name: &[u8], v: &Vouched) {
     if name.is_empty() || name.len() > MAX_NAME {
         return;
     }
+    ANY.store(true, Ordering::Release);
     let s = slot(name);
     // When another thread is filling this slot, the verdict is not remembered this time.
     seqlock::write(&s.seq, || {

@@ -27,6 +27,7 @@ const WORDS: usize = 16;
 /// Descriptors below this number are remembered.
 const LIMIT: i32 = (WORDS * 64) as i32;
 
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static CREATED: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
 
 fn bit(fd: i32) -> Option<(&'static AtomicU64, u64)> {

@@ -33,6 +33,7 @@ thread_local! {
 
 /// Whether the program has ever installed a handler for an asynchronous signal. One-way: a
 /// handler removed later costs nothing but the masking it keeps switched on.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static ASYNC_HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// Notes a disposition the program is installing for `sig`: anything but `SIG_DFL`, `SIG_IGN`

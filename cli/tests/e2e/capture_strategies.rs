@@ -320,37 +320,82 @@ fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page
     );
 }
 
+/// Where the linker put each of the shim's symbols: its address by demangled name.
+fn shim_symbol_address(nm: &str, name: &str) -> u64 {
+    let line = nm
+        .lines()
+        .find(|l| l.split_once(' ').and_then(|(_, rest)| rest.get(2..)) == Some(name))
+        .unwrap_or_else(|| panic!("no symbol {name} in the shim"));
+    u64::from_str_radix(&line[..line.find(' ').unwrap()], 16).unwrap()
+}
+
+/// `nm -n -C` of the shim.
+fn shim_symbols() -> String {
+    let nm =
+        Command::new("nm").args(["-n", "-C"]).arg(&artifacts().shim).output().expect("nm (.ci/run installs binutils)");
+    assert!(nm.status.success());
+    String::from_utf8_lossy(&nm.stdout).into_owned()
+}
+
 #[test]
-fn what_every_process_touches_while_the_shim_starts_sits_on_one_code_window_and_one_data_page() {
+fn what_every_process_touches_while_the_shim_starts_sits_on_one_code_window_and_two_data_pages() {
     // shim/startup.ld gathers it; counted as page faults above, checked here by where the linker
     // put each piece, which no machine's noise moves. Without the script the constructor and
     // std's argument hook sat in 64 KiB windows of code of their own, and the statics the
     // constructor writes on three pages.
-    let nm =
-        Command::new("nm").args(["-n", "-C"]).arg(&artifacts().shim).output().expect("nm (.ci/run installs binutils)");
-    assert!(nm.status.success());
-    let nm = String::from_utf8_lossy(&nm.stdout);
-    let addr = |name: &str| -> u64 {
-        let line = nm
-            .lines()
-            .find(|l| l.split_once(' ').and_then(|(_, rest)| rest.get(2..)) == Some(name))
-            .unwrap_or_else(|| panic!("no symbol {name} in the shim"));
-        u64::from_str_radix(&line[..line.find(' ').unwrap()], 16).unwrap()
-    };
+    let nm = shim_symbols();
+    let addr = |name: &str| shim_symbol_address(&nm, name);
     let init = addr("_init");
     for code in ["aether_journal::shim_init", "std::sys::args::unix::imp::ARGV_INIT_ARRAY::init_wrapper"] {
         assert_eq!(addr(code) >> 16, init >> 16, "{code} is in the 64 KiB window of the shim's _init");
     }
+    // The first page is the one the loader writes anyway (the end of the initialised data).
     let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;
     for data in [
         "aether_journal::state::identity::OWNER_PPID",
         "aether_journal::kernel::MARK",
         "std::panicking::HOOK",
         "std::panicking::panic_count::GLOBAL_PANIC_COUNT",
-        "aether_journal::state::env::EARLY_ENV",
     ] {
-        // Each of these is at most 24 bytes, and the copy's state and length lead it.
-        assert_eq!((addr(data) + 16) >> 12, page, "{data} is on the page of the constructor's other statics");
+        assert_eq!(addr(data) >> 12, page, "{data} is on the page of the constructor's other statics");
+    }
+    // The copy of the environment, whose state and length lead it, on that page or the next.
+    let env = (addr("aether_journal::state::env::EARLY_ENV") + 16) >> 12;
+    assert!(env == page || env == page + 1, "the environment's copy starts on the constructor's pages");
+}
+
+#[test]
+fn what_hooks_exit_and_a_fork_child_write_shares_the_constructor_s_two_data_pages() {
+    // Every process writes some of these (a hook's pointer to libc's function on its first
+    // call, crtstuff's flag at exit, the store and segment state when it journals, the fork
+    // child's generation): left in `.bss` they were on five pages, each a page fault in a
+    // process and a copy in a fork child. shim/startup.ld puts them beside the constructor's.
+    let nm = shim_symbols();
+    let addr = |name: &str| shim_symbol_address(&nm, name);
+    let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;
+    let mut hot: Vec<String> =
+        ["open", "openat", "close", "fclose", "sigaction", "dup2", "execve", "waitpid", "rename"]
+            .iter()
+            .map(|hook| format!("aether_journal::hooks::table::{hook}::REAL"))
+            .collect();
+    hot.extend(
+        [
+            "aether_journal::guard::ASYNC_HANDLERS",
+            "aether_journal::state::store::STORE",
+            "aether_journal::state::config::CONFIG",
+            "aether_journal::segment::WRITTEN",
+            "aether_journal::segment::CURRENT",
+            "aether_journal::fdmemo::CREATED",
+            "aether_journal::dircache::LOCAL_GEN",
+            "aether_journal::ops::destinations::GENERATION",
+            "aether_journal::execmemo::ANY",
+            "completed.0",
+        ]
+        .map(String::from),
+    );
+    for data in &hot {
+        let at = addr(data) >> 12;
+        assert!(at == page || at == page + 1, "{data} is on page {at:#x}, not the constructor's ({page:#x}, +1)");
     }
 }
 

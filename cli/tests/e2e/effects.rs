@@ -98,6 +98,23 @@ fn datagrams_are_journaled_once_per_destination_per_process() {
 }
 
 #[test]
+fn a_fork_child_journals_its_own_first_datagram_to_a_destination_its_parent_sent_to() {
+    let s = scratch!();
+    let session = s.session("session");
+    let script = "import os, socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                  s.sendto(b'x', ('127.0.0.1', 9))\n\
+                  pid = os.fork()\n\
+                  if pid == 0:\n    s.sendto(b'x', ('127.0.0.1', 9)); s.sendto(b'x', ('127.0.0.1', 9)); os._exit(0)\n\
+                  os.waitpid(pid, 0)\n\
+                  s.sendto(b'x', ('127.0.0.1', 9))\n";
+    s.run_ok(&session, &[python(), "-c", script]);
+    let sends = records_of_kind(&s.log_json(&session), "send");
+    let pids: std::collections::BTreeSet<_> = sends.iter().map(|r| r["pid"].as_u64().unwrap()).collect();
+    assert_eq!(sends.len(), 2, "one send per process, the child's included: {sends:?}");
+    assert_eq!(pids.len(), 2, "{sends:?}");
+}
+
+#[test]
 fn a_unix_socket_connect_names_the_socket_path() {
     let s = scratch!();
     let sock = s.root.join("daemon.sock");

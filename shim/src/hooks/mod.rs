@@ -263,6 +263,8 @@ macro_rules! libc_hooks {
                         Ok(c) => c,
                         Err(_) => panic!("hook names never contain NUL"),
                     };
+                // With the other statics hooks write (shim/startup.ld).
+                #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
                 pub static REAL: $crate::real::Real = $crate::real::Real::new();
             }
 
@@ -427,6 +429,8 @@ macro_rules! variadic_hooks {
                         Ok(c) => c,
                         Err(_) => panic!("hook names never contain NUL"),
                     };
+                // With the other statics hooks write (shim/startup.ld).
+                #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
                 pub static REAL: $crate::real::Real = $crate::real::Real::new();
             }
 

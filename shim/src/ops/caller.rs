@@ -222,9 +222,11 @@ pub fn names_changed_after_call() {
 /// Whether the files this process last created have birth times (`statx` `btime`), which is
 /// what lets an exclusive create skip the `lstat` that proves its name absent: 0 not known
 /// yet, 1 yes, 2 no. A property of the file system, so a `vfork` child may set it too.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 pub(super) static BIRTH_TIMES: AtomicU8 = AtomicU8::new(0);
 
 /// Set when an exclusive create journaled without looking failed (a lock file someone holds,
 /// which a program may retry many times): the next ones look first, and journal nothing while
 /// the name is taken, until one finds it free.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 pub(super) static EXCLUSIVE_FAILED: AtomicBool = AtomicBool::new(false);

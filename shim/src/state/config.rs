@@ -80,6 +80,7 @@ pub fn configure_in_constructor() -> bool {
 }
 
 /// The configuration, published once and never freed.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static CONFIG: Leaked<Config> = Leaked::new();
 
 /// The configuration, built on first use from the environment the image started with.

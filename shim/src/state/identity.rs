@@ -40,6 +40,7 @@ pub fn owns_memory() -> bool {
 
 /// The session's root process (from its header), read once.
 pub(super) fn root_pid() -> Option<u32> {
+    #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
     static ROOT: AtomicU32 = AtomicU32::new(0);
     match ROOT.load(Ordering::Relaxed) {
         0 => {}

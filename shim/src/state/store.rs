@@ -151,12 +151,14 @@ impl Store {
 
 /// The process's store, published once (see [`Leaked`]: whoever loses a race to open it closes
 /// its own descriptors, so a fork can never catch another thread halfway through a lock).
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static STORE: Leaked<Store> = Leaked::new();
 
 /// Moves a descriptor above the range programs normally use, close-on-exec, so that it never
 /// takes a number the program expects to get from `open`.
 fn to_high_fd(fd: OwnedFd) -> OwnedFd {
     // Worked out once per process image; asked again if the program lowered its limit below it.
+    #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
     static MIN: AtomicI32 = AtomicI32::new(0);
     let limit_based = || {
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
@@ -319,6 +321,7 @@ pub fn exec_store() -> Option<ExecStore> {
 /// shim adds); a child of a parent with a published store uses that one. The parent opens
 /// its store when it next waits for a child, by when the child has exec'd or exited (not at
 /// `close`, also called between a vfork and the wait: that hook is W7's hot path).
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static CHILD_OPENED_STORE: AtomicBool = AtomicBool::new(false);
 
 /// Called from the `wait` family's hooks: opens and publishes this process's store if a

@@ -400,6 +400,40 @@ fn what_hooks_exit_and_a_fork_child_write_shares_the_constructor_s_two_data_page
 }
 
 #[test]
+fn the_code_a_forked_shell_child_runs_before_its_exec_follows_the_constructor_s() {
+    // shim/hot_text.ld (bench/hot_text.py) puts the functions the agent loop's processes run
+    // right after the constructor's code, most used first: a process touches a few 64 KiB
+    // windows of the shim's code instead of one per place its hooks sat in, and a fork child,
+    // whose code pages the kernel does not copy, pays each window again.
+    let readelf = Command::new("readelf").args(["-S", "-W"]).arg(&artifacts().shim).output().expect("readelf");
+    let sections = String::from_utf8_lossy(&readelf.stdout);
+    // A section's address and size.
+    let section = |name: &str| -> (u64, u64) {
+        let line = sections.lines().find(|l| l.contains(&format!(" {name} "))).expect("the shim has the section");
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at = fields.iter().position(|f| *f == name).unwrap();
+        (u64::from_str_radix(fields[at + 2], 16).unwrap(), u64::from_str_radix(fields[at + 4], 16).unwrap())
+    };
+    let (start, size) = section(".text.hot");
+    let nm = shim_symbols();
+    // The PLT, through which every thread-local access goes, in the constructor's window too.
+    let init = shim_symbol_address(&nm, "_init");
+    assert_eq!(section(".plt").0 >> 16, init >> 16, "the PLT is in the 64 KiB window of the shim's _init");
+    for code in [
+        "aether_journal::after_fork_in_child",
+        "sigaction",
+        "close",
+        "execve",
+        "aether_journal::exec::prepare",
+        "aether_journal::state::store::exec_store",
+        "aether_journal::guard::Guard::enter",
+    ] {
+        let a = shim_symbol_address(&nm, code);
+        assert!((start..start + size).contains(&a), "{code} at {a:#x} is outside .text.hot ({start:#x}+{size:#x})");
+    }
+}
+
+#[test]
 fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_one_put_in_its_place_is_named() {
     // Python's subprocess (vfork, like posix_spawn, shares the parent's memory with the exec
     // hook) starts a copy of /bin/true four times: its headers are read for the exec check

@@ -41,7 +41,8 @@ static ASYNC_HANDLERS: AtomicBool = AtomicBool::new(false);
 /// the synchronous signals are never held back, so they change nothing. Async-signal-safe.
 pub fn note_disposition(sig: libc::c_int, disposition: libc::sighandler_t) {
     let handler = !matches!(disposition, libc::SIG_DFL | libc::SIG_IGN | SIG_HOLD);
-    if handler && !SYNCHRONOUS.contains(&sig) {
+    // Stored once: a fork child reinstalling its parent's handlers does not copy the page.
+    if handler && !SYNCHRONOUS.contains(&sig) && !ASYNC_HANDLERS.load(Ordering::Relaxed) {
         ASYNC_HANDLERS.store(true, Ordering::Release);
     }
 }

@@ -74,22 +74,22 @@ unsafe impl Send for Window {}
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static CURRENT: AtomicPtr<AtomicPtr<Window>> = AtomicPtr::new(std::ptr::null_mut());
 /// Records this process image sent to the journal file while it had no segment.
-#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.fork"))]
 static WRITTEN: AtomicU32 = AtomicU32::new(0);
 /// Segments mapped now (current and retired).
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static MAPPED: AtomicU32 = AtomicU32::new(0);
 /// Segments this process made (each one twice the size of the one before, up to the cap).
-#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.fork"))]
 static MADE: AtomicU32 = AtomicU32::new(0);
 /// Copies between loading the current segment and finishing with it.
-#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.fork"))]
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// Filled segments not yet unmapped (their `Window`s are never freed: a stale pointer to one
 /// is only ever compared, never followed, outside a copy counted in flight).
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static RETIRED: [AtomicPtr<Window>; RETIRED_SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; RETIRED_SLOTS];
-#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.fork"))]
 static MAPPING: AtomicBool = AtomicBool::new(false);
 /// Set when a segment could not be made: the journal file from then on.
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]

@@ -346,16 +346,28 @@ fn what_every_process_touches_while_the_shim_starts_sits_on_one_code_window_and_
     let nm = shim_symbols();
     let addr = |name: &str| shim_symbol_address(&nm, name);
     let init = addr("_init");
-    for code in ["aether_journal::shim_init", "std::sys::args::unix::imp::ARGV_INIT_ARRAY::init_wrapper"] {
+    for code in [
+        "aether_journal::shim_init",
+        "std::sys::args::unix::imp::ARGV_INIT_ARRAY::init_wrapper",
+        // crtstuff's, run at start and at exit.
+        "frame_dummy",
+        "__do_global_dtors_aux",
+    ] {
         assert_eq!(addr(code) >> 16, init >> 16, "{code} is in the 64 KiB window of the shim's _init");
     }
-    // The first page is the one the loader writes anyway (the end of the initialised data).
+    // The first page is the one the loader writes anyway (the end of the initialised data);
+    // a fork child's handler writes there too, and copies no other page.
     let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;
     for data in [
         "aether_journal::state::identity::OWNER_PPID",
         "aether_journal::kernel::MARK",
         "std::panicking::HOOK",
         "std::panicking::panic_count::GLOBAL_PANIC_COUNT",
+        "aether_journal::segment::WRITTEN",
+        "aether_journal::segment::MADE",
+        "aether_journal::segment::MAPPING",
+        "aether_journal::segment::IN_FLIGHT",
+        "aether_journal::ops::destinations::GENERATION",
     ] {
         assert_eq!(addr(data) >> 12, page, "{data} is on the page of the constructor's other statics");
     }
@@ -383,11 +395,9 @@ fn what_hooks_exit_and_a_fork_child_write_shares_the_constructor_s_two_data_page
             "aether_journal::guard::ASYNC_HANDLERS",
             "aether_journal::state::store::STORE",
             "aether_journal::state::config::CONFIG",
-            "aether_journal::segment::WRITTEN",
             "aether_journal::segment::CURRENT",
             "aether_journal::fdmemo::CREATED",
             "aether_journal::dircache::LOCAL_GEN",
-            "aether_journal::ops::destinations::GENERATION",
             "aether_journal::execmemo::ANY",
             "completed.0",
         ]

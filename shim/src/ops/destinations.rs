@@ -19,7 +19,7 @@ static SENT: [AtomicU64; SENT_SLOTS] = [const { AtomicU64::new(0) }; SENT_SLOTS]
 /// three pages every child would otherwise copy or zero). Generations only grow along a line
 /// of forks (past 65,535 nested forks the table is cleared and they start again), so no process
 /// takes an ancestor's slot for its own.
-#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.fork"))]
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
 const GENERATION_BITS: u32 = 16;

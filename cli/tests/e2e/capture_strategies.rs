@@ -444,6 +444,31 @@ fn the_code_a_forked_shell_child_runs_before_its_exec_follows_the_constructor_s(
 }
 
 #[test]
+fn loading_the_shim_looks_up_no_symbol_the_shim_defines_itself() {
+    // Each symbol the loader looks up costs a process a walk of every loaded object's hash
+    // table (about 0.2 us here, a few cache misses each): the shim's own calls to functions it
+    // exports (std's `close`, the exec bodies' `execve`) are bound when it is linked
+    // (-Bsymbolic-functions in shim/build.rs), not looked up in every process.
+    let out = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).arg(&artifacts().shim).output().expect("binutils");
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let defined: std::collections::BTreeSet<String> = out(&["nm", "-D", "--defined-only"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .collect();
+    let looked_up: Vec<String> = out(&["readelf", "-r", "-W"])
+        .lines()
+        .filter(|l| l.contains("R_X86_64_") && !l.contains("RELATIVE"))
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .map(|s| s.split('@').next().unwrap_or(s).to_string())
+        .filter(|s| defined.contains(s))
+        .collect();
+    assert!(looked_up.is_empty(), "the loader looks up the shim's own {looked_up:?} in every process");
+}
+
+#[test]
 fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_one_put_in_its_place_is_named() {
     // Python's subprocess (vfork, like posix_spawn, shares the parent's memory with the exec
     // hook) starts a copy of /bin/true four times: its headers are read for the exec check

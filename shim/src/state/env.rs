@@ -59,17 +59,23 @@ pub fn capture_early_env() {
     // it is DONE.
     let bytes = unsafe { &mut *EARLY_ENV.bytes.get() };
     let environ = crate::exec::current_environ();
-    let entries = (0..).map_while(|i| {
-        // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings; this
-        // runs in the constructor (before main and its threads) or on a hook's first use, and
-        // only reads.
-        let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
+    let entries = (0..)
+        .map_while(|i| {
+            // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings;
+            // this runs in the constructor (before main and its threads) or on a hook's first
+            // use, and only reads.
+            let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
+            (!p.is_null()).then_some(p)
+        })
+        // The prefix is compared first: measuring every entry (PATH, LS_COLORS: kilobytes in
+        // all) cost every process about a microsecond.
         // SAFETY: a non-null entry is a NUL-terminated string (see above).
-        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
-    });
+        .filter(|&p| unsafe { has_prefix(p, PREFIX) })
+        // SAFETY: as above.
+        .map(|p| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes());
     let mut len = 0;
     let mut state = EARLY_DONE;
-    for e in entries.filter(|e| e.starts_with(b"AETHER_")) {
+    for e in entries {
         let Some(room) = bytes.get_mut(len..len + e.len() + 1) else {
             state = EARLY_OVERFLOW;
             break;
@@ -86,6 +92,22 @@ pub fn capture_early_env() {
     }
     EARLY_ENV.len.store(len, Ordering::Relaxed);
     EARLY_ENV.state.store(state, Ordering::Release);
+}
+
+/// What the entries kept begin with.
+const PREFIX: &[u8] = b"AETHER_";
+
+/// Whether the NUL-terminated string at `p` begins with `prefix` (which holds no NUL), reading
+/// no byte past the first that differs.
+///
+/// # Safety
+/// `p` points to a NUL-terminated string.
+unsafe fn has_prefix(p: *const std::ffi::c_char, prefix: &[u8]) -> bool {
+    prefix.iter().enumerate().all(|(i, &b)| {
+        // SAFETY: every byte before `i` matched a byte of the prefix, so none was the NUL: `i`
+        // is within the string or is its NUL.
+        unsafe { *p.add(i) as u8 == b }
+    })
 }
 
 /// The copied entries, once the constructor's copy is complete and whole.
@@ -140,4 +162,21 @@ pub fn env_value<'a>(entry: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
 /// The value of `name` among `entries` (`NAME=value` strings).
 pub(super) fn lookup<'a>(entries: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
     entries.iter().find_map(|e| env_value(e, name.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_kept_by_its_prefix_alone_and_a_shorter_one_is_read_no_further_than_its_nul() {
+        // SAFETY: a CStr is a NUL-terminated string.
+        let has = |s: &std::ffi::CStr| unsafe { has_prefix(s.as_ptr(), PREFIX) };
+        assert!(has(c"AETHER_JOURNAL_DIR=/tmp/s"));
+        assert!(has(c"AETHER_"));
+        assert!(!has(c"AETHER"), "the NUL differs from the prefix's last byte");
+        assert!(!has(c"PATH=/usr/bin"));
+        assert!(!has(c""));
+        assert!(!has(c"aether_journal_dir=x"));
+    }
 }

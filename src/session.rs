@@ -215,7 +215,7 @@ impl Header {
             cwd,
             shim_version: env!("CARGO_PKG_VERSION").into(),
             created_by: created_by.into(),
-            root_pid: Some(std::process::id()),
+            root_pid: Some(own_pid()),
             coverage: None,
             cut_off: None,
         }
@@ -237,7 +237,7 @@ pub fn new_session_id() -> String {
     let stamp: String = now_rfc3339_seconds().chars().filter(|c| !matches!(c, '-' | ':')).collect();
     let mut rnd = [0u8; 3];
     let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
-    format!("{stamp}-{}-{:02x}{:02x}{:02x}", std::process::id(), rnd[0], rnd[1], rnd[2])
+    format!("{stamp}-{}-{:02x}{:02x}{:02x}", own_pid(), rnd[0], rnd[1], rnd[2])
 }
 
 /// Where sessions are created by default: `${XDG_STATE_HOME:-$HOME/.local/state}/aether-journal`.
@@ -471,18 +471,31 @@ pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io:
     Ok(())
 }
 
+/// This process's id (rustix's `getpid`, not std's: one libc import fewer in the shim, see
+/// [`ensure_counters`]).
+fn own_pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
 /// Makes sure the counters file exists, is [`COUNTERS_LEN`] bytes long and carries its magic.
 /// Idempotent, and safe to race with itself.
 pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
-    use std::os::unix::fs::FileExt;
     let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
     if f.metadata()?.len() < COUNTERS_LEN as u64 {
         f.set_len(COUNTERS_LEN as u64)?;
     }
+    // rustix's pread and pwrite rather than std's: every process of a session that journals
+    // runs this, and each libc function the shim imports is one more symbol the loader looks
+    // up in every process (see `-Bsymbolic-functions` in shim/build.rs).
     let mut magic = [0u8; 8];
-    f.read_exact_at(&mut magic, 0)?;
-    if &magic != COUNTERS_MAGIC {
-        f.write_all_at(COUNTERS_MAGIC, 0)?;
+    if rustix::io::pread(&f, &mut magic, 0)? != magic.len() || &magic != COUNTERS_MAGIC {
+        let mut at = 0;
+        while at < COUNTERS_MAGIC.len() {
+            match rustix::io::pwrite(&f, &COUNTERS_MAGIC[at..], at as u64)? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => at += n,
+            }
+        }
     }
     Ok(f)
 }
@@ -561,11 +574,11 @@ pub fn write_bytes_atomically_as(
     write(&mut out)?;
     let tmp = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     if durability == Durability::OnDisk {
-        tmp.as_file().sync_all()?;
+        rustix::fs::fsync(tmp.as_file())?;
     }
     tmp.persist(path).map_err(|e| e.error)?;
     if durability == Durability::OnDisk {
-        fs::File::open(dir)?.sync_all()?;
+        rustix::fs::fsync(fs::File::open(dir)?)?;
     }
     Ok(())
 }
@@ -720,7 +733,7 @@ impl Session {
             v: crate::record::Version,
             seq,
             time: crate::record::Stamp::now(),
-            pid: std::process::id(),
+            pid: own_pid(),
             ppid: rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32),
             origin: crate::record::Origin::new(
                 std::env::current_exe().map(|p| BPath::from(p.as_path())).unwrap_or_default(),
@@ -824,7 +837,7 @@ impl Session {
 /// a `review`) holds its files read-only, and is not one of its processes.
 fn processes_and_what_they_hold() -> impl Iterator<Item = (u32, Vec<PathBuf>)> {
     use std::os::unix::ffi::OsStringExt;
-    let me = std::process::id();
+    let me = own_pid();
     let procs = fs::read_dir("/proc").into_iter().flatten();
     procs.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter(move |&p| p != me).map(|pid| {
         let writes = |fd: &std::ffi::OsStr| {

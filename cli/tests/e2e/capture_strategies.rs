@@ -469,6 +469,23 @@ fn loading_the_shim_looks_up_no_symbol_the_shim_defines_itself() {
 }
 
 #[test]
+fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
+    // Each function the shim imports is a symbol the loader looks up in every process that
+    // loads it (about 0.2 us each here: 30 imports cost a do-nothing library about 6 us a
+    // spawn). The core's session code reads and writes the counters' magic, syncs and asks for
+    // its pid through rustix, not std: 59 imports before, 55 now in a release build (63 and 59
+    // in a debug one, whose unoptimised std reaches more). A change that adds one pays here.
+    let nm = Command::new("nm").args(["-D", "--undefined-only"]).arg(&artifacts().shim).output().expect("binutils");
+    assert!(nm.status.success());
+    let imports: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(|s| s.split('@').next().unwrap_or(s).to_string()))
+        .collect();
+    let limit = if cfg!(debug_assertions) { 59 } else { 55 };
+    assert!(imports.len() <= limit, "the shim imports {} symbols (limit {limit}): {imports:?}", imports.len());
+}
+
+#[test]
 fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_one_put_in_its_place_is_named() {
     // Python's subprocess (vfork, like posix_spawn, shares the parent's memory with the exec
     // hook) starts a copy of /bin/true four times: its headers are read for the exec check

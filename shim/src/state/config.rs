@@ -207,6 +207,9 @@ fn read_config(argv: Option<Vec<BPath>>) -> Config {
 /// and the process runs under a seccomp filter (filters are inherited and cannot be removed,
 /// so a process that has the marker but no filter left the supervised tree some other way).
 fn supervised() -> bool {
-    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
-    crate::kernel::mark() != 0 && unsafe { libc::prctl(libc::PR_GET_SECCOMP) } == 2
+    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing. A raw call, unmarked (the
+    // filter does not watch prctl): libc's prctl would be one more import the loader looks
+    // up in every process.
+    crate::kernel::mark() != 0
+        && unsafe { crate::kernel::raw(libc::SYS_prctl, [libc::PR_GET_SECCOMP as usize, 0, 0, 0, 0], 0) } == 2
 }

@@ -329,12 +329,16 @@ fn shim_symbol_address(nm: &str, name: &str) -> u64 {
     u64::from_str_radix(&line[..line.find(' ').unwrap()], 16).unwrap()
 }
 
+/// What a binutils `tool` with `args` prints about the shim.
+fn binutils_on_shim(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool).args(args).arg(&artifacts().shim).output().expect("binutils (.ci/run installs it)");
+    assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `nm -n -C` of the shim.
 fn shim_symbols() -> String {
-    let nm =
-        Command::new("nm").args(["-n", "-C"]).arg(&artifacts().shim).output().expect("nm (.ci/run installs binutils)");
-    assert!(nm.status.success());
-    String::from_utf8_lossy(&nm.stdout).into_owned()
+    binutils_on_shim("nm", &["-n", "-C"])
 }
 
 #[test]
@@ -415,8 +419,7 @@ fn the_code_a_forked_shell_child_runs_before_its_exec_follows_the_constructor_s(
     // right after the constructor's code, most used first: a process touches a few 64 KiB
     // windows of the shim's code instead of one per place its hooks sat in, and a fork child,
     // whose code pages the kernel does not copy, pays each window again.
-    let readelf = Command::new("readelf").args(["-S", "-W"]).arg(&artifacts().shim).output().expect("readelf");
-    let sections = String::from_utf8_lossy(&readelf.stdout);
+    let sections = binutils_on_shim("readelf", &["-S", "-W"]);
     // A section's address and size.
     let section = |name: &str| -> (u64, u64) {
         let line = sections.lines().find(|l| l.contains(&format!(" {name} "))).expect("the shim has the section");
@@ -449,16 +452,11 @@ fn loading_the_shim_looks_up_no_symbol_the_shim_defines_itself() {
     // table (about 0.2 us here, a few cache misses each): the shim's own calls to functions it
     // exports (std's `close`, the exec bodies' `execve`) are bound when it is linked
     // (-Bsymbolic-functions in shim/build.rs), not looked up in every process.
-    let out = |args: &[&str]| {
-        let o = Command::new(args[0]).args(&args[1..]).arg(&artifacts().shim).output().expect("binutils");
-        assert!(o.status.success());
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let defined: std::collections::BTreeSet<String> = out(&["nm", "-D", "--defined-only"])
+    let defined: std::collections::BTreeSet<String> = binutils_on_shim("nm", &["-D", "--defined-only"])
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
         .collect();
-    let looked_up: Vec<String> = out(&["readelf", "-r", "-W"])
+    let looked_up: Vec<String> = binutils_on_shim("readelf", &["-r", "-W"])
         .lines()
         .filter(|l| l.contains("R_X86_64_") && !l.contains("RELATIVE"))
         .filter_map(|l| l.split_whitespace().nth(4))
@@ -476,9 +474,7 @@ fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
     // its pid through rustix, not std, and the shim asks for its seccomp mode with a raw call:
     // 59 imports before, 54 now in a release build (63 and 58 in a debug one, whose
     // unoptimised std reaches more). A change that adds one pays here.
-    let nm = Command::new("nm").args(["-D", "--undefined-only"]).arg(&artifacts().shim).output().expect("binutils");
-    assert!(nm.status.success());
-    let imports: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+    let imports: Vec<String> = binutils_on_shim("nm", &["-D", "--undefined-only"])
         .lines()
         .filter_map(|l| l.split_whitespace().last().map(|s| s.split('@').next().unwrap_or(s).to_string()))
         .collect();

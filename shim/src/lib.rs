@@ -118,12 +118,16 @@ unsafe extern "C" {
 }
 
 /// Before a `fork`: the child inherits this process's store rather than opening its own.
+#[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
 extern "C" fn before_fork() {
     state::open_store_before_fork();
 }
 
 /// In a forked child: it owns its copies of the store's descriptors now, its parent's
 /// journal segment is not its own, and datagram destinations are journaled once per *process*.
+/// Beside the constructor's code (`shim/startup.ld`): a fork child faults in every 64 KiB
+/// window of code it runs again, and the one of `_init` it runs anyway at exit.
+#[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
 extern "C" fn after_fork_in_child() {
     state::adopt_store_after_fork();
     segment::forget_after_fork();

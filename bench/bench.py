@@ -231,9 +231,10 @@ def journal_records(session, kinds=("change", "rename", "meta")):
     return n
 
 
-def timed(cmd, cwd, env, cpu=None):
+def timed(cmd, cwd, env, cpu=None, faults=None):
     """Wall seconds of `cmd`; with a list as `cpu`, also appends the CPU seconds (user + system)
-    of the command and every descendant it waited for."""
+    of the command and every descendant it waited for, and with one as `faults` their minor
+    page faults (a count no machine's noise moves much)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
@@ -245,6 +246,8 @@ def timed(cmd, cwd, env, cpu=None):
         raise SystemExit("bench: %r failed (%d): %s" % (cmd, p.returncode, err.decode(errors="replace")))
     if cpu is not None:
         cpu.append(ru.ru_utime + ru.ru_stime)
+    if faults is not None:
+        faults.append(ru.ru_minflt)
     return t
 
 
@@ -299,15 +302,16 @@ class Runner:
     def rounds(self, w, runs, variants):
         """Times `w` under every variant, `runs` rounds, the order rotated each round. Returns,
         per variant label, its wall times, CPU times and records."""
-        out = {v.label: {"wall": [], "cpu": [], "records": []} for v in variants}
+        out = {v.label: {"wall": [], "cpu": [], "records": [], "faults": []} for v in variants}
         for i in range(runs):
             order = variants[i % len(variants):] + variants[:i % len(variants)]
             for v in order:
                 w.prepare()
                 cmd, env, session = self.command(v, w.cmd)
-                c = []
-                out[v.label]["wall"].append(timed(cmd, w.cwd, env, c))
+                c, f = [], []
+                out[v.label]["wall"].append(timed(cmd, w.cwd, env, c, f))
                 out[v.label]["cpu"].append(c[0])
+                out[v.label]["faults"].append(f[0])
                 if session:
                     n = journal_records(session)
                     out[v.label]["records"].append(n)
@@ -376,6 +380,10 @@ def main():
         if a.baseline and len(vs) == 3:
             this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
             rows.append("| %s: this build / baseline, same rounds | | | %s | | | | |" % (w.key, spread(this_vs_base, "%.2f")))
+        if w.key == "W12":
+            # Counted, not timed: what the shim's pages cost every process of the loop.
+            rows.append("| %s: minor page faults, median: %s | | | | | | | |" % (w.key, ", ".join(
+                "%s %d" % (v.label, statistics.median(got[v.label]["faults"])) for v in vs)))
     if not only or "EXEC" in only:
         # Many short rounds rather than a few long ones: the machine's speed drifts over
         # seconds, and a pair of 200-spawn runs taken back to back sees the same drift.

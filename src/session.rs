@@ -473,7 +473,7 @@ pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io:
 
 /// This process's id (rustix's `getpid`, not std's: one libc import fewer in the shim, see
 /// [`ensure_counters`]).
-fn own_pid() -> u32 {
+pub fn own_pid() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 

@@ -164,7 +164,7 @@ pub fn mark(session: &Session, req: &MarkRequest) -> Result<Marked, MarkError> {
         Some(seq) => seq,
         None => append_directly(session, op)?,
     };
-    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let pid = aether_journal::session::own_pid();
     // The record's time is before now: once the coarse clock is past now, whatever anyone
     // changes has a change time after the mark (see wait_for_clock_tick).
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);

@@ -319,8 +319,8 @@ pub fn prepare(
             // Kept where the memory outlives the exec: a spawning parent's, a `vfork` child's
             // (its parent's). A process's own exec replaces its memory: writing there would
             // only cost a forked shell's child the pages' copies.
-            let outlives = !(record_exec && marks && crate::state::owns_memory());
-            if let Some(v) = vouched.filter(|_| outlives) {
+            // (`owns_memory` is a `getpid`: asked only when there is a verdict to keep.)
+            if let Some(v) = vouched.filter(|_| !(record_exec && marks && crate::state::owns_memory())) {
                 crate::execmemo::remember(&program, &v);
             }
             verdict.err()

@@ -54,10 +54,23 @@ pub mod counters {
     /// shim's `kernel.rs`). A quarter of the page in, on cache lines of their own.
     pub const SLOT_PASSES: usize = 128;
 
+    /// Set in a pass's thread word for a *spawn pass*: held by a thread inside `posix_spawn`,
+    /// whose child runs on the thread's memory until its exec (glibc's child, a `CLONE_VM`
+    /// one, makes that exec itself, unmarked). It lets through an exec, and nothing else, of a
+    /// thread on whose memory the pass's cookie (two words: [`spawn_pass_cookie`] and the
+    /// `argv` pointer given to `posix_spawn`) is found matching the exec's own `argv`.
+    pub const SPAWN_PASS: u64 = 1 << 32;
+
     /// The cookie a pass of thread `tid` holds in its own memory under the session's `mark`: what
     /// the supervisor expects to read at the address the pass names.
     pub fn pass_cookie(mark: u64, tid: u32) -> u64 {
         (mark ^ u64::from(tid).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17) | 1
+    }
+
+    /// The first word of a spawn pass's cookie (see [`SPAWN_PASS`]): never a plain pass's
+    /// cookie of the same thread, so that neither kind can be taken for the other.
+    pub fn spawn_pass_cookie(mark: u64, tid: u32) -> u64 {
+        pass_cookie(mark, tid) ^ 0x5350_4157_4E00_0002
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use aether_journal::capture::Counters;
 use aether_journal::internal::counters::{
     BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS,
-    SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB,
+    SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
 };
 use aether_journal::session::{COUNTERS_LEN, ensure_counters};
 
@@ -187,6 +187,31 @@ impl SharedCounters {
         })
     }
 
+    /// Takes a free spawn pass for thread `tid` (see
+    /// [`aether_journal::internal::counters::SPAWN_PASS`]); `None` when all are taken (the
+    /// child's exec then reaches the supervisor, which journals it itself).
+    pub fn claim_spawn_pass(&self, tid: u32) -> Option<usize> {
+        let word = u64::from(tid) | SPAWN_PASS;
+        let start = (tid as usize).wrapping_mul(7) % PASSES;
+        (0..PASSES)
+            .map(|i| (start + i) % PASSES)
+            .find(|&i| self.pass_slot(i).0.compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    }
+
+    /// The spawn passes held now: each one's slot, holder thread and cookie address (for the
+    /// supervisor, which reads the cookie from the memory of the thread making the exec).
+    pub fn spawn_passes(&self) -> impl Iterator<Item = (usize, u32, u64)> + '_ {
+        (0..PASSES).filter_map(move |i| {
+            let (t, a) = self.pass_slot(i);
+            let word = t.load(Ordering::Acquire);
+            if word & SPAWN_PASS == 0 {
+                return None;
+            }
+            let addr = a.load(Ordering::Acquire);
+            (addr != 0).then_some((i, word as u32, addr))
+        })
+    }
+
     /// Names where a claimed pass's cookie lives.
     pub fn publish_pass(&self, pass: usize, cookie_addr: u64) {
         self.pass_slot(pass).1.store(cookie_addr, Ordering::Release);
@@ -262,6 +287,26 @@ mod tests {
         assert_eq!(c.take_born_name(b"/w/b"), None, "another path");
         assert_eq!(c.take_born_name(b"/w/a"), Some((7, 1_000)));
         assert_eq!(c.take_born_name(b"/w/a"), None, "taken");
+    }
+
+    #[test]
+    fn a_spawn_pass_is_never_taken_for_its_holders_plain_pass_and_is_gone_once_released() {
+        let t = tempfile::tempdir().unwrap();
+        let a = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let b = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let plain = a.claim_pass(4242).unwrap();
+        a.publish_pass(plain, 0x1000);
+        let spawn = a.claim_spawn_pass(4242).unwrap();
+        assert_ne!(plain, spawn);
+        assert_eq!(b.spawn_passes().count(), 0, "no cookie address yet: not a pass");
+        a.publish_pass(spawn, 0x2000);
+        assert_eq!(b.spawn_passes().collect::<Vec<_>>(), vec![(spawn, 4242, 0x2000)], "seen through another mapping");
+        assert_eq!(b.passes_of(4242).collect::<Vec<_>>(), vec![(plain, 0x1000)], "the plain pass alone");
+        a.release_pass(spawn);
+        assert_eq!(b.spawn_passes().count(), 0);
+        assert_eq!(b.passes_of(4242).count(), 1);
+        use aether_journal::internal::counters::{pass_cookie, spawn_pass_cookie};
+        assert_ne!(pass_cookie(7, 4242), spawn_pass_cookie(7, 4242));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use journal_core::record::{ExecOp, Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::hooks::CPath;
-use crate::state::{Config, config, env_value, exec_store};
+use crate::state::{Config, ExecStore, config, env_value, exec_store};
 
 unsafe extern "C" {
     static mut environ: *const *const c_char;
@@ -69,6 +69,9 @@ pub struct Plan {
     /// Under a supervisor: the hook journaled the exec and makes it itself, marked, so that
     /// it costs no round trip.
     pub marked: bool,
+    /// Under a supervisor: a posix_spawn whose child's exec a spawn pass lets through
+    /// ([`crate::kernel::with_spawn_pass`]), so journaled here, as without one.
+    pub spawn_passed: bool,
 }
 
 /// Reads a null-terminated array of C strings.
@@ -257,10 +260,14 @@ pub fn prepare(
         if cfg.supervised {
             // The supervisor sees into every program of its architecture: the environment is
             // fixed so that the new program's own libc calls are journaled in-process, and an
-            // exec the hook makes itself (`marks`) is journaled here and marked. Any other
-            // (posix_spawn's child, system's shell) reaches the supervisor, which journals it.
+            // exec the hook makes itself (`marks`) is journaled here and marked. posix_spawn's
+            // child's is let through by a spawn pass and journaled after the call
+            // ([`spawn_with_pass`]); system's shell's reaches the supervisor, which journals it.
             plan.env = fixed_env(cfg, env).map(|new| crate::alloc::persistent(|| Box::new(env_block(new))));
             if !marks {
+                if !record_exec {
+                    plan.cwd = cwd;
+                }
                 return (program, plan);
             }
             let Some(store) = exec_store() else { return (program, plan) };
@@ -448,17 +455,90 @@ fn fixed_env(cfg: &Config, env: EnvIn) -> Option<Vec<Vec<u8>>> {
     }
 }
 
-/// After posix_spawn succeeded: the audit record, with the child's pid.
-pub fn spawned(call: &str, program: &[u8], plan: &Plan, argv: *const *const c_char, child: u32) {
+/// Runs `spawn` (the real posix_spawn) and returns its result; under a supervisor, with a
+/// spawn pass for the child's exec ([`crate::kernel::SpawnPass`]) when one can be had. Then
+/// what the supervisor would have checked of that exec is checked here first (a program of
+/// another architecture: refused under the strict policy, else journaled as unobserved), and
+/// the plan marked for [`spawned`] to journal the spawn.
+pub fn spawn_with_pass(
+    call: &str,
+    program: &[u8],
+    plan: &mut Plan,
+    argv: *const *const c_char,
+    spawn: impl FnOnce() -> libc::c_int,
+) -> libc::c_int {
+    if !config().supervised || crate::kernel::mark() == 0 {
+        return spawn();
+    }
+    let pass = guarded(|| match exec_store() {
+        Some(ExecStore::Shared(store)) => {
+            crate::kernel::SpawnPass::claim(&store.counters, argv.cast()).map(|p| (p, store))
+        }
+        _ => None,
+    })
+    .flatten();
+    let Some((pass, store)) = pass else { return spawn() };
     guarded(|| {
-        if !config().enabled || config().supervised {
+        if let Some(reason) = exec_check::foreign_architecture(program) {
+            let program = BPath::from(program);
+            if store.settings.policy == Policy::Strict {
+                let what = format!("exec of {}: {reason}", program.display_lossy());
+                store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
+                plan.refuse = Some(libc::EPERM);
+            } else {
+                plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
+            }
+        }
+    });
+    if let Some(errno) = plan.refuse {
+        return errno;
+    }
+    plan.spawn_passed = true;
+    let r = spawn();
+    drop(pass);
+    r
+}
+
+/// After posix_spawn succeeded: the audit record, with the child's pid (under a supervisor
+/// only when a spawn pass let the child's exec through, see [`spawn_with_pass`]). When the
+/// spawn had file actions (`actions`: one may change the child's directory), the working
+/// directory is the one the child ran in, read from `/proc` (this process's own, should the
+/// child have ended already), and `relative`, the caller's program name when it was resolved
+/// against the working directory, is resolved against that one.
+pub fn spawned(
+    call: &str,
+    relative: Option<&[u8]>,
+    program: &[u8],
+    plan: &Plan,
+    argv: *const *const c_char,
+    child: u32,
+    actions: bool,
+) {
+    guarded(|| {
+        if !config().enabled || (config().supervised && !plan.spawn_passed) {
             return;
         }
         if let Some(store) = exec_store() {
             // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
             let args = unsafe { c_strings(argv) }.into_iter().collect();
-            let cwd = BPath::new(plan.cwd.clone());
-            let op = Op::Exec(Box::new(ExecOp { program: BPath::from(program), argv: args, cwd, child: Some(child) }));
+            let mut cwd = plan.cwd.clone();
+            let mut program = program.to_vec();
+            if actions {
+                let link = format!("/proc/{child}/cwd");
+                if let Ok(there) = rustix::fs::readlink(link.as_str(), Vec::new()) {
+                    let there = there.into_bytes();
+                    if let Some(rel) = relative.filter(|_| there != cwd) {
+                        program = journal_core::bpath::join(&there, rel);
+                    }
+                    cwd = there;
+                }
+            }
+            let op = Op::Exec(Box::new(ExecOp {
+                program: BPath::new(program),
+                argv: args,
+                cwd: BPath::new(cwd),
+                child: Some(child),
+            }));
             store.record_fresh(call, op);
         }
     });

@@ -30,7 +30,7 @@
 //! marker from a program that reads its own environment and wants to hide its calls from the
 //! supervisor: the marker is a convention between cooperating parts, not a secret.
 
-use std::ffi::{CStr, c_long};
+use std::ffi::{CStr, c_char, c_long};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -266,6 +266,50 @@ pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() ->
         let _ = COOKIE.try_with(|c| c.set(0));
     }
     out
+}
+
+thread_local! {
+    /// A spawn pass's cookie (see [`with_spawn_pass`]): the cookie word and the `argv` pointer
+    /// of the spawn. Const-initialised, without destructor, at one address for the thread's life.
+    static SPAWN_COOKIE: std::cell::Cell<[u64; 2]> = const { std::cell::Cell::new([0, 0]) };
+}
+
+/// A *spawn pass*, held by a thread inside `posix_spawn`, whose child, on this thread's
+/// memory, makes its exec itself, unmarked: the supervisor lets through, without journaling
+/// it, an exec of the same `argv` by a thread on whose memory the pass's cookie is found
+/// (`aether_journal::internal::counters::SPAWN_PASS`). Whoever holds one journals the spawn
+/// itself. Given back when dropped: never held past the spawn.
+pub struct SpawnPass {
+    counters: &'static crate::state::SharedCounters,
+    slot: usize,
+}
+
+impl SpawnPass {
+    /// Takes and publishes a spawn pass for an exec of `argv` by a child of this thread, when
+    /// a supervisor watches this process; `None` otherwise, or when none is free (the exec
+    /// then reaches the supervisor, which journals it).
+    pub fn claim(counters: &'static crate::state::SharedCounters, argv: *const c_char) -> Option<SpawnPass> {
+        let m = mark();
+        if m == 0 {
+            return None;
+        }
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let pass = SpawnPass { counters, slot: counters.claim_spawn_pass(tid)? };
+        SPAWN_COOKIE
+            .try_with(|c| {
+                c.set([journal_core::internal::counters::spawn_pass_cookie(m, tid), argv as u64]);
+                counters.publish_pass(pass.slot, c.as_ptr() as u64);
+            })
+            .ok()?;
+        Some(pass)
+    }
+}
+
+impl Drop for SpawnPass {
+    fn drop(&mut self) {
+        self.counters.release_pass(self.slot);
+        let _ = SPAWN_COOKIE.try_with(|c| c.set([0, 0]));
+    }
 }
 
 // ----- the shim's own changes, with byte paths -----

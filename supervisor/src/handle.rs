@@ -95,7 +95,7 @@ impl<'s> Worker<'s> {
     pub fn serve(&mut self, listener: &Listener, n: &Notification) {
         // Whatever this thread had under way has run: it is in another call now.
         self.changes.heard_from(n.tid, self.store.counters());
-        let passed = n.arch == NATIVE_ARCH && self.passed(n.tid);
+        let passed = n.arch == NATIVE_ARCH && (self.passed(n.tid) || self.spawn_passed(n));
         let answer = if passed { Answer::Proceed } else { self.handle(listener, n) };
         self.store.counters().note_notified(passed);
         let waited = match answer {
@@ -211,6 +211,30 @@ impl<'s> Worker<'s> {
         let p = Process::of(tid)?;
         self.processes.insert(tid, (p.clone(), execs));
         Some(p)
+    }
+
+    /// Whether call `n` is the exec of a `posix_spawn` child that a spawn pass lets through
+    /// (see `aether_journal::internal::counters::SPAWN_PASS`): a thread inside that
+    /// `posix_spawn` journals the spawn, and the child runs on its memory, where the pass's
+    /// cookie is found with this exec's `argv`. The child's program changes unseen: what is
+    /// remembered of it is forgotten, and the other workers are told (the execs counter).
+    fn spawn_passed(&mut self, n: &Notification) -> bool {
+        if !is_exec(n.nr) {
+            return false;
+        }
+        let argv = if n.nr == libc::SYS_execve { n.args[1] } else { n.args[2] };
+        let counters = self.store.counters();
+        let thread = Thread { tid: n.tid };
+        let found = counters.spawn_passes().any(|(_, holder, addr)| {
+            let want = aether_journal::internal::counters::spawn_pass_cookie(self.store.mark, holder);
+            thread.read_u64(addr).is_ok_and(|c| c == want) && thread.read_u64(addr + 8).is_ok_and(|a| a == argv)
+        });
+        if found {
+            counters.note_exec();
+            self.processes.remove(&n.tid);
+            self.dirs.borrow_mut().forget(n.tid);
+        }
+        found
     }
 
     /// Whether thread `tid` holds a pass: the shim is inside a libc function whose own system

@@ -424,6 +424,71 @@ fn a_program_whose_changes_go_through_libc_makes_no_round_trip_to_the_supervisor
 }
 
 #[test]
+fn a_posix_spawn_childs_exec_is_let_through_by_a_pass_and_journaled_once_by_its_parent() {
+    // glibc's posix_spawn child makes its execve itself, unmarked, so it reaches the
+    // supervisor; the spawning hook holds a spawn pass, and journals the spawn itself. The
+    // child's file actions (an open that truncates) are still the supervisor's to journal.
+    let s = scratch!();
+    s.sh("echo old > out.txt; mkdir sub");
+    let script = "import os\n\
+                  fa = [(os.POSIX_SPAWN_OPEN, 1, 'out.txt', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)]\n\
+                  for i in range(3):\n    \
+                  pid = os.posix_spawn('/bin/sh', ['sh', '-c', f'echo {i} > made{i}; echo spawned'], os.environ, file_actions=fa)\n    \
+                  assert os.waitpid(pid, 0)[1] == 0\n\
+                  os.environ['PATH'] = '/nowhere:/usr/bin'\n\
+                  pid = os.posix_spawnp('touch', ['touch', 'sub/touched'], os.environ)\n\
+                  assert os.waitpid(pid, 0)[1] == 0\n";
+    let report = roundtrip_changing(&s, &[python(), "-c", script], |during| {
+        assert!(during.contains_key(b"made2".as_slice()) && during.contains_key(b"sub/touched".as_slice()));
+    });
+    assert_eq!(report["coverage"]["mode"], "syscalls", "{report}");
+    assert_eq!(std::fs::read(s.path("out.txt")).unwrap(), b"old\n", "the truncation by a file action was undone");
+    let session = s.session("session");
+    let log = s.log_json(&session);
+    let spawns: Vec<_> = records_of_kind(&log, "exec")
+        .into_iter()
+        .filter(|r| r["op"]["argv"][0] == "sh" || r["op"]["argv"][0] == "touch")
+        .collect();
+    assert_eq!(spawns.len(), 4, "each spawn journaled once: {spawns:?}");
+    for r in &spawns {
+        assert!(r["call"] == "posix_spawn" || r["call"] == "posix_spawnp", "by the parent: {r}");
+        assert!(r["op"]["child"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["op"]["cwd"].as_str().unwrap(), s.tree().to_str().unwrap(), "{r}");
+    }
+    assert!(spawns[3]["op"]["program"].as_str().unwrap().ends_with("/touch"), "{spawns:?}");
+    let (notified, passed) = notified(&session);
+    // The program's own start, three opens of file actions, and five execs let through (the
+    // last spawn's search of PATH tries two).
+    assert_eq!((notified, passed), (9, 5), "{log}");
+}
+
+#[test]
+fn a_spawn_that_changes_directory_is_journaled_with_the_directory_and_program_it_ran() {
+    for watch in BOTH {
+        let s = scratch!(format!("{watch:?}"));
+        let prog = compile(&s, "spawnchdir");
+        // In `sub`, it waits for its input: the spawning process has journaled it by then.
+        s.sh("mkdir sub && printf '#!/bin/sh\\nread go\\necho $1 > made-$1\\n' > sub/mk && \
+              printf '#!/bin/sh\\necho $1 > made-$1\\n' > mk && chmod +x mk sub/mk");
+        let session = s.session("session");
+        let before = manifest(&s.tree());
+        s.run_ok_as(&session, &[prog.to_str().unwrap()], watch);
+        assert!(s.path("sub/made-in-sub").exists() && s.path("made-here").exists());
+        let log = s.log_json(&session);
+        let spawns: Vec<_> = records_of_kind(&log, "exec").into_iter().filter(|r| r["call"] == "posix_spawn").collect();
+        assert_eq!(spawns.len(), 2, "{watch:?}: {log}");
+        let tree = s.tree().to_str().unwrap().to_string();
+        for (r, dir) in spawns.iter().zip([format!("{tree}/sub"), tree.clone()]) {
+            assert_eq!(r["op"]["cwd"].as_str().unwrap(), dir, "{watch:?}: {r}");
+            assert_eq!(r["op"]["program"].as_str().unwrap(), format!("{dir}/mk"), "{watch:?}: {r}");
+        }
+        let (code, r) = s.undo_json(&session);
+        assert_complete(code, &r);
+        assert_same_tree(&before, &manifest(&s.tree()));
+    }
+}
+
+#[test]
 fn execs_along_path_behave_as_glibcs_and_cost_no_round_trip() {
     let s = scratch!();
     let prog = compile(&s, "execpath");

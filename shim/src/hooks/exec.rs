@@ -306,11 +306,14 @@ pub fn posix_spawn_(
     } else {
         (Program::Path(path), (posix_spawn::NAME, &posix_spawn::REAL))
     };
-    let (resolved, plan) = crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false, false);
+    let (resolved, mut plan) =
+        crate::exec::prepare(call, program, argv.cast(), EnvIn::Given(envp.cast()), false, false);
     if let Some(errno) = plan.refuse {
         return errno;
     }
-    let r = match &plan.env {
+    // The environment outlives the call (and the plan, which the spawn below updates).
+    let env = plan.env.take();
+    let spawn = || match &env {
         None => real(Account::AsIs),
         // SAFETY: SpawnFn is the C signature of both posix_spawn and posix_spawnp.
         Some(env) => match unsafe { real_of::<SpawnFn>(sym.0, sym.1) } {
@@ -319,11 +322,16 @@ pub fn posix_spawn_(
             None => libc::ENOSYS,
         },
     };
+    // Under a supervisor, glibc's child makes the exec itself, unmarked: a spawn pass lets it
+    // through without a journaling round trip, and the spawn is journaled here instead.
+    let r = crate::exec::spawn_with_pass(call, &resolved, &mut plan, argv.cast(), spawn);
     if r == 0 {
         // SAFETY: on success posix_spawn stored the child's pid through the caller's pointer
         // (when it passed one).
         let child = if pid.is_null() { 0 } else { unsafe { *pid } };
-        crate::exec::spawned(call, &resolved, &plan, argv.cast(), child as u32);
+        let given = path.bytes().unwrap_or_default();
+        let relative = (given.first() != Some(&b'/') && (!search || given.contains(&b'/'))).then_some(given);
+        crate::exec::spawned(call, relative, &resolved, &plan, argv.cast(), child as u32, !actions.is_null());
     } else {
         crate::exec::failed(call, &plan, r);
     }

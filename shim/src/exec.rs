@@ -478,7 +478,7 @@ pub fn spawn_with_pass(
     })
     .flatten();
     let Some((pass, store)) = pass else { return spawn() };
-    guarded(|| {
+    let checked = guarded(|| {
         if let Some(reason) = exec_check::foreign_architecture(program) {
             let program = BPath::from(program);
             if store.settings.policy == Policy::Strict {
@@ -490,6 +490,11 @@ pub fn spawn_with_pass(
             }
         }
     });
+    if checked.is_none() {
+        // Not checked (this thread was inside the shim already): the supervisor checks it.
+        drop(pass);
+        return spawn();
+    }
     if let Some(errno) = plan.refuse {
         return errno;
     }

@@ -334,7 +334,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,EXEC,CMD,RSS,RT,SUPMEM,FILTER,UNDO)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,EXEC,CMD,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--mode", choices=("preload", "run"), default="preload",
                     help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")
@@ -479,6 +479,35 @@ def main():
         rows.append("| one round trip to the supervisor (%d rounds of %d calls), us | | | +%s us | | | | |" % (
             rounds, n, spread(per, "%.1f")))
         results["RT"] = {"per_call_us": per}
+    if a.mode == "run" and (not only or "SPAWN" in only):
+        # posix_spawn under run (Rust's Command, make): spawn+exec+wait of /bin/true, less the
+        # same loop bare, less run's own start and seal (the loop of no spawns); a bare
+        # LD_PRELOAD in the same rounds, for comparison.
+        n, rounds = 1000, max(15, a.runs)
+        print("SPAWN: %d rounds of %d spawns bare, under run and under a bare LD_PRELOAD..." % (rounds, n),
+              file=sys.stderr)
+        per = {v.label: [] for v in variants[1:]}
+        under_preload = []
+        for i in range(rounds):
+            t = {}
+            for v in variants:
+                for k in (0, n):
+                    cmd, env, session = runner.command(v, "%s/spawn_true %d /bin/true" % (a.progs, k))
+                    t[(v.label, k)] = timed(cmd, a.dir, env)
+                    if session:
+                        rmtree(session)
+            env, session = runner.env(True)
+            t["preload"] = timed("%s/spawn_true %d /bin/true" % (a.progs, n), a.dir, env)
+            rmtree(session)
+            bare = t[("bare", n)] - t[("bare", 0)]
+            for v in variants[1:]:
+                per[v.label].append(((t[(v.label, n)] - t[(v.label, 0)]) - bare) / n * 1e6)
+            under_preload.append((t["preload"] - t[("bare", n)]) / n * 1e6)
+        for label, got in per.items():
+            rows.append("| per posix_spawn of /bin/true under run, %s (%d rounds of %d), over bare, us | | | +%s us | | | | |" % (
+                label, rounds, n, spread(got, "%.0f")))
+        rows.append("| the same under a bare LD_PRELOAD (this build), same rounds, us | | | +%s us | | | | |" % spread(under_preload, "%.0f"))
+        results["SPAWN"] = {"run_us": per, "preload_us": under_preload}
     if a.mode == "run" and (not only or "SUPMEM" in only):
         # The supervisor's peak resident memory over a session of 100,000 records (it keeps it
         # in the session's counters page when it ends: word 18, KiB).

@@ -70,7 +70,7 @@ pub struct Plan {
     /// it costs no round trip.
     pub marked: bool,
     /// Under a supervisor: a posix_spawn whose child's exec a spawn pass lets through
-    /// ([`crate::kernel::with_spawn_pass`]), so journaled here, as without one.
+    /// ([`crate::kernel::SpawnPass`]), so journaled here, as without one.
     pub spawn_passed: bool,
 }
 

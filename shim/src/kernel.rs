@@ -269,7 +269,7 @@ pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() ->
 }
 
 thread_local! {
-    /// A spawn pass's cookie (see [`with_spawn_pass`]): the cookie word and the `argv` pointer
+    /// A spawn pass's cookie (see [`SpawnPass`]): the cookie word and the `argv` pointer
     /// of the spawn. Const-initialised, without destructor, at one address for the thread's life.
     static SPAWN_COOKIE: std::cell::Cell<[u64; 2]> = const { std::cell::Cell::new([0, 0]) };
 }

@@ -117,10 +117,12 @@ unsafe extern "C" {
     static __dso_handle: std::ffi::c_void;
 }
 
-/// Before a `fork`: the child inherits this process's store rather than opening its own.
+/// Before a `fork`: the child inherits this process's store rather than opening its own, and
+/// the real exec functions already looked up.
 #[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
 extern "C" fn before_fork() {
     state::open_store_before_fork();
+    hooks::resolve_before_fork();
 }
 
 /// In a forked child: it owns its copies of the store's descriptors now, its parent's

@@ -29,6 +29,11 @@ impl Real {
         Real { ptr: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
+    /// Whether the symbol has been looked up (one relaxed load).
+    pub fn resolved(&self) -> bool {
+        !self.ptr.load(Ordering::Relaxed).is_null()
+    }
+
     /// The address of the next definition of `name`, or null when there is none.
     pub fn addr(&self, name: &CStr) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);

@@ -264,6 +264,37 @@ fn strace_calls(s: &Scratch, session: &str, dir: &std::path::Path, argv: &[&std:
 }
 
 #[test]
+fn a_shells_forked_children_find_the_real_execve_looked_up_by_their_parent() {
+    // A shell forks only to exec. Looked up in each child, the real `execve` is a `dlsym`
+    // there every time, walking every library's symbols on pages the fork did not map in the
+    // child; looked up before the fork, once. Counted with the loader's own log of bindings.
+    let s = scratch!();
+    let session = s.session("session");
+    let log = s.root.join("ld");
+    let mut cmd =
+        run_cmd_libc(&s, &session, &["bash".as_ref(), "-c".as_ref(), "for i in 1 2 3; do /bin/true; done".as_ref()]);
+    cmd.env("LD_DEBUG", "bindings").env("LD_DEBUG_OUTPUT", &log);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut lookups = 0;
+    let mut trues = 0;
+    for entry in std::fs::read_dir(&s.root).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with("ld.") {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        lookups += text
+            .lines()
+            .filter(|l| l.contains("libaether_journal.so [0] to ") && l.ends_with("normal symbol `execve'"))
+            .count();
+        trues += usize::from(text.contains("binding file /bin/true") || text.contains("binding file /usr/bin/true"));
+    }
+    assert_eq!(trues, 3, "three forked children ran /bin/true");
+    assert_eq!(lookups, 1, "the real execve looked up once, by the shell, not once per child");
+}
+
+#[test]
 fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page_faults_for_the_shim() {
     // `/bin/true` joining an existing session, against the same without the shim: counted, not
     // timed. Today the shim adds 12 system calls (the loader's open, read, fstat, four mmaps,

@@ -284,6 +284,28 @@ type SpawnFn = unsafe extern "C" fn(
     Spawn,
 ) -> c_int;
 
+/// Before a `fork` (the `pthread_atfork` preparation): looks up the real `execve` and
+/// `execvp` if no call has yet, so that a forked child, which a shell makes only to exec,
+/// finds them in the memory it inherits. Looked up in the child, each is a `dlsym` in every
+/// child, walking the libraries' symbol tables on pages the fork did not map into it (a bash
+/// loop of `/bin/true` paid about 10 page faults a command for it). Two relaxed loads once
+/// both are known; nothing in a `vfork` child or while this thread is inside the shim.
+pub fn resolve_before_fork() {
+    if table::execve::REAL.resolved() && table::execvp::REAL.resolved() {
+        return;
+    }
+    if !crate::state::owns_memory() {
+        return;
+    }
+    let saved = errno();
+    if let Some(guard) = crate::guard::Guard::enter() {
+        table::execve::REAL.addr(table::execve::NAME);
+        table::execvp::REAL.addr(table::execvp::NAME);
+        drop(guard);
+    }
+    set_errno(saved);
+}
+
 /// posix_spawn and posix_spawnp: checked and fixed before, journaled after (with the child's
 /// pid). They return an error number rather than setting errno.
 #[allow(clippy::too_many_arguments)]

@@ -37,6 +37,7 @@ mod table;
 use std::ffi::{CStr, c_char, c_int, c_long};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+pub use exec::resolve_before_fork;
 pub use table::{HOOK_COUNT, hook};
 
 use crate::guard::{Guard, errno, set_errno};

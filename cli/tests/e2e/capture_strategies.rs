@@ -477,6 +477,16 @@ fn the_code_a_forked_shell_child_runs_before_its_exec_follows_the_constructor_s(
         let a = shim_symbol_address(&nm, code);
         assert!((start..start + size).contains(&a), "{code} at {a:#x} is outside .text.hot ({start:#x}+{size:#x})");
     }
+    // What LLVM took for cold (`#[cold]`: std's vector growth, in `.text.unlikely.NAME`) too.
+    let grows: Vec<u64> = nm
+        .lines()
+        .filter(|l| l.contains("RawVecInner") && l.ends_with("::finish_grow"))
+        .map(|l| u64::from_str_radix(&l[..l.find(' ').unwrap()], 16).unwrap())
+        .collect();
+    assert!(
+        grows.iter().any(|a| (start..start + size).contains(a)),
+        "no RawVecInner::finish_grow in .text.hot ({start:#x}+{size:#x}): {grows:x?}"
+    );
 }
 
 #[test]

@@ -24,7 +24,7 @@ use journal_core::record::{ExecOp, Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::hooks::CPath;
-use crate::state::{Config, ExecStore, config, env_value, exec_store};
+use crate::state::{Config, ExecStore, Store, config, env_value, exec_store};
 
 unsafe extern "C" {
     static mut environ: *const *const c_char;
@@ -280,17 +280,7 @@ pub fn prepare(
                 child: None,
             }));
             store.record_fresh(call, op);
-            if let Some(reason) = exec_check::foreign_architecture(&program) {
-                let program = BPath::new(program.clone());
-                if store.settings.policy == Policy::Strict {
-                    let what = format!("exec of {}: {reason}", program.display_lossy());
-                    store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
-                    plan.refuse = Some(libc::EPERM);
-                } else {
-                    plan.unobserved =
-                        Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
-                }
-            }
+            check_architecture(&store, call, &program, &mut plan);
             store.counters.note_exec();
             plan.marked = true;
             return (program, plan);
@@ -455,6 +445,22 @@ fn fixed_env(cfg: &Config, env: EnvIn) -> Option<Vec<Vec<u8>>> {
     }
 }
 
+/// Under a supervisor, which sees into every program of its architecture: a program of
+/// another one is refused under the strict policy (`plan.refuse`), else journaled as
+/// unobserved (`plan.unobserved`).
+fn check_architecture(store: &Store, call: &str, program: &[u8], plan: &mut Plan) {
+    if let Some(reason) = exec_check::foreign_architecture(program) {
+        let program = BPath::from(program);
+        if store.settings.policy == Policy::Strict {
+            let what = format!("exec of {}: {reason}", program.display_lossy());
+            store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
+            plan.refuse = Some(libc::EPERM);
+        } else {
+            plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
+        }
+    }
+}
+
 /// Runs `spawn` (the real posix_spawn) and returns its result; under a supervisor, with a
 /// spawn pass for the child's exec ([`crate::kernel::SpawnPass`]) when one can be had. Then
 /// what the supervisor would have checked of that exec is checked here first (a program of
@@ -478,18 +484,7 @@ pub fn spawn_with_pass(
     })
     .flatten();
     let Some((pass, store)) = pass else { return spawn() };
-    let checked = guarded(|| {
-        if let Some(reason) = exec_check::foreign_architecture(program) {
-            let program = BPath::from(program);
-            if store.settings.policy == Policy::Strict {
-                let what = format!("exec of {}: {reason}", program.display_lossy());
-                store.record_fresh(call, Op::Refused { what: what.into(), errno: libc::EPERM });
-                plan.refuse = Some(libc::EPERM);
-            } else {
-                plan.unobserved = Some(store.record_fresh(call, Op::Unobserved { program, reason: Box::new(reason) }));
-            }
-        }
-    });
+    let checked = guarded(|| check_architecture(store, call, program, plan));
     if checked.is_none() {
         // Not checked (this thread was inside the shim already): the supervisor checks it.
         drop(pass);

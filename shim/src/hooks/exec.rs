@@ -294,16 +294,10 @@ pub fn resolve_before_fork() {
     if table::execve::REAL.resolved() && table::execvp::REAL.resolved() {
         return;
     }
-    if !crate::state::owns_memory() {
-        return;
-    }
-    let saved = errno();
-    if let Some(guard) = crate::guard::Guard::enter() {
+    crate::state::outside_a_hook(|| {
         table::execve::REAL.addr(table::execve::NAME);
         table::execvp::REAL.addr(table::execvp::NAME);
-        drop(guard);
-    }
-    set_errno(saved);
+    });
 }
 
 /// posix_spawn and posix_spawnp: checked and fixed before, journaled after (with the child's

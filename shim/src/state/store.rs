@@ -347,15 +347,22 @@ fn open_store_for_children() {
 /// wait for or fork a child of its own) nothing is opened. Nothing either while this thread is
 /// inside the shim already.
 fn publish_store_outside_a_hook(entered: impl FnOnce()) {
+    outside_a_hook(|| {
+        entered();
+        let _ = store();
+    });
+}
+
+/// Runs `f` from outside a hook (a wait, a fork's preparation) under the guard and
+/// `catch_unwind`, with errno preserved. Only in the process that owns this memory (not in a
+/// vfork child), and not while this thread is inside the shim already.
+pub fn outside_a_hook(f: impl FnOnce()) {
     if !owns_memory() {
         return;
     }
     let saved = crate::guard::errno();
     if let Some(guard) = crate::guard::Guard::enter() {
-        entered();
-        let _ = std::panic::catch_unwind(|| {
-            let _ = store();
-        });
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         drop(guard);
     }
     crate::guard::set_errno(saved);

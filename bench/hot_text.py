@@ -33,10 +33,13 @@ try:
     subprocess.run(git + ["commit", "-qm", "main"], cwd=repo, check=True)
     env = dict(os.environ, LD_PRELOAD=shim, AETHER_JOURNAL_DIR=os.path.join(work, "session"))
     subprocess.run(["sh", "-c", "echo x > made"], cwd=repo, env=env, check=True)
-    # A process image's profile is lost at its exec unless dumped first: the exec hooks run right
-    # before libc's execve, which every exec ends in.
-    subprocess.run(["valgrind", "--tool=callgrind", "--demangle=no", "--trace-children=yes", "--dump-instr=no",
-                    "--dump-before=execve",
+    # A process image's profile is lost at its exec unless dumped first: at each exec hook (and
+    # libc's execve, which a hook's real call ends in). Dumping only at `execve` lost every image
+    # that execs through `execvp` (`env`, the `#!/usr/bin/env` of version managers' shims), and
+    # with them the code of that path.
+    execs = ["execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "execveat"]
+    subprocess.run(["valgrind", "--tool=callgrind", "--demangle=no", "--trace-children=yes", "--dump-instr=no"]
+                   + ["--dump-before=" + e for e in execs] + [
                     "--compress-strings=no", "--compress-pos=no", "--callgrind-out-file=" + out + "/cg.%p",
                     "bash", os.path.join(root, "bench", "agent_loop.sh"), turns],
                    cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -238,6 +238,36 @@ pub fn passing<R>(account: Account, call: impl FnOnce() -> R) -> R {
     call()
 }
 
+/// Defines a hook module's `NAME`: the symbol's name, which its first call looks up with
+/// `dlsym` (the loader then reads it).
+///
+/// The bytes are a static in `.rodata.aether_journal.names`, which shim/startup.ld puts before
+/// the rest of the read-only data, in the first 64 KiB of the image: the loader reads that
+/// window (the symbol tables, the relocations) in every process, so the kernel has mapped it
+/// already. Left among the other constants, the names were spread over three pages of a window
+/// of their own: a page fault in nearly every process that called a hook.
+macro_rules! hook_name {
+    ($name:ident) => {
+        const SPELLED: &str = concat!(stringify!($name), "\0");
+        #[cfg_attr(not(test), unsafe(link_section = ".rodata.aether_journal.names"))]
+        static BYTES: [u8; SPELLED.len()] = $crate::hooks::spelled(SPELLED);
+        pub const NAME: &::std::ffi::CStr = match ::std::ffi::CStr::from_bytes_with_nul(&BYTES) {
+            Ok(c) => c,
+            Err(_) => panic!("hook names never contain NUL"),
+        };
+    };
+}
+pub(crate) use hook_name;
+
+/// `s` as an array of exactly its length (`N`), for [`hook_name`]'s static (evaluated when
+/// the shim is compiled).
+pub(crate) const fn spelled<const N: usize>(s: &str) -> [u8; N] {
+    match s.as_bytes().first_chunk::<N>() {
+        Some(bytes) => *bytes,
+        None => panic!("N is the name's length"),
+    }
+}
+
 /// Expands the table of libc symbols: one row per exported function.
 ///
 /// ```text
@@ -259,11 +289,7 @@ macro_rules! libc_hooks {
         $(
             #[allow(non_snake_case)]
             pub mod $name {
-                pub const NAME: &::std::ffi::CStr =
-                    match ::std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                        Ok(c) => c,
-                        Err(_) => panic!("hook names never contain NUL"),
-                    };
+                $crate::hooks::hook_name!($name);
                 // With the other statics hooks write (shim/startup.ld).
                 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
                 pub static REAL: $crate::real::Real = $crate::real::Real::new();
@@ -425,11 +451,7 @@ macro_rules! variadic_hooks {
         $(
             #[allow(non_snake_case)]
             pub mod $name {
-                pub const NAME: &::std::ffi::CStr =
-                    match ::std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                        Ok(c) => c,
-                        Err(_) => panic!("hook names never contain NUL"),
-                    };
+                $crate::hooks::hook_name!($name);
                 // With the other statics hooks write (shim/startup.ld).
                 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
                 pub static REAL: $crate::real::Real = $crate::real::Real::new();

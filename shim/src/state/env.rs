@@ -51,6 +51,10 @@ static EARLY_ENV: EarlyEnv = EarlyEnv {
 };
 
 /// Copies the `AETHER_*` entries of `environ` (see [`EarlyEnv`]), once. Allocates nothing.
+///
+/// The constructor calls it in every process, so it sits in the constructor's code window
+/// (shim/startup.ld): left in `.text`, it was a page fault of its own in each of them.
+#[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.env"))]
 pub fn capture_early_env() {
     if EARLY_ENV.state.compare_exchange(EARLY_EMPTY, EARLY_WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return;

@@ -419,6 +419,44 @@ fn what_every_process_touches_while_the_shim_starts_sits_on_one_code_window_and_
 }
 
 #[test]
+fn the_loader_s_writes_to_the_shim_s_data_and_the_constructor_s_statics_share_one_page() {
+    // The loader relocates the initialised data and zeroes the tail of its last page; the
+    // constructor writes its statics and the environment's copy after it. shim/startup.ld
+    // moves std's backtrace cache (2.3 KiB nobody touches) to a page of its own and starts the
+    // rest of the data on a page: one page written at start instead of two, and the same one
+    // whatever precedes it (before, whether the statics shared it depended on where the data
+    // happened to begin).
+    let nm = shim_symbols();
+    let addr = |name: &str| shim_symbol_address(&nm, name);
+    let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;
+    let sections = binutils_on_shim("readelf", &["-S", "-W"]);
+    let section = |name: &str| -> Option<(u64, u64)> {
+        let line = sections.lines().find(|l| l.contains(&format!(" {name} ")))?;
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at = fields.iter().position(|f| *f == name)?;
+        Some((u64::from_str_radix(fields[at + 2], 16).ok()?, u64::from_str_radix(fields[at + 4], 16).ok()?))
+    };
+    let (data, data_size) = section(".data").expect("the shim has .data");
+    assert_eq!(data >> 12, page, ".data starts on page {:#x}, not the constructor's ({page:#x})", data >> 12);
+    assert_eq!((data + data_size - 1) >> 12, page, ".data ends past the constructor's page");
+    // Every address the loader writes from the start of the writable, non-RELRO data on.
+    let (cold, _) = section(".data.cold").unwrap_or((data, 0));
+    let written: Vec<u64> = binutils_on_shim("readelf", &["-r", "-W"])
+        .lines()
+        .filter(|l| l.contains("R_X86_64_"))
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .filter(|&at| at >= cold.min(data))
+        .collect();
+    assert!(!written.is_empty(), "no relocation of the shim's data found");
+    for at in written {
+        assert_eq!(at >> 12, page, "the loader writes {at:#x}, off the constructor's page ({page:#x})");
+    }
+    // The environment's copy: its state, length and a few hundred bytes of entries.
+    let env = addr("aether_journal::state::env::EARLY_ENV");
+    assert_eq!((env + 16 + 512) >> 12, page, "the environment's copy leaves the constructor's page");
+}
+
+#[test]
 fn the_names_hooks_look_up_in_libc_lie_in_the_window_the_loader_reads_in_every_process() {
     // A hook's first call looks its libc function up by name (dlsym reads the name). The
     // loader reads the image's first 64 KiB (headers, symbol tables) in every process, so the

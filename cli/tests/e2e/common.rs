@@ -26,36 +26,60 @@ pub fn repo_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
+/// The directory cargo built this test binary's profile into (`target/<profile>`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().and_then(Path::parent).expect("profile dir").to_path_buf()
+}
+
+/// Builds the shim with cargo `profile` into `target_dir`.
+fn build_shim(profile: &str, target_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "aether-journal-shim", "--profile", profile])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(repo_root())
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building the shim ({profile}) failed");
+}
+
 /// The CLI cargo built for this test binary, and the shim, built here once with the profile
 /// this test was built with (cargo builds no other package's library for a test), so that
 /// `cargo test` alone exercises the current code.
 pub fn artifacts() -> &'static Artifacts {
     static A: OnceLock<Artifacts> = OnceLock::new();
     A.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test exe");
-        // target/<profile>/deps/<test>-<hash>
-        let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir").to_path_buf();
+        let profile_dir = profile_dir();
         let profile = match profile_dir.file_name().and_then(OsStr::to_str) {
             Some("debug") => "dev".to_string(),
             Some(other) => other.to_string(),
             None => "dev".to_string(),
         };
-        let target_dir = profile_dir.parent().expect("target dir");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "aether-journal-shim", "--profile", &profile])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the shim failed");
+        build_shim(&profile, profile_dir.parent().expect("target dir"));
         let a = Artifacts {
             cli: PathBuf::from(env!("CARGO_BIN_EXE_aether-journal")),
             shim: profile_dir.join("libaether_journal.so"),
         };
         assert!(a.cli.is_file() && a.shim.is_file(), "artifacts missing in {}", profile_dir.display());
         a
+    })
+}
+
+/// The shim as it is shipped: built once with the release profile into the same target
+/// directory (where the Debian package's build then finds it), for the tests of what only the
+/// optimised, link-time-optimised image shows: the page faults and relocations every process
+/// pays, and tables the optimiser makes.
+pub fn release_shim() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let target_dir = profile_dir().parent().expect("target dir").to_path_buf();
+        build_shim("release", &target_dir);
+        let shim = target_dir.join("release").join("libaether_journal.so");
+        assert!(shim.is_file(), "no release shim at {}", shim.display());
+        shim
     })
 }
 

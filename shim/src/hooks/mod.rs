@@ -324,18 +324,15 @@ macro_rules! libc_hooks {
         /// The number of libc symbols hooked.
         const LIBC_HOOK_COUNT: usize = [$(stringify!($name)),*].len();
 
-        /// Hooked libc symbol `i` (in table order): its name and its [`Real`]. Code, not a
-        /// table of pointers, which the loader would relocate (and so copy) in every process.
-        fn libc_hook(i: usize) -> Option<(&'static ::std::ffi::CStr, &'static $crate::real::Real)> {
-            let mut k = 0usize;
+        /// Calls `visit` with each hooked libc symbol in table order (its name and its
+        /// [`Real`]) until it returns false; false if it did. See [`table::each_hook`].
+        fn each_libc_hook(visit: &mut $crate::hooks::table::Visit<'_>) -> bool {
             $(
-                if i == k {
-                    return Some(($name::NAME, &$name::REAL));
+                if !visit($name::NAME, &$name::REAL) {
+                    return false;
                 }
-                k += 1;
             )*
-            let _ = k;
-            None
+            true
         }
     };
 }
@@ -472,17 +469,14 @@ macro_rules! variadic_hooks {
         /// The number of variadic symbols hooked.
         const VARIADIC_HOOK_COUNT: usize = [$(stringify!($name)),*].len();
 
-        /// Hooked variadic symbol `i`: as `libc_hook`.
-        fn variadic_hook(i: usize) -> Option<(&'static ::std::ffi::CStr, &'static $crate::real::Real)> {
-            let mut k = 0usize;
+        /// The variadic symbols: as `each_libc_hook`.
+        fn each_variadic_hook(visit: &mut $crate::hooks::table::Visit<'_>) -> bool {
             $(
-                if i == k {
-                    return Some(($name::NAME, &$name::REAL));
+                if !visit($name::NAME, &$name::REAL) {
+                    return false;
                 }
-                k += 1;
             )*
-            let _ = k;
-            None
+            true
         }
     };
 }

@@ -294,12 +294,43 @@ syscall_hooks! {
 /// The number of hooked symbols (libc functions, then the variadic execs).
 pub const HOOK_COUNT: usize = LIBC_HOOK_COUNT + VARIADIC_HOOK_COUNT;
 
+/// What [`each_hook`] calls with each hooked symbol: true to go on.
+pub type Visit<'a> = dyn FnMut(&'static std::ffi::CStr, &'static Real) -> bool + 'a;
+
+/// Calls `visit` with each hooked symbol in table order (libc functions, then the variadic
+/// execs): its name and its [`Real`], until `visit` returns false.
+///
+/// Straight-line code, one call a row. An index looked up in a chain of `if i == k` returns
+/// became, through LLVM, two lookup tables of addresses (names and `Real`s, 2 KiB): data the
+/// loader relocates, and so copies, in every process, for a self-test that hardly ever runs.
+/// Never inlined: inlined with a known `visit`, the calls fold into such tables again.
+#[inline(never)]
+pub fn each_hook(visit: &mut Visit<'_>) {
+    if each_libc_hook(visit) {
+        each_variadic_hook(visit);
+    }
+}
+
 /// Hooked symbol `i` (in table order): its name and its [`Real`].
 pub fn hook(i: usize) -> Option<(&'static std::ffi::CStr, &'static Real)> {
-    if i < LIBC_HOOK_COUNT { libc_hook(i) } else { variadic_hook(i - LIBC_HOOK_COUNT) }
+    let (mut k, mut found) = (0usize, None);
+    each_hook(&mut |name, real| {
+        if k == i {
+            found = Some((name, real));
+            return false;
+        }
+        k += 1;
+        true
+    });
+    found
 }
 
 /// Every hooked symbol, in table order.
 pub fn all() -> impl Iterator<Item = (&'static std::ffi::CStr, &'static Real)> {
-    (0..HOOK_COUNT).filter_map(hook)
+    let mut rows = Vec::with_capacity(HOOK_COUNT);
+    each_hook(&mut |name, real| {
+        rows.push((name, real));
+        true
+    });
+    rows.into_iter()
 }

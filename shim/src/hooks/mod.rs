@@ -241,9 +241,9 @@ pub fn passing<R>(account: Account, call: impl FnOnce() -> R) -> R {
 /// Defines a hook module's `NAME`: the symbol's name, which its first call looks up with
 /// `dlsym` (the loader then reads it).
 ///
-/// The bytes are a static in `.rodata.aether_journal.names`, which shim/startup.ld puts before
-/// the rest of the read-only data, in the first 64 KiB of the image: the loader reads that
-/// window (the symbol tables, the relocations) in every process, so the kernel has mapped it
+/// The bytes are a static in `.rodata.aether_journal.names`, which shim/startup.ld puts right
+/// after the dynamic symbols' names, in the first 64 KiB of the image: the loader reads that
+/// window (the headers, the symbol tables) in every process, so the kernel has mapped it
 /// already. Left among the other constants, the names were spread over three pages of a window
 /// of their own: a page fault in nearly every process that called a hook.
 macro_rules! hook_name {

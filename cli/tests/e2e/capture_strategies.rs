@@ -374,6 +374,15 @@ fn binutils_on(lib: &std::path::Path, tool: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A section's address and size, from what `readelf -S -W` printed.
+fn section_in(readelf: &str, name: &str) -> Option<(u64, u64)> {
+    let line = readelf.lines().find(|l| l.contains(&format!(" {name} ")))?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == name)?;
+    let hex = |i: usize| fields.get(i).and_then(|f| u64::from_str_radix(f, 16).ok());
+    Some((hex(at + 2)?, hex(at + 4)?))
+}
+
 /// `nm -n -C` of the shim.
 fn shim_symbols() -> String {
     binutils_on_shim("nm", &["-n", "-C"])
@@ -435,12 +444,7 @@ fn the_shipped_shim_relocates_no_table_of_its_hooks_and_its_read_only_data_spans
     // build shows either, so it is the one checked.
     let shim = release_shim();
     let sections = binutils_on(shim, "readelf", &["-S", "-W"]);
-    let section = |name: &str| -> (u64, u64) {
-        let line = sections.lines().find(|l| l.contains(&format!(" {name} "))).expect("the shim has the section");
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let at = fields.iter().position(|f| *f == name).unwrap();
-        (u64::from_str_radix(fields[at + 2], 16).unwrap(), u64::from_str_radix(fields[at + 4], 16).unwrap())
-    };
+    let section = |name: &str| section_in(&sections, name).expect("the shim has the section");
     let names = section(".rodata.hook_names");
     let (bss, bss_size) = section(".bss");
     let statics = (section(".bss.startup").0, bss + bss_size);
@@ -479,12 +483,7 @@ fn the_loader_s_writes_to_the_shim_s_data_and_the_constructor_s_statics_share_on
     let addr = |name: &str| shim_symbol_address(&nm, name);
     let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;
     let sections = binutils_on_shim("readelf", &["-S", "-W"]);
-    let section = |name: &str| -> Option<(u64, u64)> {
-        let line = sections.lines().find(|l| l.contains(&format!(" {name} ")))?;
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let at = fields.iter().position(|f| *f == name)?;
-        Some((u64::from_str_radix(fields[at + 2], 16).ok()?, u64::from_str_radix(fields[at + 4], 16).ok()?))
-    };
+    let section = |name: &str| section_in(&sections, name);
     let (data, data_size) = section(".data").expect("the shim has .data");
     assert_eq!(data >> 12, page, ".data starts on page {:#x}, not the constructor's ({page:#x})", data >> 12);
     assert_eq!((data + data_size - 1) >> 12, page, ".data ends past the constructor's page");
@@ -512,12 +511,7 @@ fn the_names_hooks_look_up_in_libc_lie_in_the_window_the_loader_reads_in_every_p
     // names are put there (shim/startup.ld); among the other constants they were spread over
     // three pages of a window of their own, a page fault in nearly every process.
     let nm = shim_symbols();
-    let dynstr = binutils_on_shim("readelf", &["-S", "-W"])
-        .lines()
-        .find(|l| l.contains(" .dynstr "))
-        .and_then(|l| l.split_whitespace().skip_while(|f| *f != ".dynstr").nth(2).map(String::from))
-        .map(|a| u64::from_str_radix(&a, 16).unwrap())
-        .expect("the shim has .dynstr");
+    let (dynstr, _) = section_in(&binutils_on_shim("readelf", &["-S", "-W"]), ".dynstr").expect("the shim has .dynstr");
     let names: Vec<(u64, &str)> = nm
         .lines()
         .filter(|l| l.contains("aether_journal::hooks::table::") && l.ends_with("::BYTES"))
@@ -569,13 +563,7 @@ fn the_code_a_forked_shell_child_runs_before_its_exec_follows_the_constructor_s(
     // windows of the shim's code instead of one per place its hooks sat in, and a fork child,
     // whose code pages the kernel does not copy, pays each window again.
     let sections = binutils_on_shim("readelf", &["-S", "-W"]);
-    // A section's address and size.
-    let section = |name: &str| -> (u64, u64) {
-        let line = sections.lines().find(|l| l.contains(&format!(" {name} "))).expect("the shim has the section");
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let at = fields.iter().position(|f| *f == name).unwrap();
-        (u64::from_str_radix(fields[at + 2], 16).unwrap(), u64::from_str_radix(fields[at + 4], 16).unwrap())
-    };
+    let section = |name: &str| section_in(&sections, name).expect("the shim has the section");
     let (start, size) = section(".text.hot");
     let nm = shim_symbols();
     // The PLT, through which every thread-local access goes, in the constructor's window too.

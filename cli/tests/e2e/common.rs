@@ -69,9 +69,8 @@ pub fn artifacts() -> &'static Artifacts {
 }
 
 /// The shim as it is shipped: built once with the release profile into the same target
-/// directory (where the Debian package's build then finds it), for the tests of what only the
-/// optimised, link-time-optimised image shows: the page faults and relocations every process
-/// pays, and tables the optimiser makes.
+/// directory, for the tests of what only the optimised, link-time-optimised image shows: the
+/// page faults and relocations every process pays, and tables the optimiser makes.
 pub fn release_shim() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {

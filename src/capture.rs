@@ -342,19 +342,21 @@ impl Capturer<'_> {
         if used.saturating_add(size) > self.budget.max_total {
             return Before::irreversible(Reason::OverTotalBudget { size, used, limit: self.budget.max_total });
         }
-        if intent == Intent::Truncate && size >= MOVE_ASIDE_MIN && st.st_nlink == 1 {
-            if let Some(before) = self.move_aside(parent, name, st) {
-                return before;
-            }
+        if intent == Intent::Truncate
+            && size >= MOVE_ASIDE_MIN
+            && st.st_nlink == 1
+            && let Some(before) = self.move_aside(parent, name, st)
+        {
+            return before;
         }
         if intent != Intent::Destroy {
             if let Some(before) = self.reuse(parent, name, st) {
                 return before;
             }
-            if let Some(packer) = self.pack.filter(|_| size <= crate::pack::PACK_MAX) {
-                if let Some(before) = self.pack_copy(parent, name, packer) {
-                    return before;
-                }
+            if let Some(packer) = self.pack.filter(|_| size <= crate::pack::PACK_MAX)
+                && let Some(before) = self.pack_copy(parent, name, packer)
+            {
+                return before;
             }
         }
         let id = self.counters.next_id();
@@ -383,10 +385,10 @@ impl Capturer<'_> {
         match self.copy_into_store(parent, name, &blob) {
             Ok((how, hash, copied, fresh, xattrs)) => {
                 self.counters.add_bytes_kept(copied.min(data_bytes(&fresh)));
-                if let Some(index) = self.index {
-                    if copied == fresh.st_size.max(0) as u64 {
-                        index.remember(&CaptureKey::of(&fresh), id);
-                    }
+                if let Some(index) = self.index
+                    && copied == fresh.st_size.max(0) as u64
+                {
+                    index.remember(&CaptureKey::of(&fresh), id);
                 }
                 let node = Node::File { blob, size: copied, hash, how, twin: None };
                 let mut snap = snapshot_meta(&fresh, node);
@@ -737,12 +739,11 @@ pub fn in_shard<T>(
 /// Makes a new blob's name durable: its shard directory, and `blobs/` (which may have just
 /// gained the shard).
 pub(crate) fn sync_shard(blobs: BorrowedFd<'_>, blob: &str) {
-    if let Some((shard, _)) = blob.split_once('/') {
-        if let Ok(d) =
+    if let Some((shard, _)) = blob.split_once('/')
+        && let Ok(d) =
             rustix::fs::openat(blobs, shard, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        {
-            let _ = rustix::fs::fsync(&d);
-        }
+    {
+        let _ = rustix::fs::fsync(&d);
     }
     let _ = rustix::fs::fsync(blobs);
 }

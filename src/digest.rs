@@ -302,17 +302,17 @@ fn digest_file(file: &File, each_line: bool, seen: Option<&Seen>) -> io::Result<
     d.end = end;
     d.whole = whole.finalize().to_hex().to_string();
     let mut differs = false;
-    if let Some(seen) = seen.filter(|s| s.end > 0) {
-        if before_read_to.map(|h| *h.as_bytes()) != Some(seen.whole) {
-            differs = true;
-            if each_line {
-                let later = d.hashes.split_off(lines_before.min(d.hashes.len()));
-                d.hashes = [seen.hashes.clone(), later].concat();
-            }
-            d.whole = blake3::Hash::from_bytes(seen.whole).to_hex().to_string();
-            // Never before the lines read: a file emptied since is not a file digested empty.
-            d.end = end.max(seen.end);
+    if let Some(seen) = seen.filter(|s| s.end > 0)
+        && before_read_to.map(|h| *h.as_bytes()) != Some(seen.whole)
+    {
+        differs = true;
+        if each_line {
+            let later = d.hashes.split_off(lines_before.min(d.hashes.len()));
+            d.hashes = [seen.hashes.clone(), later].concat();
         }
+        d.whole = blake3::Hash::from_bytes(seen.whole).to_hex().to_string();
+        // Never before the lines read: a file emptied since is not a file digested empty.
+        d.end = end.max(seen.end);
     }
     d.lines = d.hashes.len() as u64;
     Ok((d, differs))
@@ -473,10 +473,10 @@ impl JournalDigest {
         whole_lines(
             &file,
             |offset, line| {
-                if offset >= want.end {
-                    if let Some(seq) = covered_seq(line) {
-                        findings.push(Problem::Rewritten { file: name.to_string(), offset, seq, through });
-                    }
+                if offset >= want.end
+                    && let Some(seq) = covered_seq(line)
+                {
+                    findings.push(Problem::Rewritten { file: name.to_string(), offset, seq, through });
                 }
             },
             |offset, span| {

@@ -530,10 +530,10 @@ impl Starts {
 
     /// The offsets as eight bytes each, when `at` does not fit in four.
     fn widen_for(&mut self, at: usize) {
-        if let Starts::Narrow(v) = self {
-            if u32::try_from(at).is_err() {
-                *self = Starts::Wide(v.iter().map(|&a| u64::from(a)).collect());
-            }
+        if let Starts::Narrow(v) = self
+            && u32::try_from(at).is_err()
+        {
+            *self = Starts::Wide(v.iter().map(|&a| u64::from(a)).collect());
         }
     }
 
@@ -886,10 +886,10 @@ impl Gathered {
     pub fn take(&mut self, r: &Record) {
         self.seqs.push(r.seq);
         let mut blob = |before: &Before| {
-            if let Before::Contents(s) = before {
-                if let Node::File { blob, size, hash: None, how, .. } = &s.node {
-                    self.unhashed.push((r.seq, (blob.clone(), *size, *how, s.mtime)));
-                }
+            if let Before::Contents(s) = before
+                && let Node::File { blob, size, hash: None, how, .. } = &s.node
+            {
+                self.unhashed.push((r.seq, (blob.clone(), *size, *how, s.mtime)));
             }
         };
         match &r.op {

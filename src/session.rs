@@ -444,10 +444,11 @@ pub fn may_hold_session(dir: &Path) -> io::Result<()> {
 /// written as durably as `durability` says.
 pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io::Result<()> {
     may_hold_session(dir)?;
-    if let Some(parent) = dir.parent() {
-        if !parent.as_os_str().is_empty() && !parent.is_dir() {
-            fs::DirBuilder::new().mode(0o700).recursive(true).create(parent)?;
-        }
+    if let Some(parent) = dir.parent()
+        && !parent.as_os_str().is_empty()
+        && !parent.is_dir()
+    {
+        fs::DirBuilder::new().mode(0o700).recursive(true).create(parent)?;
     }
     mkdir_0700(dir)?;
     mkdir_0700(&dir.join(BLOBS_DIR))?;
@@ -940,19 +941,20 @@ impl Session {
                     let f = i.lines().find_map(|l| l.strip_prefix("flags:"))?.trim().to_string();
                     u32::from_str_radix(&f, 8).ok()
                 });
-                if flags.is_some_and(|f| f & 0o3 != 0) {
-                    if let Ok(t) = fs::read_link(fd.path()) {
-                        keep(t.into_os_string().into_vec());
-                    }
+                if flags.is_some_and(|f| f & 0o3 != 0)
+                    && let Ok(t) = fs::read_link(fd.path())
+                {
+                    keep(t.into_os_string().into_vec());
                 }
             }
             for line in fs::read(format!("/proc/{pid}/maps")).unwrap_or_default().split(|&c| c == b'\n') {
                 let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
                 let perms = fields.nth(1).unwrap_or_default();
-                if perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b's') {
-                    if let Some(i) = line.iter().position(|&c| c == b'/') {
-                        keep(line[i..].to_vec());
-                    }
+                if perms.get(1) == Some(&b'w')
+                    && perms.get(3) == Some(&b's')
+                    && let Some(i) = line.iter().position(|&c| c == b'/')
+                {
+                    keep(line[i..].to_vec());
                 }
             }
         }

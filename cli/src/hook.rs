@@ -278,10 +278,10 @@ fn note_failure(harness: Harness, v: &Value, why: &str) {
         why.replace('\n', " ")
     );
     let mut places: Vec<PathBuf> = session::sessions_root().into_iter().collect();
-    if let Ok((dir, _)) = session_dir(harness, v) {
-        if dir.is_dir() {
-            places.push(dir);
-        }
+    if let Ok((dir, _)) = session_dir(harness, v)
+        && dir.is_dir()
+    {
+        places.push(dir);
     }
     for dir in places {
         let _ = std::fs::create_dir_all(&dir);

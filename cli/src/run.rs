@@ -88,10 +88,10 @@ pub fn find_shim() -> Result<PathBuf, String> {
     if candidate.is_file() {
         return Ok(candidate);
     }
-    if let Some(lib) = exe.parent().and_then(Path::parent).map(|p| p.join("lib/aether-journal").join(SHIM_NAME)) {
-        if lib.is_file() {
-            return Ok(lib);
-        }
+    if let Some(lib) = exe.parent().and_then(Path::parent).map(|p| p.join("lib/aether-journal").join(SHIM_NAME))
+        && lib.is_file()
+    {
+        return Ok(lib);
     }
     match embedded_shim()? {
         Some(p) => Ok(p),

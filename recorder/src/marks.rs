@@ -141,10 +141,10 @@ pub fn mark(session: &Session, req: &MarkRequest) -> Result<Marked, MarkError> {
         rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
     }
     let marks = session.marks()?;
-    if let Some(k) = &req.key {
-        if let Some(m) = marks.iter().find(|m| m.key.as_ref() == Some(k)) {
-            return Ok(Marked::Again(m.clone()));
-        }
+    if let Some(k) = &req.key
+        && let Some(m) = marks.iter().find(|m| m.key.as_ref() == Some(k))
+    {
+        return Ok(Marked::Again(m.clone()));
     }
     let name = match &req.name {
         Some(n) => {

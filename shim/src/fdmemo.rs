@@ -52,10 +52,10 @@ pub fn created(fd: i32) -> bool {
 /// which is almost always.
 #[inline]
 pub fn forget(fd: i32) {
-    if let Some((word, mask)) = bit(fd) {
-        if word.load(Ordering::Relaxed) & mask != 0 {
-            word.fetch_and(!mask, Ordering::AcqRel);
-        }
+    if let Some((word, mask)) = bit(fd)
+        && word.load(Ordering::Relaxed) & mask != 0
+    {
+        word.fetch_and(!mask, Ordering::AcqRel);
     }
 }
 

@@ -89,15 +89,15 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     // root of a new session is the exception (it must create the session and export its
     // directory before `main`, so that every descendant joins it), and so is a relative
     // session directory (it names a place under the cwd the process starts in).
-    if state::configure_in_constructor() {
-        if let Some(guard) = Guard::enter() {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                // SAFETY: the loader passes the program's argc/argv.
-                let args = alloc::persistent(|| unsafe { state::collect_argv(argc, argv) });
-                alloc::persistent(|| state::init_from_ctor(args));
-            }));
-            drop(guard);
-        }
+    if state::configure_in_constructor()
+        && let Some(guard) = Guard::enter()
+    {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: the loader passes the program's argc/argv.
+            let args = alloc::persistent(|| unsafe { state::collect_argv(argc, argv) });
+            alloc::persistent(|| state::init_from_ctor(args));
+        }));
+        drop(guard);
     }
     set_errno(saved);
 }

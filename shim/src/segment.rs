@@ -171,12 +171,12 @@ fn roll(session_dir: &[u8], seq: u64, cur: *mut Window, line: &[u8]) -> bool {
         MAPPING.store(false, Ordering::Release);
         return false;
     };
-    if slot.load(Ordering::SeqCst) == cur {
-        if let Some(fresh) = make(session_dir, seq) {
-            slot.store(fresh, Ordering::SeqCst);
-            if !cur.is_null() {
-                retire(cur);
-            }
+    if slot.load(Ordering::SeqCst) == cur
+        && let Some(fresh) = make(session_dir, seq)
+    {
+        slot.store(fresh, Ordering::SeqCst);
+        if !cur.is_null() {
+            retire(cur);
         }
     }
     MAPPING.store(false, Ordering::Release);

@@ -610,10 +610,10 @@ impl<'a> Executor<'a> {
         let Some((parent, name)) = path.split_parent() else {
             return Err(failed("the path has no parent directory"));
         };
-        if let Some((p, fd)) = self.parent.borrow().as_ref() {
-            if p.as_slice() == parent {
-                return Ok((fd.clone(), name));
-            }
+        if let Some((p, fd)) = self.parent.borrow().as_ref()
+            && p.as_slice() == parent
+        {
+            return Ok((fd.clone(), name));
         }
         match Dir::open(parent, self.sim.as_ref()) {
             Ok(dir) => {
@@ -654,12 +654,11 @@ impl<'a> Executor<'a> {
         let queued = self.deferred.borrow().iter().any(|d| d.path.starts_with_dir(path.as_bytes()));
         let dir_before = if !queued { None } else { self.directory_at(path) };
         let done = self.undo_change(path, before);
-        if let Some(old) = dir_before {
-            if matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)
-                && self.directory_at(path) != Some(old)
-            {
-                self.deferred.borrow_mut().retain(|d| !d.path.starts_with_dir(path.as_bytes()));
-            }
+        if let Some(old) = dir_before
+            && matches!(done.0, Outcome::Removed | Outcome::Restored | Outcome::Recreated)
+            && self.directory_at(path) != Some(old)
+        {
+            self.deferred.borrow_mut().retain(|d| !d.path.starts_with_dir(path.as_bytes()));
         }
         done
     }

@@ -253,12 +253,11 @@ impl<'a> MetaHandle<'a> {
     pub(super) fn apply(&self, t: &MetaTarget<'_>) -> Option<String> {
         let mut problems = Vec::new();
         let st = self.stat().ok();
-        if let Some((uid, gid)) = t.owner {
-            if st.is_none_or(|s| s.st_uid != uid || s.st_gid != gid) {
-                if let Err(e) = self.chown(uid, gid) {
-                    problems.push(format!("owner {uid}:{gid} could not be set back ({})", describe_errno(e)));
-                }
-            }
+        if let Some((uid, gid)) = t.owner
+            && st.is_none_or(|s| s.st_uid != uid || s.st_gid != gid)
+            && let Err(e) = self.chown(uid, gid)
+        {
+            problems.push(format!("owner {uid}:{gid} could not be set back ({})", describe_errno(e)));
         }
         match &t.xattrs {
             XattrTarget::Leave => {}
@@ -293,20 +292,20 @@ impl<'a> MetaHandle<'a> {
                 Err(e) => problems.push(format!("extended attributes could not be read ({})", describe_errno(e))),
             },
         }
-        if let Some(mode) = t.mode {
-            if let Err(e) = self.chmod(mode) {
-                problems.push(format!("mode {mode:o} could not be set back ({})", describe_errno(e)));
-            }
+        if let Some(mode) = t.mode
+            && let Err(e) = self.chmod(mode)
+        {
+            problems.push(format!("mode {mode:o} could not be set back ({})", describe_errno(e)));
         }
-        if let Some(ts) = &t.times {
-            if let Err(e) = self.set_times(ts) {
-                problems.push(format!("times could not be set back ({})", describe_errno(e)));
-            }
+        if let Some(ts) = &t.times
+            && let Err(e) = self.set_times(ts)
+        {
+            problems.push(format!("times could not be set back ({})", describe_errno(e)));
         }
-        if let Some(flags) = t.flags {
-            if let Err(e) = self.set_flags(flags) {
-                problems.push(format!("attributes {flags:#x} could not be set back ({})", describe_errno(e)));
-            }
+        if let Some(flags) = t.flags
+            && let Err(e) = self.set_flags(flags)
+        {
+            problems.push(format!("attributes {flags:#x} could not be set back ({})", describe_errno(e)));
         }
         (!problems.is_empty()).then(|| problems.join("; "))
     }
@@ -524,10 +523,13 @@ impl Executor<'_> {
                     Op::Change { .. } => true,
                     _ => false,
                 };
-                if let Some(w) = by_then.get(p.as_bytes()).and_then(|k| want.get_mut(k)) {
-                    if r.seq < w.seq && whole && p == w.then && self.undoes(r.seq) {
-                        w.older_self.get_or_insert(r.seq);
-                    }
+                if let Some(w) = by_then.get(p.as_bytes()).and_then(|k| want.get_mut(k))
+                    && r.seq < w.seq
+                    && whole
+                    && p == w.then
+                    && self.undoes(r.seq)
+                {
+                    w.older_self.get_or_insert(r.seq);
                 }
                 // Only a change of an entry (made, removed, replaced, renamed) changes the
                 // directory's times: an entry's metadata (a utime, a chmod) does not.
@@ -614,21 +616,21 @@ impl Executor<'_> {
             Ok(st) => st,
             Err(e) => return failed_errno(e, format!("cannot examine it: {}", describe_errno(e))),
         };
-        if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident) {
-            if let Some(blob) = self.stored_inode(m.ident) {
-                return match MetaHandle::open(&self.blobs, blob.as_bytes()) {
-                    Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
-                        None => done(
-                            Outcome::Restored,
-                            format!(
-                                "set back its {what} in the captured file (blob {blob}), which an older step puts back"
-                            ),
+        if !st.as_ref().is_some_and(|st| ident_of(st) == m.ident)
+            && let Some(blob) = self.stored_inode(m.ident)
+        {
+            return match MetaHandle::open(&self.blobs, blob.as_bytes()) {
+                Ok(h) => match h.apply(&MetaTarget::of_meta(m)) {
+                    None => done(
+                        Outcome::Restored,
+                        format!(
+                            "set back its {what} in the captured file (blob {blob}), which an older step puts back"
                         ),
-                        Some(p) => failed(p),
-                    },
-                    Err(e) => failed_errno(e, format!("cannot open its captured inode: {}", describe_errno(e))),
-                };
-            }
+                    ),
+                    Some(p) => failed(p),
+                },
+                Err(e) => failed_errno(e, format!("cannot open its captured inode: {}", describe_errno(e))),
+            };
         }
         let Some(st) = st else {
             return failed_because(Cause::Gone, format!("it no longer exists, so its {what} cannot be set back"));

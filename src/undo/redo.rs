@@ -122,21 +122,21 @@ impl Paths {
 
     /// The marks of `path`, if it is named.
     fn marks_of(&self, path: &[u8]) -> Option<u8> {
-        if let Some((names, marks)) = &self.sealed {
-            if let Some(i) = names.index_of(path) {
-                return Some(marks[i]).filter(|m| m & NAMED != 0);
-            }
+        if let Some((names, marks)) = &self.sealed
+            && let Some(i) = names.index_of(path)
+        {
+            return Some(marks[i]).filter(|m| m & NAMED != 0);
         }
         self.set.index_of(path).map(|i| self.marks[i])
     }
 
     /// The marks of `path`, counting it among those the journal names.
     fn touch(&mut self, path: &[u8]) -> &mut u8 {
-        if let Some((names, marks)) = &mut self.sealed {
-            if let Some(i) = names.index_of(path) {
-                marks[i] |= NAMED;
-                return &mut marks[i];
-            }
+        if let Some((names, marks)) = &mut self.sealed
+            && let Some(i) = names.index_of(path)
+        {
+            marks[i] |= NAMED;
+            return &mut marks[i];
         }
         let (i, _) = self.set.insert_full(path);
         if i >= self.marks.len() {
@@ -360,15 +360,15 @@ impl UndoLog {
         if !self.dirs.borrow_mut().insert(path.to_vec()) || self.paths.borrow().has(path, MADE) {
             return;
         }
-        if let Ok(st) = rustix::fs::lstat(path) {
-            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                self.record(Op::DirTimes(Box::new(DirTimesOp {
-                    path: BPath::new(path.to_vec()),
-                    ident: ident_of(&st),
-                    atime: [st.st_atime, st.st_atime_nsec as i64],
-                    mtime: [st.st_mtime, st.st_mtime_nsec as i64],
-                })));
-            }
+        if let Ok(st) = rustix::fs::lstat(path)
+            && FileType::from_raw_mode(st.st_mode) == FileType::Directory
+        {
+            self.record(Op::DirTimes(Box::new(DirTimesOp {
+                path: BPath::new(path.to_vec()),
+                ident: ident_of(&st),
+                atime: [st.st_atime, st.st_atime_nsec as i64],
+                mtime: [st.st_mtime, st.st_mtime_nsec as i64],
+            })));
         }
     }
 }

@@ -126,12 +126,12 @@ pub(super) fn start() -> Option<Started> {
 impl Drop for Started {
     fn drop(&mut self) {
         wait();
-        if let Some(mut r) = REMOVER.with(|r| r.borrow_mut().take()) {
-            if let Some(r) = Rc::get_mut(&mut r) {
-                r.jobs = None;
-                if let Some(worker) = r.worker.take() {
-                    let _ = worker.join();
-                }
+        if let Some(mut r) = REMOVER.with(|r| r.borrow_mut().take())
+            && let Some(r) = Rc::get_mut(&mut r)
+        {
+            r.jobs = None;
+            if let Some(worker) = r.worker.take() {
+                let _ = worker.join();
             }
         }
     }

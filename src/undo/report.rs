@@ -228,11 +228,11 @@ impl Seqs {
     /// Adds `seq` at the end.
     pub fn push(&mut self, seq: u64) {
         self.len += 1;
-        if let Some((first, n)) = self.runs.last_mut() {
-            if first.checked_sub(*n) == Some(seq) {
-                *n += 1;
-                return;
-            }
+        if let Some((first, n)) = self.runs.last_mut()
+            && first.checked_sub(*n) == Some(seq)
+        {
+            *n += 1;
+            return;
         }
         self.runs.push((seq, 1));
     }

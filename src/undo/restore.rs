@@ -242,10 +242,11 @@ impl Executor<'_> {
             &snap.node,
             Node::Prefix { .. } | Node::Packed { .. } | Node::File { how: CaptureHow::Copy | CaptureHow::Reflink, .. }
         );
-        if in_place_kind && !cur.is_some_and(|st| ident_of(st) == snap.ident) {
-            if let Some(blob) = self.stored_inode(snap.ident) {
-                return self.restore_in_store(blob, snap);
-            }
+        if in_place_kind
+            && !cur.is_some_and(|st| ident_of(st) == snap.ident)
+            && let Some(blob) = self.stored_inode(snap.ident)
+        {
+            return self.restore_in_store(blob, snap);
         }
         match &snap.node {
             Node::File { blob, size, how: CaptureHow::Link, .. } => {
@@ -366,10 +367,10 @@ impl Executor<'_> {
                 // A descriptor the program kept open may have changed the inode's metadata
                 // after it was unlinked (where no record can name it): set it back.
                 let times_match = bst.st_mtime == snap.mtime[0] && bst.st_mtime_nsec as i64 == snap.mtime[1];
-                if !(meta_matches(&bst, snap) && times_match) {
-                    if let Some(problem) = set_meta_at(dir, name, snap) {
-                        return failed(format!("put the original file back, but {problem}"));
-                    }
+                if !(meta_matches(&bst, snap) && times_match)
+                    && let Some(problem) = set_meta_at(dir, name, snap)
+                {
+                    return failed(format!("put the original file back, but {problem}"));
                 }
                 if replaced {
                     done(
@@ -641,10 +642,10 @@ impl Executor<'_> {
             SpecialKind::Char => FileType::CharacterDevice,
             SpecialKind::Block => FileType::BlockDevice,
         };
-        if let Some(st) = cur.filter(|st| file_type(st) == ft && st.st_rdev == rdev) {
-            if meta_matches(st, snap) {
-                return done(Outcome::Unchanged, format!("the {} is already there", kind.name()));
-            }
+        if let Some(st) = cur.filter(|st| file_type(st) == ft && st.st_rdev == rdev)
+            && meta_matches(st, snap)
+        {
+            return done(Outcome::Unchanged, format!("the {} is already there", kind.name()));
         }
         let replaced = match self.clear(dir, name, cur) {
             Ok(r) => r,

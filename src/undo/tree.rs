@@ -738,11 +738,11 @@ impl Sim {
             Ok(Where::Node(n)) => n.real,
             _ => None,
         };
-        if let Some(r) = real {
-            if let Ok(fd) = super::fs::open_dir_nofollow(&r) {
-                for n in super::fs::entries_of(fd.as_fd(), b".").unwrap_or_default() {
-                    names.insert(n);
-                }
+        if let Some(r) = real
+            && let Ok(fd) = super::fs::open_dir_nofollow(&r)
+        {
+            for n in super::fs::entries_of(fd.as_fd(), b".").unwrap_or_default() {
+                names.insert(n);
             }
         }
         if let Some(kids) = self.kids.borrow().get(path) {

@@ -273,12 +273,11 @@ impl Dirs {
     /// nothing is trusted, and nothing checked now will be).
     pub fn start(&mut self, pid: u32, tid: u32, start: Start, now: Option<Checked>) -> Result<Dir, DirError> {
         let key = (pid, tid, start);
-        if let (Start::Cwd, Some(now)) = (start, &now) {
-            if let Some((d, Some(checked))) = self.starts.get(&key) {
-                if checked.covers(now) {
-                    return Ok(d.clone());
-                }
-            }
+        if let (Start::Cwd, Some(now)) = (start, &now)
+            && let Some((d, Some(checked))) = self.starts.get(&key)
+            && checked.covers(now)
+        {
+            return Ok(d.clone());
         }
         let link = match start {
             Start::Cwd => format!("/proc/{tid}/cwd"),
@@ -291,11 +290,12 @@ impl Dirs {
             Ok(_) | Err(Errno::NOENT | Errno::NOTDIR | Errno::BADF) => return Err(DirError::WillFail),
             Err(e) => return Err(DirError::Failed(format!("{link}: {}", std::io::Error::from(e)))),
         };
-        if let Some((d, checked)) = self.starts.get_mut(&key) {
-            if d.id == ident && still_named(d) {
-                *checked = now;
-                return Ok(d.clone());
-            }
+        if let Some((d, checked)) = self.starts.get_mut(&key)
+            && d.id == ident
+            && still_named(d)
+        {
+            *checked = now;
+            return Ok(d.clone());
         }
         let fd = match rustix::fs::openat(
             CWD,

@@ -102,13 +102,14 @@ impl<'s> Worker<'s> {
             Answer::Proceed => listener.proceed(n.id),
             Answer::Fail(e) => listener.fail(n.id, e),
         };
-        if !waited && !is_exec(n.nr) {
-            if let Ok(mut a) = self.abandoned.lock() {
-                if a.len() > 4096 {
-                    a.clear();
-                }
-                a.insert(n.tid, (n.nr, n.args));
+        if !waited
+            && !is_exec(n.nr)
+            && let Ok(mut a) = self.abandoned.lock()
+        {
+            if a.len() > 4096 {
+                a.clear();
             }
+            a.insert(n.tid, (n.nr, n.args));
         }
     }
 
@@ -465,10 +466,10 @@ impl Call {
                 let mut dests = Vec::new();
                 // struct mmsghdr is a msghdr (56 bytes) and an unsigned int, padded to 64.
                 for i in 0..(a[2] as u32).min(1024) as u64 {
-                    if let Some(ep) = msg_destination(thread, a[1] + 64 * i)? {
-                        if !dests.contains(&ep) {
-                            dests.push(ep);
-                        }
+                    if let Some(ep) = msg_destination(thread, a[1] + 64 * i)?
+                        && !dests.contains(&ep)
+                    {
+                        dests.push(ep);
                     }
                 }
                 Call::Send(dests)

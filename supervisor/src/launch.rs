@@ -321,10 +321,10 @@ impl Witnessing {
                 let now = store.counters().last_id();
                 quiet = if now == last { quiet + 1 } else { 0 };
                 last = now;
-                if quiet <= QUIET_ROUNDS {
-                    if let Ok(mut w) = witness.lock() {
-                        w.catch_up();
-                    }
+                if quiet <= QUIET_ROUNDS
+                    && let Ok(mut w) = witness.lock()
+                {
+                    w.catch_up();
                 }
             }
         });

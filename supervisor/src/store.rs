@@ -140,11 +140,11 @@ impl Writer {
         if store.settings.sync {
             return self.write_synced(store, seq, line);
         }
-        if self.written < WRITES_FIRST {
-            if let Some(j) = &store.journal {
-                self.written += 1;
-                return aether_journal::capture::write_all(j, line).is_ok();
-            }
+        if self.written < WRITES_FIRST
+            && let Some(j) = &store.journal
+        {
+            self.written += 1;
+            return aether_journal::capture::write_all(j, line).is_ok();
         }
         let room = self.map.as_ref().map_or(0, |m| m.len - m.used);
         if room < line.len() {

@@ -189,10 +189,9 @@ fn kept_change<J: Journal, C: Caller>(
     let Some((ident, seq)) = whole.zip(seq) else { return pending };
     if let (Some(index), Some((now, btime))) =
         (journal.born(), birth_of(t.parent.as_fd(), &t.name, AtFlags::SYMLINK_NOFOLLOW))
+        && now == ident
     {
-        if now == ident {
-            index.remember_origin(ident, btime, Origin::Kept(seq));
-        }
+        index.remember_origin(ident, btime, Origin::Kept(seq));
     }
     pending
 }

@@ -377,11 +377,11 @@ fn record_change<J: Journal, C: Caller>(
     path: BPath,
     before: Before,
 ) -> (Pending, Option<u64>) {
-    if let Before::Irreversible { reason } = &before {
-        if journal.settings().policy == Policy::Strict {
-            let what = format!("{call} {}: {reason}", path.display_lossy());
-            return (refuse(journal, call, what, libc::EACCES), None);
-        }
+    if let Before::Irreversible { reason } = &before
+        && journal.settings().policy == Policy::Strict
+    {
+        let what = format!("{call} {}: {reason}", path.display_lossy());
+        return (refuse(journal, call, what, libc::EACCES), None);
     }
     let seq = journal.record(call, Op::Change { path, before: before.clone() });
     (pending_of(caller, &before, seq), Some(seq))

@@ -103,11 +103,11 @@ pub fn before_rename<J: Journal, C: Caller>(
             capture(journal, to.parent.as_fd(), &to.name, &tst, Intent::Destroy)
         }
     };
-    if let Before::Irreversible { reason } = &to_before {
-        if journal.settings().policy == Policy::Strict {
-            let what = format!("{call} over {}: {reason}", to.abs.display_lossy());
-            return refuse(journal, call, what, libc::EACCES);
-        }
+    if let Before::Irreversible { reason } = &to_before
+        && journal.settings().policy == Policy::Strict
+    {
+        let what = format!("{call} over {}: {reason}", to.abs.display_lossy());
+        return refuse(journal, call, what, libc::EACCES);
     }
     let seq = journal.record(
         call,

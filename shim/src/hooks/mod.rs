@@ -230,10 +230,11 @@ pub fn supervised() -> bool {
 /// shim journaled it and a supervisor watches (see [`crate::kernel::with_pass`]).
 #[inline(always)]
 pub fn passing<R>(account: Account, call: impl FnOnce() -> R) -> R {
-    if account == Account::Journaled && crate::kernel::mark() != 0 {
-        if let Some(c) = open_counters() {
-            return crate::kernel::with_pass(c, call);
-        }
+    if account == Account::Journaled
+        && crate::kernel::mark() != 0
+        && let Some(c) = open_counters()
+    {
+        return crate::kernel::with_pass(c, call);
     }
     call()
 }
@@ -535,19 +536,19 @@ pub fn journaled_with<R>(
         return refused(errno);
     }
     let result = real(account);
-    if let Some((store, pending)) = pending {
-        if !matches!(pending, Pending::Nothing) {
-            let err = errno();
-            let (ok, fd) = outcome(&result);
-            // Most outcomes need nothing, or only lock-free work: no guard for those.
-            if let Some(pending) = ops::after_quick(store, pending, ok, fd) {
-                if let Some(guard) = Guard::enter() {
-                    let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
-                    drop(guard);
-                }
-            }
-            set_errno(err);
+    if let Some((store, pending)) = pending
+        && !matches!(pending, Pending::Nothing)
+    {
+        let err = errno();
+        let (ok, fd) = outcome(&result);
+        // Most outcomes need nothing, or only lock-free work: no guard for those.
+        if let Some(pending) = ops::after_quick(store, pending, ok, fd)
+            && let Some(guard) = Guard::enter()
+        {
+            let _ = catch_unwind(AssertUnwindSafe(|| ops::after(store, call, pending, ok, err, fd)));
+            drop(guard);
         }
+        set_errno(err);
     }
     result
 }
@@ -621,10 +622,10 @@ pub fn after_call(call: &'static str, work: impl FnOnce()) {
 
 /// The test suite's fault injection (see [`crate::state::Config::test_fault`]).
 fn injected_fault(name: CPath) {
-    if let Some(f) = crate::state::config().test_fault.as_deref() {
-        if name.bytes().is_some_and(|p| p.ends_with(f)) {
-            panic!("fault injected by AETHER_JOURNAL_TEST_FAULT");
-        }
+    if let Some(f) = crate::state::config().test_fault.as_deref()
+        && name.bytes().is_some_and(|p| p.ends_with(f))
+    {
+        panic!("fault injected by AETHER_JOURNAL_TEST_FAULT");
     }
 }
 

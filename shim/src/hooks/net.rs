@@ -91,10 +91,10 @@ pub fn sendmmsg_<R: Ret>(call: &'static str, real: impl FnOnce(Account) -> R, ms
         if !msgs.is_null() {
             for i in 0..vlen.min(1024) as usize {
                 // SAFETY: sendmmsg's contract: `msgs` points to `vlen` valid mmsghdr entries.
-                if let Some(ep) = unsafe { msg_destination(&(*msgs.add(i)).msg_hdr) } {
-                    if !dests.contains(&ep) {
-                        dests.push(ep);
-                    }
+                if let Some(ep) = unsafe { msg_destination(&(*msgs.add(i)).msg_hdr) }
+                    && !dests.contains(&ep)
+                {
+                    dests.push(ep);
                 }
             }
         }

@@ -199,10 +199,10 @@ fn cached_dir_name(id: Ident, known: &[u8]) -> Option<Vec<u8>> {
 
 /// After a full resolution through an opened parent: remember the parent's canonical name.
 fn remember_parent(t: &Target<'_>) {
-    if let (DirFd::Owned(fd), Some((parent, _))) = (&t.parent, t.abs.split_parent()) {
-        if let Ok(st) = rustix::fs::fstat(fd) {
-            crate::dircache::put(ident_of(&st), parent);
-        }
+    if let (DirFd::Owned(fd), Some((parent, _))) = (&t.parent, t.abs.split_parent())
+        && let Ok(st) = rustix::fs::fstat(fd)
+    {
+        crate::dircache::put(ident_of(&st), parent);
     }
 }
 

@@ -319,6 +319,26 @@ pub fn open(dir: BorrowedFd<'_>, path: &[u8], flags: OFlags, mode: Mode) -> Resu
     journal_core::capture::with_c_path(path, |p| Marked.openat(dir, p, flags, mode))
 }
 
+/// `openat2` of an absolute byte path that follows no symlink anywhere on the way
+/// (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`), marked. `ELOOP` when a component is a
+/// symlink; `ENOSYS` before Linux 5.6.
+pub fn open_no_symlinks(path: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+    journal_core::capture::with_c_path(path, |p| {
+        // The kernel's `struct open_how`: flags, mode, resolve (libc's is non_exhaustive).
+        let how: [u64; 3] = [flags.bits() as u64, 0, libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS];
+        // SAFETY: a NUL-terminated path, AT_FDCWD, and an open_how that lives across the call
+        // with its true size.
+        let r = unsafe {
+            checked(
+                libc::SYS_openat2,
+                [libc::AT_FDCWD as usize, ptr(p), how.as_ptr() as usize, std::mem::size_of_val(&how), 0],
+            )
+        }?;
+        // SAFETY: openat2 returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    })
+}
+
 /// `mkdirat` of a byte path, marked.
 pub fn mkdir(dir: BorrowedFd<'_>, path: &[u8], mode: Mode) -> Result<(), Errno> {
     journal_core::capture::with_c_path(path, |p| Marked.mkdirat(dir, p, mode))

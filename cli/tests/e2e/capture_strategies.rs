@@ -693,6 +693,21 @@ fn trace_joining(s: &Scratch, session: &std::path::Path, calls: &str, script: &s
 }
 
 #[test]
+fn a_store_named_plainly_is_opened_without_asking_proc_for_its_name() {
+    // A session directory named absolutely, with no symlink on the way, is the kernel's name
+    // for it already: reading it back through /proc/self/fd costs a fresh process about 25 us
+    // here, most of what opening its store costs. (Through a symlink it is still read back:
+    // reliability.rs, a_store_reached_through_a_symlink_is_still_known_as_the_store.)
+    let s = scratch!();
+    let session = std::fs::canonicalize(&s.root).unwrap().join("session");
+    let text = trace_joining(&s, &session, "readlink,readlinkat,openat2", "echo x > f");
+    let blobs = format!("\"{}/blobs\"", session.display());
+    assert!(text.contains(&blobs) && text.contains("RESOLVE_NO_SYMLINKS"), "the store was not opened: {text}");
+    let read_back: Vec<&str> = text.lines().filter(|l| l.contains("readlink") && l.contains(&blobs)).collect();
+    assert!(read_back.is_empty(), "the store's name was read back from /proc: {read_back:#?}");
+}
+
+#[test]
 fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store() {
     // bash opens /dev/tty read-write as it starts, and `> /dev/null` opens /dev/null for
     // writing: neither is journaled, and neither may cost the process the session's store

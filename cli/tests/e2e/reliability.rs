@@ -40,6 +40,34 @@ fn a_session_cannot_delete_or_move_its_own_store() {
 }
 
 #[test]
+fn a_store_reached_through_a_symlink_is_still_known_as_the_store_and_protected() {
+    // The shim names its store by the kernel's name for it: a session directory given through
+    // a symlink (a bare LD_PRELOAD session the user pointed there) is the same store under its
+    // real name, which the session's processes may not change either.
+    let s = scratch!();
+    let root = std::fs::canonicalize(&s.root).unwrap();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+    let by_link = root.join("link/session");
+    let real = root.join("real/session");
+    let script = format!("echo x > made; echo y >> {0}/journal; rm -rf {0}; echo done", real.display());
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &by_link);
+    let out = cmd.output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(real.join("session.json").exists() && real.join("blobs").is_dir(), "the store survived");
+    let log = s.log_json(&by_link);
+    let refused = records_of_kind(&log, "refused");
+    assert!(refused.len() >= 2, "the append to the journal and the removal were refused: {log}");
+    assert!(refused.iter().all(|r| r["op"]["errno"] == 13), "EACCES: {refused:?}");
+    let changed: Vec<_> = records_of_kind(&log, "change").iter().map(|r| r["op"]["path"].clone()).collect();
+    assert_eq!(changed.len(), 1, "made, and nothing in the store: {changed:?}");
+    assert!(changed[0].as_str().unwrap().ends_with("/tree/made"), "{changed:?}");
+}
+
+#[test]
 fn the_cli_refuses_a_session_directory_writable_by_others_or_owned_by_someone_else() {
     let s = scratch!();
     let session = s.session("session");

@@ -39,10 +39,15 @@ pub struct StoreFd {
 
 impl StoreFd {
     fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
-        let fd = to_high_fd(
+        let fd =
             crate::kernel::open(rustix::fs::CWD, path.as_os_str().as_bytes(), flags | OFlags::CLOEXEC, Mode::empty())
-                .ok()?,
-        );
+                .ok()?;
+        StoreFd::adopt(fd, path, flags)
+    }
+
+    /// Keeps `fd`, just opened from `path` with `flags`, on a high descriptor.
+    fn adopt(fd: OwnedFd, path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
+        let fd = to_high_fd(fd);
         let st = rustix::fs::fstat(&fd).ok()?;
         Some(StoreFd {
             num: AtomicI32::new(fd.into_raw_fd()),
@@ -208,12 +213,26 @@ fn open_store(cfg: &Config) -> Option<Store> {
     }
     let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;
     let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
-    let blobs = StoreFd::open(dir.join(session::BLOBS_DIR), OFlags::PATH | OFlags::DIRECTORY)?;
-    let session_canon = blobs
-        .with(|fd| journal_core::resolve::fd_path(fd.as_raw_fd()))
-        .and_then(Result::ok)
-        .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
-        .unwrap_or_else(|| cfg.session_dir.clone());
+    let blobs_path = dir.join(session::BLOBS_DIR);
+    let blobs_flags = OFlags::PATH | OFlags::DIRECTORY;
+    // A directory named absolutely and plainly, reached without a symlink, is named
+    // canonically already: no need to ask the kernel for the name through /proc/self/fd,
+    // which a fresh process pays about 25 us for here (most of opening its store).
+    let reached_plainly = plain_absolute(&cfg.session_dir)
+        .then(|| crate::kernel::open_no_symlinks(blobs_path.as_os_str().as_bytes(), blobs_flags | OFlags::CLOEXEC).ok())
+        .flatten();
+    let (blobs, session_canon) = match reached_plainly {
+        Some(fd) => (StoreFd::adopt(fd, blobs_path, blobs_flags)?, cfg.session_dir.clone()),
+        None => {
+            let blobs = StoreFd::open(blobs_path, blobs_flags)?;
+            let canon = blobs
+                .with(|fd| journal_core::resolve::fd_path(fd.as_raw_fd()))
+                .and_then(Result::ok)
+                .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
+                .unwrap_or_else(|| cfg.session_dir.clone());
+            (blobs, canon)
+        }
+    };
     let prog =
         rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
     let owner_uid = blobs.uid;
@@ -229,6 +248,13 @@ fn open_store(cfg: &Config) -> Option<Store> {
         index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
         born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
     })
+}
+
+/// Whether `path` is absolute with no empty, `.` or `..` component and no trailing slash: the
+/// form the kernel gives a directory's name in, if no symlink leads through it.
+fn plain_absolute(path: &[u8]) -> bool {
+    path.strip_prefix(b"/")
+        .is_some_and(|rest| rest.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b".."))
 }
 
 /// After a call that may have changed where a directory path leads: bumps the session's names
@@ -496,5 +522,20 @@ impl aether_journal_recorder::ops::Journal for Store {
     }
     fn root_pid(&self) -> Option<u32> {
         root_pid()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_absolute;
+
+    #[test]
+    fn only_an_absolute_name_without_empty_dot_or_dotdot_components_counts_as_plain() {
+        for plain in [&b"/a"[..], b"/home/u/.local/state/aether-journal/s1", b"/a/.b/..c/b..", b"/a/\xff"] {
+            assert!(plain_absolute(plain), "{:?}", String::from_utf8_lossy(plain));
+        }
+        for not in [&b""[..], b"/", b"a/b", b"/a/", b"/a//b", b"/a/./b", b"/a/../b", b"/.", b"/.."] {
+            assert!(!plain_absolute(not), "{:?}", String::from_utf8_lossy(not));
+        }
     }
 }

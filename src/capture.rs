@@ -85,6 +85,19 @@ pub trait FsCalls: Sync {
     fn fallocate(&self, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno>;
     /// `fremovexattr(2)`.
     fn fremovexattr(&self, fd: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno>;
+    /// `openat2(2)` of a directory with `O_PATH`, following no symlink anywhere on the way
+    /// (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): `ELOOP` where a component is one,
+    /// `ENOSYS` before Linux 5.6. How a resolver learns that a plain path is already the
+    /// directory's canonical name ([`crate::resolve`]).
+    fn open_dir_no_symlinks(&self, dir: BorrowedFd<'_>, path: &CStr) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat2(
+            dir,
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        )
+    }
 }
 
 /// [`FsCalls`] as plain system calls (through `rustix`).

@@ -4,8 +4,12 @@
 //!
 //! The kernel resolves the program's own call; this module resolves the *same* path the same
 //! way beforehand, so that the capture and the record name the object the call will act on.
-//! The parent directory is opened with `O_PATH` and named through `/proc/self/fd`, which gives
-//! its canonical path; the final component is kept as written (it is the name that changes).
+//! The parent directory is opened with `O_PATH`. When the path to it is plain (no empty, `.`
+//! or `..` component) and the kernel reaches it without following a symlink (`openat2` with
+//! `RESOLVE_NO_SYMLINKS`), the base's canonical name joined with that path is the directory's
+//! canonical name; otherwise it is named through `/proc/self/fd`, which gives its canonical
+//! path (a fresh process pays about 25 us for its first such lookup). The final component is
+//! kept as written (it is the name that changes).
 //!
 //! What this module cannot do: see a path change between its resolution and the program's own
 //! call (another process renaming a parent in between). It also needs `/proc`; without it the
@@ -18,6 +22,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::bpath::{BPath, join};
+use crate::capture::FsCalls;
 
 /// Longest chain of symlinks followed (the kernel's own limit).
 const MAX_SYMLINKS: usize = 40;
@@ -221,25 +226,27 @@ pub fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
 
 /// Resolves `path` as the kernel would for a call made relative to `base` (whose canonical
 /// path is `base_path`; `AT_FDCWD` with the cwd for plain calls). With `follow`, a final
-/// symlink is followed (as `open` without `O_NOFOLLOW` does), up to 40 links.
+/// symlink is followed (as `open` without `O_NOFOLLOW` does), up to 40 links. Directories are
+/// opened through `calls` (a shim's are marked for its supervisor).
 pub fn resolve<'a>(
     base: BorrowedFd<'a>,
     base_path: &[u8],
     path: &[u8],
     follow: bool,
+    calls: &dyn FsCalls,
 ) -> Result<Target<'a>, Unresolved> {
     if path.is_empty() {
         return Err(Unresolved::CallWillFail(Errno::NOENT));
     }
-    let target = resolve_once(base, base_path, path)?;
+    let target = resolve_once(base, base_path, path, calls)?;
     if !follow {
         return Ok(target);
     }
-    follow_final(target)
+    follow_final(target, calls)
 }
 
 /// Follows a final symlink at `target`, up to 40 links.
-fn follow_final(mut target: Target<'_>) -> Result<Target<'_>, Unresolved> {
+fn follow_final<'a>(mut target: Target<'a>, calls: &dyn FsCalls) -> Result<Target<'a>, Unresolved> {
     for _ in 0..MAX_SYMLINKS {
         let st = match rustix::fs::statat(target.parent.as_fd(), target.name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
@@ -254,8 +261,8 @@ fn follow_final(mut target: Target<'_>) -> Result<Target<'_>, Unresolved> {
         let dir_path = target.abs.split_parent().map(|(p, _)| p.to_vec()).unwrap_or_else(|| b"/".to_vec());
         // The link's target is resolved relative to the directory holding the link.
         let next = match target.parent {
-            DirFd::Borrowed(b) => resolve_once(b, &dir_path, &link)?,
-            kept => resolve_once_keeping(kept, &dir_path, &link)?,
+            DirFd::Borrowed(b) => resolve_once(b, &dir_path, &link, calls)?,
+            kept => resolve_once_keeping(kept, &dir_path, &link, calls)?,
         };
         target = next;
     }
@@ -270,24 +277,30 @@ pub fn resolve_from<'a>(
     base_path: &[u8],
     path: &[u8],
     follow: bool,
+    calls: &dyn FsCalls,
 ) -> Result<Target<'a>, Unresolved> {
     let base = match base {
-        DirFd::Borrowed(b) => return resolve(b, base_path, path, follow),
+        DirFd::Borrowed(b) => return resolve(b, base_path, path, follow, calls),
         kept => kept,
     };
     if path.is_empty() {
         return Err(Unresolved::CallWillFail(Errno::NOENT));
     }
-    let target = resolve_once_keeping(base, base_path, path)?;
+    let target = resolve_once_keeping(base, base_path, path, calls)?;
     if !follow {
         return Ok(target);
     }
-    follow_final(target)
+    follow_final(target, calls)
 }
 
 /// [`resolve_once`] from a directory the resolver owns or shares: a target that lives in it
 /// (a bare name) keeps it open as its parent.
-fn resolve_once_keeping<'a>(dir: DirFd<'a>, dir_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
+fn resolve_once_keeping<'a>(
+    dir: DirFd<'a>,
+    dir_path: &[u8],
+    path: &[u8],
+    calls: &dyn FsCalls,
+) -> Result<Target<'a>, Unresolved> {
     let (dir_part, name) = split_last(path);
     if dir_part.is_empty() {
         if name.is_empty() || name == b"." || name == b".." {
@@ -296,14 +309,19 @@ fn resolve_once_keeping<'a>(dir: DirFd<'a>, dir_path: &[u8], path: &[u8]) -> Res
         let abs = BPath::new(join(dir_path, name));
         return Ok(Target { parent: dir, name: name.to_vec(), abs, looked: Looked::No });
     }
-    let t = resolve_once(dir.as_fd(), dir_path, path)?;
+    let t = resolve_once(dir.as_fd(), dir_path, path, calls)?;
     match t.parent {
         DirFd::Owned(parent) => Ok(Target { parent: DirFd::Owned(parent), ..t }),
         DirFd::Borrowed(_) | DirFd::Shared(_) => Err(Unresolved::CallWillFail(Errno::INVAL)),
     }
 }
 
-fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Result<Target<'a>, Unresolved> {
+fn resolve_once<'a>(
+    base: BorrowedFd<'a>,
+    base_path: &[u8],
+    path: &[u8],
+    calls: &dyn FsCalls,
+) -> Result<Target<'a>, Unresolved> {
     let (dir_part, name) = split_last(path);
     if name.is_empty() || name == b"." || name == b".." {
         // `/`, `x/.`, `..`: no mutating call can succeed on these names.
@@ -318,6 +336,27 @@ fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Resu
             abs: BPath::new(abs),
             looked: Looked::No,
         });
+    }
+    // Reached plainly, with no symlink on the way: the base's name joined with the path is the
+    // directory's canonical name, with no lookup in /proc (see the module's documentation).
+    if base_path.first() == Some(&b'/') && plain(dir_part) {
+        match crate::capture::with_c_path(dir_part, |p| calls.open_dir_no_symlinks(base, p)) {
+            Ok(dir) => {
+                let abs = join(&join(base_path, dir_part), name);
+                return Ok(Target {
+                    parent: DirFd::Owned(dir),
+                    name: name.to_vec(),
+                    abs: BPath::new(abs),
+                    looked: Looked::No,
+                });
+            }
+            // What the open below would fail with too (a symlink could not have changed it).
+            Err(e @ (Errno::NOENT | Errno::NOTDIR | Errno::ACCESS | Errno::NAMETOOLONG)) => {
+                return Err(Unresolved::CallWillFail(e));
+            }
+            // A symlink on the way (ELOOP), no openat2: the general way.
+            Err(_) => {}
+        }
     }
     let dir =
         match rustix::fs::openat(base, dir_part, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
@@ -336,9 +375,17 @@ fn resolve_once<'a>(base: BorrowedFd<'a>, base_path: &[u8], path: &[u8]) -> Resu
     Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs: BPath::new(abs), looked: Looked::No })
 }
 
+/// Whether `path` has no empty, `.` or `..` component (a leading `/` aside): joined to a
+/// canonical name, it stays one if no component is a symlink.
+fn plain(path: &[u8]) -> bool {
+    let rest = path.strip_prefix(b"/").unwrap_or(path);
+    !rest.is_empty() && rest.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::Direct;
     use std::os::unix::ffi::OsStrExt;
 
     fn tmp() -> (tempfile::TempDir, Vec<u8>) {
@@ -352,7 +399,7 @@ mod tests {
         let (t, canon) = tmp();
         std::fs::create_dir(t.path().join("real")).unwrap();
         std::os::unix::fs::symlink("real", t.path().join("via")).unwrap();
-        let tgt = resolve(CWD, b"/", &join(&canon, b"via/f"), false).unwrap();
+        let tgt = resolve(CWD, b"/", &join(&canon, b"via/f"), false, &Direct).unwrap();
         assert_eq!(tgt.abs.as_bytes(), join(&canon, b"real/f"));
         assert_eq!(tgt.name, b"f");
     }
@@ -363,7 +410,7 @@ mod tests {
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
         std::os::unix::fs::symlink("a/b", t.path().join("l")).unwrap();
         // l/.. is a, not the temp dir.
-        let tgt = resolve(CWD, b"/", &join(&canon, b"l/../x"), false).unwrap();
+        let tgt = resolve(CWD, b"/", &join(&canon, b"l/../x"), false, &Direct).unwrap();
         assert_eq!(tgt.abs.as_bytes(), join(&canon, b"a/x"));
     }
 
@@ -373,8 +420,8 @@ mod tests {
         std::fs::write(t.path().join("target"), b"x").unwrap();
         std::os::unix::fs::symlink("target", t.path().join("link")).unwrap();
         let p = join(&canon, b"link");
-        assert_eq!(resolve(CWD, b"/", &p, false).unwrap().abs.as_bytes(), p);
-        assert_eq!(resolve(CWD, b"/", &p, true).unwrap().abs.as_bytes(), join(&canon, b"target"));
+        assert_eq!(resolve(CWD, b"/", &p, false, &Direct).unwrap().abs.as_bytes(), p);
+        assert_eq!(resolve(CWD, b"/", &p, true, &Direct).unwrap().abs.as_bytes(), join(&canon, b"target"));
     }
 
     #[test]
@@ -382,7 +429,7 @@ mod tests {
         let (t, canon) = tmp();
         std::fs::create_dir(t.path().join("d")).unwrap();
         std::os::unix::fs::symlink("d/new", t.path().join("link")).unwrap();
-        let tgt = resolve(CWD, b"/", &join(&canon, b"link"), true).unwrap();
+        let tgt = resolve(CWD, b"/", &join(&canon, b"link"), true, &Direct).unwrap();
         assert_eq!(tgt.abs.as_bytes(), join(&canon, b"d/new"));
     }
 
@@ -390,18 +437,18 @@ mod tests {
     fn a_missing_parent_means_the_call_will_fail() {
         let (_t, canon) = tmp();
         assert!(matches!(
-            resolve(CWD, b"/", &join(&canon, b"nope/f"), false),
+            resolve(CWD, b"/", &join(&canon, b"nope/f"), false, &Direct),
             Err(Unresolved::CallWillFail(Errno::NOENT))
         ));
-        assert!(matches!(resolve(CWD, b"/", b"", false), Err(Unresolved::CallWillFail(_))));
-        assert!(matches!(resolve(CWD, b"/", &join(&canon, b".."), false), Err(Unresolved::CallWillFail(_))));
+        assert!(matches!(resolve(CWD, b"/", b"", false, &Direct), Err(Unresolved::CallWillFail(_))));
+        assert!(matches!(resolve(CWD, b"/", &join(&canon, b".."), false, &Direct), Err(Unresolved::CallWillFail(_))));
     }
 
     #[test]
     fn a_relative_name_joins_the_base_path() {
         let (t, canon) = tmp();
         let dir = std::fs::File::open(t.path()).unwrap();
-        let tgt = resolve(dir.as_fd(), &canon, b"name\nwith newline", false).unwrap();
+        let tgt = resolve(dir.as_fd(), &canon, b"name\nwith newline", false, &Direct).unwrap();
         assert_eq!(tgt.abs.as_bytes(), join(&canon, b"name\nwith newline"));
     }
 }

@@ -152,6 +152,10 @@ fn ptr(s: &CStr) -> usize {
 pub struct Marked;
 
 impl FsCalls for Marked {
+    fn open_dir_no_symlinks(&self, dir: BorrowedFd<'_>, path: &CStr) -> Result<OwnedFd, Errno> {
+        openat2_no_symlinks(dir, path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC)
+    }
+
     fn openat(&self, dir: BorrowedFd<'_>, path: &CStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
         // SAFETY: a NUL-terminated path, a descriptor the caller holds, plain flags.
         let r =
@@ -323,20 +327,20 @@ pub fn open(dir: BorrowedFd<'_>, path: &[u8], flags: OFlags, mode: Mode) -> Resu
 /// (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`), marked. `ELOOP` when a component is a
 /// symlink; `ENOSYS` before Linux 5.6.
 pub fn open_no_symlinks(path: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
-    journal_core::capture::with_c_path(path, |p| {
-        // The kernel's `struct open_how`: flags, mode, resolve (libc's is non_exhaustive).
-        let how: [u64; 3] = [flags.bits() as u64, 0, libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS];
-        // SAFETY: a NUL-terminated path, AT_FDCWD, and an open_how that lives across the call
-        // with its true size.
-        let r = unsafe {
-            checked(
-                libc::SYS_openat2,
-                [libc::AT_FDCWD as usize, ptr(p), how.as_ptr() as usize, std::mem::size_of_val(&how), 0],
-            )
-        }?;
-        // SAFETY: openat2 returned a new descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
-    })
+    journal_core::capture::with_c_path(path, |p| openat2_no_symlinks(rustix::fs::CWD, p, flags))
+}
+
+/// See [`open_no_symlinks`]; relative paths start at `dir`.
+fn openat2_no_symlinks(dir: BorrowedFd<'_>, path: &CStr, flags: OFlags) -> Result<OwnedFd, Errno> {
+    // The kernel's `struct open_how`: flags, mode, resolve (libc's is non_exhaustive).
+    let how: [u64; 3] = [flags.bits() as u64, 0, libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS];
+    // SAFETY: a NUL-terminated path, a descriptor the caller holds (or AT_FDCWD), and an
+    // open_how that lives across the call, with its true size.
+    let r = unsafe {
+        checked(libc::SYS_openat2, [fd(dir), ptr(path), how.as_ptr() as usize, std::mem::size_of_val(&how), 0])
+    }?;
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
 
 /// `mkdirat` of a byte path, marked.

@@ -708,6 +708,28 @@ fn a_store_named_plainly_is_opened_without_asking_proc_for_its_name() {
 }
 
 #[test]
+fn a_change_in_a_directory_reached_without_symlinks_is_named_without_asking_proc() {
+    // The directory of `sub/f` is opened with RESOLVE_NO_SYMLINKS: reached that way, the cwd's
+    // name joined with `sub` is its canonical name, and /proc/self/fd (about 25 us for a fresh
+    // process's first lookup here) is not asked. Through a symlink it still is: resolve.rs's
+    // tests, and every end-to-end test that plants one.
+    let s = scratch!();
+    let session = s.session("session");
+    let text = trace_joining(&s, &session, "readlink,readlinkat,openat2", "mkdir sub; echo x > sub/f; mv sub/f sub/g");
+    assert!(
+        text.lines().any(|l| l.contains("openat2(") && l.contains("\"sub\"") && l.contains("RESOLVE_NO_SYMLINKS")),
+        "sub was not opened plainly: {text}"
+    );
+    let asked: Vec<&str> = text.lines().filter(|l| l.contains("\"/proc/self/fd/")).collect();
+    assert!(asked.is_empty(), "a directory's name was read back from /proc: {asked:#?}");
+    let log = s.log_json(&session);
+    let renamed = records_of_kind(&log, "rename");
+    let tree = std::fs::canonicalize(s.tree()).unwrap();
+    assert_eq!(renamed.len(), 1, "{log}");
+    assert_eq!(renamed[0]["op"]["to"], format!("{}/sub/g", tree.display()), "{renamed:?}");
+}
+
+#[test]
 fn a_shell_that_only_writes_to_dev_null_and_probes_its_terminal_opens_no_store() {
     // bash opens /dev/tty read-write as it starts, and `> /dev/null` opens /dev/null for
     // writing: neither is journaled, and neither may cost the process the session's store

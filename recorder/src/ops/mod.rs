@@ -320,7 +320,7 @@ fn locate<'a, J: Journal, C: Caller>(
         Err(BaseError::WillFail) => return Resolved::WillFail,
         Err(BaseError::Failed(why)) => return Resolved::Unknown(BPath::new(path.to_vec()), why),
     };
-    match resolve_from(base.fd, &base.path, path, follow) {
+    match resolve_from(base.fd, &base.path, path, follow, journal.calls()) {
         Ok(t) => {
             caller.resolved(&t);
             checked(journal, t)

@@ -697,7 +697,7 @@ fn a_store_named_plainly_is_opened_without_asking_proc_for_its_name() {
     // A session directory named absolutely, with no symlink on the way, is the kernel's name
     // for it already: reading it back through /proc/self/fd costs a fresh process about 25 us
     // here, most of what opening its store costs. (Through a symlink it is still read back:
-    // reliability.rs, a_store_reached_through_a_symlink_is_still_known_as_the_store.)
+    // reliability.rs, a_store_reached_through_a_symlink_is_still_known_as_the_store_and_protected.)
     let s = scratch!();
     let session = std::fs::canonicalize(&s.root).unwrap().join("session");
     let text = trace_joining(&s, &session, "readlink,readlinkat,openat2", "echo x > f");

@@ -226,6 +226,14 @@ fn is_normal_absolute(p: &[u8]) -> bool {
     p.split(|&c| c == b'/').skip(1).all(|comp| !comp.is_empty() && comp != b".")
 }
 
+/// Whether `path` has no empty, `.` or `..` component and no trailing slash (a leading `/`
+/// aside; `/` and the empty path are not plain): joined to a canonical name, or absolute, it is
+/// itself the kernel's name for what it leads to if no component is a symlink.
+pub fn is_plain(path: &[u8]) -> bool {
+    let rest = path.strip_prefix(b"/").unwrap_or(path);
+    !rest.is_empty() && rest.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
 fn push_components(out: &mut Vec<u8>, p: &[u8]) {
     for comp in p.split(|&c| c == b'/') {
         if comp.is_empty() || comp == b"." {

@@ -339,7 +339,7 @@ fn resolve_once<'a>(
     }
     // Reached plainly, with no symlink on the way: the base's name joined with the path is the
     // directory's canonical name, with no lookup in /proc (see the module's documentation).
-    if base_path.first() == Some(&b'/') && plain(dir_part) {
+    if base_path.first() == Some(&b'/') && crate::bpath::is_plain(dir_part) {
         match crate::capture::with_c_path(dir_part, |p| calls.open_dir_no_symlinks(base, p)) {
             Ok(dir) => {
                 let abs = join(&join(base_path, dir_part), name);
@@ -373,13 +373,6 @@ fn resolve_once<'a>(
     };
     let abs = join(&canonical, name);
     Ok(Target { parent: DirFd::Owned(dir), name: name.to_vec(), abs: BPath::new(abs), looked: Looked::No })
-}
-
-/// Whether `path` has no empty, `.` or `..` component (a leading `/` aside): joined to a
-/// canonical name, it stays one if no component is a symlink.
-fn plain(path: &[u8]) -> bool {
-    let rest = path.strip_prefix(b"/").unwrap_or(path);
-    !rest.is_empty() && rest.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
 }
 
 #[cfg(test)]

@@ -250,11 +250,10 @@ fn open_store(cfg: &Config) -> Option<Store> {
     })
 }
 
-/// Whether `path` is absolute with no empty, `.` or `..` component and no trailing slash: the
-/// form the kernel gives a directory's name in, if no symlink leads through it.
+/// Whether `path` is absolute and plain ([`journal_core::bpath::is_plain`]): the form the kernel
+/// gives a directory's name in, if no symlink leads through it.
 fn plain_absolute(path: &[u8]) -> bool {
-    path.strip_prefix(b"/")
-        .is_some_and(|rest| rest.split(|&c| c == b'/').all(|c| !c.is_empty() && c != b"." && c != b".."))
+    path.first() == Some(&b'/') && journal_core::bpath::is_plain(path)
 }
 
 /// After a call that may have changed where a directory path leads: bumps the session's names

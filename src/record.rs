@@ -61,7 +61,7 @@ thread_local! {
     static CALLS: std::cell::RefCell<Interner<Call>> = std::cell::RefCell::new(Interner(Default::default()));
 }
 
-/// Who made a record: the program (`/proc/self/exe` of the caller) and the libc entry point it
+/// Who made a record: the program (the caller's executable, as the kernel names it) and the libc entry point it
 /// called, held together behind one pointer. Every record of a process names the same program
 /// and one of a few calls, so the records read by one thread share one copy of each pair (see
 /// `Interner`), and a record holds one word for both (a million records held eight million
@@ -329,7 +329,7 @@ impl<'de> Deserialize<'de> for Record {
 }
 
 impl Record {
-    /// The program that made the call (`/proc/self/exe` of the caller).
+    /// The program that made the call (the caller's executable, as the kernel names it).
     pub fn prog(&self) -> &BPath {
         self.origin.prog()
     }

@@ -618,8 +618,8 @@ fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
     // loads it (about 0.2 us each here: 30 imports cost a do-nothing library about 6 us a
     // spawn). The core's session code reads and writes the counters' magic, syncs and asks for
     // its pid through rustix, not std, and the shim asks for its seccomp mode with a raw call:
-    // 59 imports before, 54 now in a release build (63 and 58 in a debug one, whose
-    // unoptimised std reaches more). The limits leave room for three more, which another
+    // 59 imports before, 54 then in a release build (63 and 58 in a debug one, whose
+    // unoptimised std reaches more); `getauxval` since (the program's name without /proc). The limits leave room for three more, which another
     // release of std may import (the workspace builds from Rust 1.88 on); the code before
     // these changes (59 and 63) fails them.
     let imports: Vec<String> = binutils_on_shim("nm", &["-D", "--undefined-only"])
@@ -705,6 +705,53 @@ fn a_store_named_plainly_is_opened_without_asking_proc_for_its_name() {
     assert!(text.contains(&blobs) && text.contains("RESOLVE_NO_SYMLINKS"), "the store was not opened: {text}");
     let read_back: Vec<&str> = text.lines().filter(|l| l.contains("readlink") && l.contains(&blobs)).collect();
     assert!(read_back.is_empty(), "the store's name was read back from /proc: {read_back:#?}");
+}
+
+#[test]
+fn a_program_executed_by_its_plain_name_is_named_without_asking_proc() {
+    // Every record names its program. Executed by an absolute name with no symlink on the way
+    // (AT_EXECFN), an ELF program's name is the kernel's name for it: /proc/self/exe, about
+    // 10 us for a fresh process's first lookup in /proc/self here, is not asked. (A symlink
+    // on the way or a script: the next test.) trace_joining makes `made`.
+    let s = scratch!();
+    let session = s.session("session");
+    let cp = std::fs::canonicalize("/bin/cp").unwrap();
+    let text = trace_joining(&s, &session, "readlink,readlinkat,openat2", &format!("{} made copy", cp.display()));
+    let asked: Vec<&str> =
+        text.lines().filter(|l| l.contains("\"/proc/self/exe\"") && l.contains(cp.to_str().unwrap())).collect();
+    assert!(asked.is_empty(), "cp's name was read back from /proc: {asked:#?}");
+    let log = s.log_json(&session);
+    let copy = s.path("copy");
+    let made = log["records"].as_array().unwrap().iter().find(|r| r["op"]["path"] == copy.to_str().unwrap()).cloned();
+    let made = made.unwrap_or_else(|| panic!("the copy is journaled: {log}"));
+    assert_eq!(made["prog"], cp.to_str().unwrap(), "{made}");
+}
+
+#[test]
+fn a_program_run_through_a_symlink_and_a_script_are_named_as_the_kernel_names_their_executable() {
+    // The name a program was executed by is taken only when it is the kernel's: a symlink's
+    // name is not (the kernel names its target), nor is a script's (the kernel runs, and
+    // names, its interpreter).
+    let s = scratch!();
+    let tree = std::fs::canonicalize(s.tree()).unwrap();
+    let cp = std::fs::canonicalize("/bin/cp").unwrap();
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    std::os::unix::fs::symlink(&cp, tree.join("linked-cp")).unwrap();
+    std::fs::write(tree.join("script"), "#!/bin/sh\necho x > by-script\n").unwrap();
+    std::fs::set_permissions(tree.join("script"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.sh("echo x > made");
+    let session = s.session("session");
+    let linked = tree.join("linked-cp");
+    let script = tree.join("script");
+    s.run_libc(&session, &["bash", "-c", &format!("{} made copy; {}", linked.display(), script.display())]);
+    let log = s.log_json(&session);
+    let prog_of = |name: &str| {
+        let path = s.path(name);
+        let r = log["records"].as_array().unwrap().iter().find(|r| r["op"]["path"] == path.to_str().unwrap()).cloned();
+        r.unwrap_or_else(|| panic!("{name} is journaled: {log}"))["prog"].clone()
+    };
+    assert_eq!(prog_of("copy"), cp.to_str().unwrap(), "cp run through a symlink is named by its target");
+    assert_eq!(prog_of("by-script"), sh.to_str().unwrap(), "a script's changes are its interpreter's");
 }
 
 #[test]

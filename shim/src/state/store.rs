@@ -103,7 +103,7 @@ pub struct Store {
     pub blobs: StoreFd,
     /// Shared ids and accounting.
     pub counters: SharedCounters,
-    /// `/proc/self/exe` of this process image.
+    /// The program this process image runs ([`own_program`]).
     pub prog: BPath,
     /// The same, encoded as JSON once for every record.
     prog_json: Vec<u8>,
@@ -233,8 +233,7 @@ fn open_store(cfg: &Config) -> Option<Store> {
             (blobs, canon)
         }
     };
-    let prog =
-        rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default();
+    let prog = own_program();
     let owner_uid = blobs.uid;
     Some(Store {
         session_canon,
@@ -248,6 +247,45 @@ fn open_store(cfg: &Config) -> Option<Store> {
         index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
         born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
     })
+}
+
+/// The program this process image runs, for every record it writes: the kernel's name for
+/// its executable (`/proc/self/exe`), or, where that name is known to be the same without
+/// asking `/proc` ([`program_by_exec_name`]), the name it was executed by. A fresh process's
+/// first `/proc/self` lookup costs it about 10 us here, once per store it opens.
+fn own_program() -> BPath {
+    program_by_exec_name().unwrap_or_else(|| {
+        rustix::fs::readlink("/proc/self/exe", Vec::new()).map(|p| BPath::new(p.into_bytes())).unwrap_or_default()
+    })
+}
+
+/// The name this image was executed by (`AT_EXECFN`), when it is the name the kernel gives
+/// the executable: absolute and plain, reached without a symlink anywhere (which is how the
+/// kernel names a file), and naming an ELF file (a script's executable is its interpreter, so
+/// a script's name is never taken). `None` otherwise, and where `openat2` is missing.
+///
+/// What this cannot tell: a program replaced under the same name between its exec and this
+/// call, which `/proc/self/exe` would name with " (deleted)" after it; the name is kept then
+/// (it is what ran, by the name it ran by). Records name their program for people and
+/// reports; nothing an undo restores depends on it.
+fn program_by_exec_name() -> Option<BPath> {
+    // SAFETY: AT_EXECFN is a NUL-terminated string the kernel placed on the initial stack,
+    // which lives as long as the process image; getauxval returns 0 when it is missing.
+    let ptr = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const std::ffi::c_char;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-null: the string above.
+    let name = unsafe { std::ffi::CStr::from_ptr(ptr) }.to_bytes();
+    if !plain_absolute(name) {
+        return None;
+    }
+    let fd =
+        crate::kernel::open_no_symlinks(name, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK)
+            .ok()?;
+    let mut magic = [0u8; 4];
+    let read = rustix::io::read(&fd, &mut magic).ok()?;
+    (read == magic.len() && magic == *b"\x7fELF").then(|| BPath::new(name.to_vec()))
 }
 
 /// Whether `path` is absolute and plain ([`journal_core::bpath::is_plain`]): the form the kernel

@@ -1,15 +1,20 @@
-/* The child's side of a spawn, paired spawn by spawn: `spawn_rotate N LIB...` runs N cycles;
- * each cycle spawns /bin/true once with each LIB as the child's LD_PRELOAD ("-" for none), in
- * an order that rotates every cycle, and times posix_spawn + waitpid. The spawner itself loads
- * nothing (run it without LD_PRELOAD), so what differs between the spawns of a cycle is only
- * what the child pays to load the library, run its constructor and exit.
+/* The child's side of a spawn, paired block by block: `spawn_rotate CYCLES BLOCK LIB...` runs
+ * CYCLES cycles; each cycle spawns /bin/true BLOCK times in a row with each LIB as the child's
+ * LD_PRELOAD ("-" for none), the LIBs in an order that rotates every cycle, and times each
+ * block (posix_spawn + waitpid each time). The spawner itself loads nothing (run it without
+ * LD_PRELOAD), so what differs between the blocks of a cycle is only what the children pay to
+ * load the library, run its constructor and exit.
  *
  * Runs of a few hundred spawns each, taken in turn, see the machine's speed drift between
- * them; spawns taken microseconds apart do not, so the difference of a pair is precise to a
- * microsecond or two where the runs' difference is not precise to twenty.
+ * them; blocks taken a few milliseconds apart do not, so the difference of a pair is precise to
+ * a microsecond or two where the runs' difference is not precise to twenty. Blocks rather than
+ * single spawns: a spawn's cost depends on what ran just before it (caches, the page cache's
+ * state), and single spawns rotated among several libraries gave the same library +9 or +20 us
+ * depending on which others were in the rotation; in a block, as in a real loop, a library's
+ * spawns follow its own.
  *
  * Prints one line per LIB: its label, the median time of a spawn in us, and the median over
- * cycles of (its spawn - the first LIB's spawn of the same cycle) in us. */
+ * cycles of (its spawn - the first LIB's spawn of the same cycle) in us, per spawn. */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,20 +63,20 @@ static char **env_with(const char *lib) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc - 2 > MAX_LIBS) {
-        fprintf(stderr, "usage: spawn_rotate CYCLES LIB... (at most %d; - for none)\n", MAX_LIBS);
+    if (argc < 4 || argc - 3 > MAX_LIBS) {
+        fprintf(stderr, "usage: spawn_rotate CYCLES BLOCK LIB... (at most %d; - for none)\n", MAX_LIBS);
         return 2;
     }
-    long cycles = atol(argv[1]);
-    int libs = argc - 2;
-    if (cycles < 1) {
-        fprintf(stderr, "spawn_rotate: CYCLES must be a positive number\n");
+    long cycles = atol(argv[1]), block = atol(argv[2]);
+    int libs = argc - 3;
+    if (cycles < 1 || block < 1) {
+        fprintf(stderr, "spawn_rotate: CYCLES and BLOCK must be positive numbers\n");
         return 2;
     }
     char **envs[MAX_LIBS];
     double *times[MAX_LIBS], *diffs[MAX_LIBS];
     for (int l = 0; l < libs; l++) {
-        envs[l] = env_with(argv[l + 2]);
+        envs[l] = env_with(argv[l + 3]);
         times[l] = malloc(cycles * sizeof(double));
         diffs[l] = malloc(cycles * sizeof(double));
         if (!envs[l] || !times[l] || !diffs[l]) {
@@ -86,21 +91,23 @@ int main(int argc, char **argv) {
             pid_t pid;
             int status;
             double t0 = now_us();
-            int rc = posix_spawn(&pid, args[0], NULL, NULL, args, envs[l]);
-            if (rc != 0) {
-                fprintf(stderr, "spawn_rotate: posix_spawn: %s\n", strerror(rc));
-                return 1;
+            for (long b = 0; b < block; b++) {
+                int rc = posix_spawn(&pid, args[0], NULL, NULL, args, envs[l]);
+                if (rc != 0) {
+                    fprintf(stderr, "spawn_rotate: posix_spawn: %s\n", strerror(rc));
+                    return 1;
+                }
+                if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                    fprintf(stderr, "spawn_rotate: /bin/true failed with LD_PRELOAD=%s\n", argv[l + 3]);
+                    return 1;
+                }
             }
-            if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                fprintf(stderr, "spawn_rotate: /bin/true failed with LD_PRELOAD=%s\n", argv[l + 2]);
-                return 1;
-            }
-            times[l][c] = now_us() - t0;
+            times[l][c] = (now_us() - t0) / block;
         }
     }
     for (int l = 0; l < libs; l++)
         for (long c = 0; c < cycles; c++) diffs[l][c] = times[l][c] - times[0][c];
     for (int l = 0; l < libs; l++)
-        printf("%s %.1f %.1f\n", argv[l + 2], median(times[l], cycles), median(diffs[l], cycles));
+        printf("%s %.1f %.1f\n", argv[l + 3], median(times[l], cycles), median(diffs[l], cycles));
     return 0;
 }

@@ -619,9 +619,10 @@ fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
     // spawn). The core's session code reads and writes the counters' magic, syncs and asks for
     // its pid through rustix, not std, and the shim asks for its seccomp mode with a raw call:
     // 59 imports before, 54 then in a release build (63 and 58 in a debug one, whose
-    // unoptimised std reaches more); `getauxval` since (the program's name without /proc). The limits leave room for three more, which another
-    // release of std may import (the workspace builds from Rust 1.88 on); the code before
-    // these changes (59 and 63) fails them.
+    // unoptimised std reaches more); `getauxval` since (the program's name without /proc).
+    // The limits leave room for two more, which another release of std may import (the
+    // workspace builds from Rust 1.88 on); the code before these changes (59 and 63) fails
+    // them.
     let imports: Vec<String> = binutils_on_shim("nm", &["-D", "--undefined-only"])
         .lines()
         .filter_map(|l| l.split_whitespace().last().map(|s| s.split('@').next().unwrap_or(s).to_string()))

@@ -270,7 +270,10 @@ fn own_program() -> BPath {
 /// reports; nothing an undo restores depends on it.
 fn program_by_exec_name() -> Option<BPath> {
     // SAFETY: AT_EXECFN is a NUL-terminated string the kernel placed on the initial stack,
-    // which lives as long as the process image; getauxval returns 0 when it is missing.
+    // which stays mapped as long as the process image; getauxval returns 0 when it is
+    // missing. A program may rewrite it (as setproctitle rewrites argv): the name is then
+    // taken only if it still opens, plainly, as an ELF file, and the kernel's zeroed end of the
+    // stack above it ends the string at the latest.
     let ptr = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const std::ffi::c_char;
     if ptr.is_null() {
         return None;

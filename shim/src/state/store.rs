@@ -292,7 +292,8 @@ fn program_by_exec_name() -> Option<BPath> {
 }
 
 /// Whether `path` is absolute and plain ([`journal_core::bpath::is_plain`]): the form the kernel
-/// gives a directory's name in, if no symlink leads through it.
+/// gives a file's or directory's name in, if no symlink leads through it (the store's
+/// directory, the program's executable).
 fn plain_absolute(path: &[u8]) -> bool {
     path.first() == Some(&b'/') && journal_core::bpath::is_plain(path)
 }

@@ -12,7 +12,8 @@ A workload runs bare and under one or more variants: the shim alone (`--mode pre
 LD_PRELOAD, as a bare preload session), or `aether-journal run` with its supervisor
 (`--mode run`); with `--baseline DIR` (the target/release directory of another build) that
 build runs too, in the same rounds, so that a table compares the two builds directly. W9-W11
-(programs that bypass libc: a static Go program, Bun) need the supervisor: only in run mode.
+(programs that bypass libc: a static Go program, Bun) need the supervisor: only in run mode,
+and for the baseline only if it has a supervisor too.
 
 Each shim run gets its own session directory, on the same filesystem as the work (where the
 shim can keep a replaced or deleted file by hard-linking it). After each shim run the script
@@ -354,6 +355,11 @@ def main():
         base = os.path.abspath(a.baseline)
         variants.append(Variant("baseline", a.mode, os.path.join(base, "libaether_journal.so"),
                                 os.path.join(base, "aether-journal")))
+    # W9-W11 are unobserved without the supervisor: the baseline runs them only if it has one
+    # (a build before the supervisor does not; one after it says `--no-supervise` in its help).
+    baseline_supervises = bool(a.baseline) and a.mode == "run" and "--no-supervise" in subprocess.run(
+        [os.path.join(os.path.abspath(a.baseline), "aether-journal"), "run", "--help"],
+        capture_output=True, text=True).stdout
     rows, results = [], {}
     for w in workloads(inp, a.dir, a.progs):
         if only and w.key not in only:
@@ -363,7 +369,7 @@ def main():
                 print("%s: needs the supervisor (--mode run): skipped" % w.key, file=sys.stderr)
             continue
         runs = w.runs or max(a.runs, w.min_runs)
-        vs = [v for v in variants if not (w.supervised_only and v.label == "baseline")]
+        vs = [v for v in variants if not (w.supervised_only and v.label == "baseline" and not baseline_supervises)]
         print("%s: %d rounds of %s..." % (w.key, runs, ", ".join(v.label for v in vs)), file=sys.stderr)
         got = runner.rounds(w, runs, vs)
         bare = got["bare"]

@@ -351,15 +351,15 @@ def main():
     runner = Runner(a.dir, a.shim)
     cli = os.path.abspath(a.cli or os.path.join(os.path.dirname(a.shim), "aether-journal"))
     variants = [Variant("bare", "bare"), Variant("this build", a.mode, a.shim, cli)]
+    baseline_supervises = False
     if a.baseline:
         base = os.path.abspath(a.baseline)
         variants.append(Variant("baseline", a.mode, os.path.join(base, "libaether_journal.so"),
                                 os.path.join(base, "aether-journal")))
-    # W9-W11 are unobserved without the supervisor: the baseline runs them only if it has one
-    # (a build before the supervisor does not; one after it says `--no-supervise` in its help).
-    baseline_supervises = bool(a.baseline) and a.mode == "run" and "--no-supervise" in subprocess.run(
-        [os.path.join(os.path.abspath(a.baseline), "aether-journal"), "run", "--help"],
-        capture_output=True, text=True).stdout
+        # W9-W11 are unobserved without the supervisor: the baseline runs them only if it has
+        # one (a build before the supervisor does not; one after it offers `--no-supervise`).
+        baseline_supervises = a.mode == "run" and "--no-supervise" in subprocess.run(
+            [os.path.join(base, "aether-journal"), "run", "--help"], capture_output=True, text=True).stdout
     rows, results = [], {}
     for w in workloads(inp, a.dir, a.progs):
         if only and w.key not in only:

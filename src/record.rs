@@ -61,11 +61,11 @@ thread_local! {
     static CALLS: std::cell::RefCell<Interner<Call>> = std::cell::RefCell::new(Interner(Default::default()));
 }
 
-/// Who made a record: the program (the caller's executable, as the kernel names it) and the libc entry point it
-/// called, held together behind one pointer. Every record of a process names the same program
-/// and one of a few calls, so the records read by one thread share one copy of each pair (see
-/// `Interner`), and a record holds one word for both (a million records held eight million
-/// bytes for a second pointer).
+/// Who made a record: the program (the caller's executable, as the kernel names it) and the
+/// libc entry point it called, held together behind one pointer. Every record of a process
+/// names the same program and one of a few calls, so the records read by one thread share one
+/// copy of each pair (see `Interner`), and a record holds one word for both (a million records
+/// held eight million bytes for a second pointer).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Origin(Arc<(BPath, Call)>);
 

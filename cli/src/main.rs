@@ -476,6 +476,18 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// What a long step calls once per item to move `pb` on: nothing at all when the bar is hidden
+/// (`inc` still reads the clock and updates a position every thread shares: 4% of the samples
+/// of `run`'s seal after an `rm -rf`, its threads contending for it).
+pub fn ticker(pb: &indicatif::ProgressBar) -> impl Fn() + Sync + '_ {
+    let shown = !pb.is_hidden();
+    move || {
+        if shown {
+            pb.inc(1)
+        }
+    }
+}
+
 fn sessions(json: bool) -> Result<u8, CliError> {
     let root = sessions_root()?;
     let list = session::list_sessions(&root);
@@ -573,7 +585,7 @@ fn review(journal: Option<PathBuf>, a: ReviewArgs) -> Result<u8, CliError> {
     }
     let limits: Vec<BPath> = paths.iter().map(|p| canonical_arg(p)).collect();
     let pb = progress_bar(j.records.len() as u64, "reviewing");
-    let rv = aether_journal::review::review_span(&j, &s.blobs_dir(), &limits, span, || pb.inc(1));
+    let rv = aether_journal::review::review_span(&j, &s.blobs_dir(), &limits, span, ticker(&pb));
     pb.finish_and_clear();
     if json {
         output::emit(&output::review_json(&s, &rv));

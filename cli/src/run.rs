@@ -472,7 +472,7 @@ fn seal(s: &Session, durability: Durability, witnessed: &Witnessed) -> Result<()
         }
     }
     let pb = crate::progress_bar(s.counters().last_id, "sealing");
-    let records = match s.seal(durability, witnessed, || pb.inc(1)) {
+    let records = match s.seal(durability, witnessed, crate::ticker(&pb)) {
         Ok((records, differing)) => {
             for file in differing {
                 let _ = writeln!(

@@ -190,9 +190,16 @@ fn whole_lines_in(
     let mut searched = 0;
     loop {
         let held = buf.len();
-        buf.resize(held + BLOCK, 0);
-        let n = read_at(file, &mut buf[held..], base + held as u64)?;
-        buf.truncate(held + n);
+        // Into the buffer's spare room, not zeroed first (zeroing each block cost as much as
+        // reading it), growing it a block at a time as before, so that what it holds stays
+        // bounded.
+        buf.reserve_exact(BLOCK);
+        let n = loop {
+            match rustix::io::pread(file, rustix::buffer::spare_capacity(buf), base + held as u64) {
+                Err(rustix::io::Errno::INTR) => continue,
+                other => break other?,
+            }
+        };
         most = most.max(buf.len());
         let ended = n == 0;
         let mut i = 0;

@@ -976,20 +976,27 @@ fn touched_of(parts: Vec<Gathered>, last_id: Option<u64>) -> Touched {
     paths.sort_unstable_by_key(|t| t.key);
     unhashed.retain(|(q, _)| accounted(*q));
     unhashed.sort_by_key(|(q, _)| *q);
-    let mut seen = std::collections::HashSet::new();
-    let unhashed = unhashed.into_iter().map(|(_, u)| u).filter(|u| seen.insert(u.0.clone())).collect();
+    // Each blob once, at its first record (its name borrowed, not copied, to find the others).
+    let first: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(unhashed.len());
+        unhashed.iter().map(|(_, u)| seen.insert(u.0.as_str())).collect()
+    };
+    let mut first = first.into_iter();
+    unhashed.retain(|_| first.next().unwrap_or(false));
+    let unhashed = unhashed.into_iter().map(|(_, u)| u).collect();
     Touched { dirs, names, paths, unhashed, through, records }
 }
 
 /// What each unhashed blob is now (an `lstat` each, not its bytes: hashing them was most of
 /// what `run` did after an `rm -rf`), which undo compares with the blob before it trusts it;
-/// and which of the linked ones are still as captured. A blob that cannot be looked at is left
-/// out (as is every blob of a store whose blobs directory cannot be opened).
+/// and whether a linked one is still as captured. One entry per blob of `unhashed`, in its
+/// order (`None`: the blob cannot be looked at, as every blob of a store whose blobs
+/// directory cannot be opened): they are written from there, not gathered into maps first.
 fn blob_stats_of(
     unhashed: &[Unhashed],
     blobs_dir: &Path,
     progress: &(impl Fn() + Sync),
-) -> (BTreeMap<String, BlobStat>, std::collections::BTreeSet<String>) {
+) -> Vec<Option<(BlobStat, bool)>> {
     let blobs = rustix::fs::open(blobs_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
     let stats = in_parallel(unhashed, |(blob, size, how, mtime)| {
         let out = blobs
@@ -1001,19 +1008,60 @@ fn blob_stats_of(
                 (stat, *how != CaptureHow::Link || (stat.size == *size && stat.mtime == *mtime))
             });
         progress();
-        out
+        Some(out)
     });
-    let mut blob_stats = BTreeMap::new();
-    let mut blob_intact = std::collections::BTreeSet::new();
-    for ((blob, ..), got) in unhashed.iter().zip(stats) {
-        if let Some((stat, intact)) = got {
-            if intact {
-                blob_intact.insert(blob.clone());
-            }
-            blob_stats.insert(blob.clone(), stat);
-        }
+    stats.into_iter().map(Option::flatten).collect()
+}
+
+/// The blobs' states as [`Seal::blob_stats`] and [`Seal::blob_intact`] hold them.
+fn blob_maps(
+    unhashed: &[Unhashed],
+    stats: &[Option<(BlobStat, bool)>],
+) -> (BTreeMap<String, BlobStat>, std::collections::BTreeSet<String>) {
+    let found = || unhashed.iter().zip(stats).filter_map(|((blob, ..), got)| Some((blob, (*got)?)));
+    let intact = found().filter(|(_, (_, intact))| *intact).map(|(blob, _)| blob.clone()).collect();
+    (found().map(|(blob, (stat, _))| (blob.clone(), stat)).collect(), intact)
+}
+
+/// [`Seal::blob_stats`] as written: a map from each blob found to its state, in the order of
+/// their names (as a map of them would write them).
+struct BlobStatsAsWritten<'a> {
+    unhashed: &'a [Unhashed],
+    stats: &'a [Option<(BlobStat, bool)>],
+    /// The blobs found (indices into both), by name.
+    order: Vec<usize>,
+}
+
+impl<'a> BlobStatsAsWritten<'a> {
+    fn new(unhashed: &'a [Unhashed], stats: &'a [Option<(BlobStat, bool)>]) -> Self {
+        let mut order: Vec<usize> = (0..stats.len()).filter(|&i| stats[i].is_some()).collect();
+        order.sort_unstable_by(|&a, &b| unhashed[a].0.cmp(&unhashed[b].0));
+        BlobStatsAsWritten { unhashed, stats, order }
     }
-    (blob_stats, blob_intact)
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Each blob found, by name, with its state and whether it is intact.
+    fn found(&self) -> impl Iterator<Item = (&'a String, (BlobStat, bool))> + '_ {
+        self.order.iter().filter_map(|&i| Some((&self.unhashed[i].0, self.stats[i]?)))
+    }
+}
+
+impl Serialize for BlobStatsAsWritten<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.found().map(|(blob, (stat, _))| (blob, stat)))
+    }
+}
+
+/// [`Seal::blob_intact`] as written: the names of the blobs found intact, in order.
+struct BlobsIntactAsWritten<'a>(&'a BlobStatsAsWritten<'a>);
+
+impl Serialize for BlobsIntactAsWritten<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.found().filter(|(_, (_, intact))| *intact).map(|(blob, _)| blob))
+    }
 }
 
 /// The state of `path` for the seal (`None`: it cannot be read, and undo checks it the
@@ -1037,7 +1085,8 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     let paths: Vec<BPath> = touched.paths.iter().map(|t| touched.path(t)).collect();
     let states = in_parallel(&paths, |p| sealed_state(p, &progress));
     forget_parent();
-    let (blob_stats, blob_intact) = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
+    let stats = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
+    let (blob_stats, blob_intact) = blob_maps(&touched.unhashed, &stats);
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),
@@ -1088,9 +1137,9 @@ struct SealAsWritten<'a, F: Fn() + Sync> {
     through: u64,
     paths: StatesAsWritten<'a, F>,
     blob_hashes: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    blob_stats: &'a BTreeMap<String, BlobStat>,
-    blob_intact: &'a std::collections::BTreeSet<String>,
+    #[serde(skip_serializing_if = "BlobStatsAsWritten::is_empty")]
+    blob_stats: &'a BlobStatsAsWritten<'a>,
+    blob_intact: BlobsIntactAsWritten<'a>,
     journal_digest: &'a JournalDigest,
 }
 
@@ -1109,7 +1158,8 @@ pub fn seal_streamed(
     progress: impl Fn() + Sync,
 ) -> io::Result<usize> {
     let touched = touched_of(parts, last_id);
-    let (blob_stats, blob_intact) = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
+    let stats = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
+    let blobs = BlobStatsAsWritten::new(&touched.unhashed, &stats);
     let sealed = crate::session::now_rfc3339_seconds();
     let seal = SealAsWritten {
         version: SEAL_VERSION,
@@ -1117,12 +1167,16 @@ pub fn seal_streamed(
         through: touched.through,
         paths: StatesAsWritten { touched: &touched, progress: &progress },
         blob_hashes: BTreeMap::new(),
-        blob_stats: &blob_stats,
-        blob_intact: &blob_intact,
+        blob_stats: &blobs,
+        blob_intact: BlobsIntactAsWritten(&blobs),
         journal_digest,
     };
     crate::session::write_atomically_as(&session_dir.join(SEAL_FILE), durability, |w| {
-        serde_json::to_writer(w, &seal).map_err(io::Error::other)
+        // serde_json writes token by token: into a buffer it can see the type of, not through
+        // `dyn Write` (a call through the vtable for every token of every path).
+        let mut out = io::BufWriter::with_capacity(1 << 16, w);
+        serde_json::to_writer(&mut out, &seal).map_err(io::Error::other)?;
+        io::Write::flush(&mut out)
     })?;
     Ok(touched.records)
 }
@@ -1307,6 +1361,10 @@ mod tests {
         std::fs::create_dir_all(store.join("segments")).unwrap();
         std::fs::create_dir(&tree).unwrap();
         std::fs::write(blobs.join("01/1"), b"kept").unwrap();
+        // A second blob, captured after the first but named before it: the seal writes its
+        // blobs by name, as a map of them would.
+        std::fs::create_dir_all(blobs.join("00")).unwrap();
+        std::fs::write(blobs.join("00/256"), b"cloned").unwrap();
         let path = |name: &str| BPath::from(tree.join(name).to_str().unwrap());
         for (name, body) in [("a", "1"), ("c", "22"), ("d", "333")] {
             std::fs::write(tree.join(name), body).unwrap();
@@ -1321,6 +1379,10 @@ mod tests {
             ident: Ident { dev: 1, ino: 1 },
             xattrs: None,
             links: 1,
+        };
+        let cloned = Snapshot {
+            node: Node::File { blob: "00/256".into(), size: 6, hash: None, how: CaptureHow::Reflink, twin: None },
+            ..kept.clone()
         };
         let rec = |seq: u64, op: Op| Record {
             v: Version,
@@ -1363,7 +1425,7 @@ mod tests {
                 })),
             ),
             rec(6, Op::Change { path: path("d"), before: Before::Absent }),
-            rec(7, Op::Change { path: path("d"), before: Before::Absent }),
+            rec(7, Op::Change { path: path("d"), before: Before::contents(cloned) }),
         ];
         let lines = |rs: &[Record]| rs.iter().flat_map(encode_line).collect::<Vec<u8>>();
         std::fs::write(store.join("journal"), lines(&main)).unwrap();
@@ -1385,7 +1447,8 @@ mod tests {
         let sealed: Vec<BPath> = got.paths.iter().map(|(p, _)| BPath::new(p)).collect();
         assert_eq!(sealed, [path("a"), path("sub/b"), path("c"), path("gone"), path("d")]);
         assert_eq!((got.through, &got.paths), (7, &expected.paths));
-        assert!(got.blob_stats.contains_key("01/1") && got.blob_stats == expected.blob_stats);
+        assert!(got.blob_stats.contains_key("01/1") && got.blob_stats.contains_key("00/256"));
+        assert_eq!(got.blob_stats, expected.blob_stats);
         assert_eq!(got.blob_intact, expected.blob_intact);
         assert_eq!(got.journal_digest.as_ref(), Some(&digest));
         let written_whole =

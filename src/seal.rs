@@ -1013,16 +1013,6 @@ fn blob_stats_of(
     stats.into_iter().map(Option::flatten).collect()
 }
 
-/// The blobs' states as [`Seal::blob_stats`] and [`Seal::blob_intact`] hold them.
-fn blob_maps(
-    unhashed: &[Unhashed],
-    stats: &[Option<(BlobStat, bool)>],
-) -> (BTreeMap<String, BlobStat>, std::collections::BTreeSet<String>) {
-    let found = || unhashed.iter().zip(stats).filter_map(|((blob, ..), got)| Some((blob, (*got)?)));
-    let intact = found().filter(|(_, (_, intact))| *intact).map(|(blob, _)| blob.clone()).collect();
-    (found().map(|(blob, (stat, _))| (blob.clone(), stat)).collect(), intact)
-}
-
 /// [`Seal::blob_stats`] as written: a map from each blob found to its state, in the order of
 /// their names (as a map of them would write them).
 struct BlobStatsAsWritten<'a> {
@@ -1086,7 +1076,9 @@ pub fn take_seal(journal: &JournalContents, blobs_dir: &Path, progress: impl Fn(
     let states = in_parallel(&paths, |p| sealed_state(p, &progress));
     forget_parent();
     let stats = blob_stats_of(&touched.unhashed, blobs_dir, &progress);
-    let (blob_stats, blob_intact) = blob_maps(&touched.unhashed, &stats);
+    let blobs = BlobStatsAsWritten::new(&touched.unhashed, &stats);
+    let blob_stats = blobs.found().map(|(blob, (stat, _))| (blob.clone(), stat)).collect();
+    let blob_intact = blobs.found().filter(|(_, (_, intact))| *intact).map(|(blob, _)| blob.clone()).collect();
     Seal {
         version: SEAL_VERSION,
         sealed: crate::session::now_rfc3339_seconds(),

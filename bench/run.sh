@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The performance suite in one command:
 #
-#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W12,EXEC,CMD,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO]
+#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W12,W12T,EXEC,CMD,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO]
 #                     [--json FILE]
 #
 # Builds the release shim and the helper programs, makes a fresh loop-mounted ext4 (with a

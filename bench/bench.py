@@ -329,7 +329,6 @@ class Runner:
                     rmtree(session)
         return out
 
-
     def lockstep(self, cmd, turns, runs, variants, fresh_dir):
         """Runs `cmd` (a loop that reports when it is ready, then waits for a line before each of
         its `turns` turns and reports each turn's start and end: bench/agent_loop.sh --lockstep)

@@ -402,6 +402,22 @@ def spread(xs, fmt):
     return "%s (%s-%s)" % (fmt % statistics.median(xs), fmt % min(xs), fmt % max(xs))
 
 
+def verdict_rows(name, mode, variants, got, target, ratio_fmt):
+    """One table row per variant after the first (bare): its times against bare's, the per-round
+    ratios of wall and CPU time (`ratio_fmt`), its records and the verdict on `target`."""
+    bare, rows = got[variants[0].label], []
+    for v in variants[1:]:
+        t = got[v.label]
+        ratios = [x / y for x, y in zip(t["wall"], bare["wall"])]
+        cpu_ratios = [x / max(y, 1e-6) for x, y in zip(t["cpu"], bare["cpu"])]
+        verdict = "meets" if max(ratios) <= target else (
+            "median meets" if statistics.median(ratios) <= target else "MISSES")
+        rows.append("| %s (%s, %s) | %s | %s | %s | %s | %d | <= %.2f | %s |" % (
+            name, mode, v.label, spread(bare["wall"], "%.3f"), spread(t["wall"], "%.3f"),
+            spread(ratios, ratio_fmt), spread(cpu_ratios, ratio_fmt), statistics.median(t["records"]), target, verdict))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", required=True, help="work directory (a fresh ext4 mount, ideally)")
@@ -464,17 +480,8 @@ def main():
         vs = [v for v in variants if not (w.supervised_only and v.label == "baseline" and not baseline_supervises)]
         print("%s: %d rounds of %s..." % (w.key, runs, ", ".join(v.label for v in vs)), file=sys.stderr)
         got = runner.rounds(w, runs, vs)
-        bare = got["bare"]
         results[w.key] = {"target": w.target, "mode": a.mode, **got}
-        for v in vs[1:]:
-            t = got[v.label]
-            ratios = [x / y for x, y in zip(t["wall"], bare["wall"])]
-            cpu_ratios = [x / max(y, 1e-6) for x, y in zip(t["cpu"], bare["cpu"])]
-            verdict = "meets" if max(ratios) <= w.target else (
-                "median meets" if statistics.median(ratios) <= w.target else "MISSES")
-            rows.append("| %s %s (%s, %s) | %s | %s | %s | %s | %d | <= %.2f | %s |" % (
-                w.key, w.name, a.mode, v.label, spread(bare["wall"], "%.3f"), spread(t["wall"], "%.3f"),
-                spread(ratios, "%.2f"), spread(cpu_ratios, "%.2f"), statistics.median(t["records"]), w.target, verdict))
+        rows += verdict_rows("%s %s" % (w.key, w.name), a.mode, vs, got, w.target, "%.2f")
         if a.baseline and len(vs) == 3:
             this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
             rows.append("| %s: this build / baseline, same rounds | | | %s | | | | |" % (w.key, spread(this_vs_base, "%.2f")))
@@ -498,16 +505,8 @@ def main():
 
         loop = "%s %d 1 --lockstep" % (os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_loop.sh"), turns)
         got = runner.lockstep(loop, turns, runs, variants, fresh_w12)
-        bare = got["bare"]
         results["W12T"] = {"target": 1.05, "mode": a.mode, **got}
-        for v in variants[1:]:
-            t = got[v.label]
-            ratios = [x / y for x, y in zip(t["wall"], bare["wall"])]
-            cpu_ratios = [x / max(y, 1e-6) for x, y in zip(t["cpu"], bare["cpu"])]
-            verdict = "meets" if max(ratios) <= 1.05 else ("median meets" if statistics.median(ratios) <= 1.05 else "MISSES")
-            rows.append("| %s (%s, %s) | %s | %s | %s | %s | %d | <= 1.05 | %s |" % (
-                label, a.mode, v.label, spread(bare["wall"], "%.3f"), spread(t["wall"], "%.3f"),
-                spread(ratios, "%.3f"), spread(cpu_ratios, "%.3f"), statistics.median(t["records"]), verdict))
+        rows += verdict_rows(label, a.mode, variants, got, 1.05, "%.3f")
         if a.baseline:
             this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
             rows.append("| W12T: this build / baseline, same turns | | | %s | | | | |" % spread(this_vs_base, "%.3f"))

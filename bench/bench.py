@@ -149,6 +149,13 @@ class Workload:
         self.supervised_only = supervised_only
 
 
+def fresh_repo(inp, d):
+    """`d`, a fresh copy of the 2,000-file git repository (W5's, W12's), written out."""
+    rmtree(d)
+    sh("cp -a %s %s && sync" % (inp.repo, d))
+    return d
+
+
 def workloads(inp, root, progs):
     w2 = os.path.join(root, "w2")
     w3 = os.path.join(root, "w3")
@@ -165,9 +172,7 @@ def workloads(inp, root, progs):
         return prep
 
     def w12_prep():
-        d = os.path.join(root, "w12")
-        rmtree(d)
-        sh("cp -a %s %s && sync" % (inp.repo, d))
+        fresh_repo(inp, os.path.join(root, "w12"))
 
     def w10_prep():
         d = os.path.join(root, "w10")
@@ -457,8 +462,7 @@ def main():
     inp = Inputs(a.dir)
     inp.build()
     runner = Runner(a.dir, a.shim)
-    cli = a.cli
-    variants = [Variant("bare", "bare"), Variant("this build", a.mode, a.shim, cli)]
+    variants = [Variant("bare", "bare"), Variant("this build", a.mode, a.shim, a.cli)]
     baseline_supervises = False
     if a.baseline:
         base = os.path.abspath(a.baseline)
@@ -498,10 +502,7 @@ def main():
         print("W12T: %d rounds of %s, turn by turn..." % (runs, ", ".join(v.label for v in variants)), file=sys.stderr)
 
         def fresh_w12(label):
-            d = os.path.join(a.dir, "w12t-" + label.replace(" ", "-"))
-            rmtree(d)
-            sh("cp -a %s %s && sync" % (inp.repo, d))
-            return d
+            return fresh_repo(inp, os.path.join(a.dir, "w12t-" + label.replace(" ", "-")))
 
         loop = "%s %d 1 --lockstep" % (os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_loop.sh"), turns)
         got = runner.lockstep(loop, turns, runs, variants, fresh_w12)
@@ -701,7 +702,7 @@ def main():
             return session
 
         def undo(session, *args, cpu=None):
-            argv = [cli, "undo", "--journal", session, *args]
+            argv = [a.cli, "undo", "--journal", session, *args]
             p = subprocess.Popen(argv, env=bare_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             t0 = time.perf_counter()
             err = p.stderr.read()

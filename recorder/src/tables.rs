@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::internal::counters::{
-    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS,
-    SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
+    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST,
+    SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
 };
 use aether_journal::session::{COUNTERS_LEN, ensure_counters};
 
@@ -88,6 +88,16 @@ impl SharedCounters {
     /// Tells every process of the session that a directory path may now lead elsewhere.
     pub fn names_changing(&self) {
         self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The session's working-directory generation (see [`SLOT_CWD_GEN`]).
+    pub fn cwd_gen(&self) -> u64 {
+        self.slot(SLOT_CWD_GEN).load(Ordering::SeqCst)
+    }
+
+    /// Tells the supervisor that a working directory of the session may be changing.
+    pub fn cwd_changing(&self) {
+        self.slot(SLOT_CWD_GEN).fetch_add(1, Ordering::SeqCst);
     }
 
     /// The marks made in the session so far: the turn directory times are journaled in.

@@ -6,16 +6,17 @@
 //! [`PATH_TRUST_NS`] ago and nothing since could have changed where its path leads: no process
 //! of the session renamed or removed a directory or symlink (the session's names generation,
 //! which the shim and the supervisor both move), and none changed its working directory (the
-//! supervisor sees every `chdir` and `fchdir`: the filter sends them all), with no such call
-//! still under way ([`Changes`]). The check, when made: a start is the one `/proc/TID/cwd`
-//! (or `fd/N`) leads to now when its identity is the same, and its remembered name is current
-//! when that name still leads to it (else its name is asked again); a directory below a start
-//! is the one its relative path leads to now when that path, walked from the start, leads to
-//! the same identity. A directory a descriptor names is checked at every use (a descriptor
-//! can be closed and its number reused without any call the supervisor sees). A path is
-//! remembered only when it has no `.`, `..` or symlink in it (where those lead can change
-//! without a directory moving). The cache holds descriptors, so it is small: full, it starts
-//! over.
+//! session's working-directory generation: the shim moves it around each `chdir` and `fchdir`
+//! it makes itself, marked, and the supervisor around each the filter sends it, every other
+//! one), with no such call still under way ([`Changes`]). The check, when made: a start is
+//! the one `/proc/TID/cwd` (or `fd/N`) leads to now when its identity is the same, and its
+//! remembered name is current when that name still leads to it (else its name is asked
+//! again); a directory below a start is the one its relative path leads to now when that path,
+//! walked from the start, leads to the same identity. A directory a descriptor names is
+//! checked at every use (a descriptor can be closed and its number reused without any call the
+//! supervisor sees). A path is remembered only when it has no `.`, `..` or symlink in it (where
+//! those lead can change without a directory moving). The cache holds descriptors, so it is
+//! small: full, it starts over.
 //!
 //! What this module cannot do: see into another mount namespace (a process that made its own
 //! is not resolved here; see `target.rs`), notice within [`PATH_TRUST_NS`] a directory moved
@@ -25,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aether_journal::capture::ident_of;
@@ -74,7 +75,7 @@ type Kept = (Dir, Option<Checked>);
 pub struct Checked {
     /// The session's names generation, read before the check.
     pub names: u64,
-    /// The supervisor's working-directory generation ([`Changes::cwd_gen`]), read before it.
+    /// The session's working-directory generation, read before it.
     pub cwd: u64,
     /// `CLOCK_MONOTONIC_COARSE`, in nanoseconds.
     pub at: u64,
@@ -87,7 +88,7 @@ impl Checked {
         if !changes.settled(counters) {
             return None;
         }
-        Some(Checked { names: counters.names_gen(), cwd: changes.cwd_gen(), at: coarse_now() })
+        Some(Checked { names: counters.names_gen(), cwd: counters.cwd_gen(), at: coarse_now() })
     }
 
     /// Whether a directory checked at `self` may be trusted without looking at `now`.
@@ -107,13 +108,12 @@ fn coarse_now() -> u64 {
 /// kernel runs a call after the answer, so a directory checked between the two may no longer
 /// be where its path leads. Shared by the workers.
 ///
-/// Each such call moves a generation before its answer ([`Changes::begin`]) and again once it
-/// has run: when its thread is next heard from, or `/proc/TID/syscall` shows it elsewhere.
-/// While one is under way, nothing checked is trusted later.
+/// Each such call has moved a generation of the session's counters before its answer (the
+/// recorder moves the names generation, [`Changes::begin_cwd`] the working-directory one) and
+/// moves it again once it has run: when its thread is next heard from, or `/proc/TID/syscall`
+/// shows it elsewhere. While one is under way, nothing checked is trusted later.
 #[derive(Default)]
 pub struct Changes {
-    /// Moved by every change of a working directory (`chdir`, `fchdir`).
-    cwd_gen: AtomicU64,
     /// Whether `under_way` may hold anything (a lock-free look for the usual case).
     any: AtomicBool,
     under_way: Mutex<Vec<UnderWay>>,
@@ -129,17 +129,20 @@ struct UnderWay {
 }
 
 impl Changes {
-    /// The working-directory generation.
-    pub fn cwd_gen(&self) -> u64 {
-        self.cwd_gen.load(Ordering::SeqCst)
+    /// Before answering call `nr` of thread `tid`, which may change where names lead (the
+    /// recorder has moved the names generation).
+    pub fn begin_names(&self, tid: u32, nr: i64) {
+        self.begin(tid, nr, false);
     }
 
-    /// Before answering call `nr` of thread `tid`, which may change where paths lead: a
-    /// working directory (`cwd`), or names (the recorder has moved the names generation).
-    pub fn begin(&self, tid: u32, nr: i64, cwd: bool) {
-        if cwd {
-            self.cwd_gen.fetch_add(1, Ordering::SeqCst);
-        }
+    /// Before answering call `nr` of thread `tid`, which changes its working directory: moves
+    /// the session's working-directory generation.
+    pub fn begin_cwd(&self, tid: u32, nr: i64, counters: &SharedCounters) {
+        counters.cwd_changing();
+        self.begin(tid, nr, true);
+    }
+
+    fn begin(&self, tid: u32, nr: i64, cwd: bool) {
         if let Ok(mut u) = self.under_way.lock() {
             u.push(UnderWay { tid, nr, cwd });
             self.any.store(true, Ordering::SeqCst);
@@ -167,7 +170,7 @@ impl Changes {
                 return true;
             }
             if c.cwd {
-                self.cwd_gen.fetch_add(1, Ordering::SeqCst);
+                counters.cwd_changing();
             } else {
                 counters.names_changing();
             }
@@ -470,20 +473,20 @@ mod tests {
             panic!("the child never slept");
         };
         let nr = asleep_in(tid);
-        let (names, cwd) = (counters.names_gen(), changes.cwd_gen());
-        changes.begin(tid, nr, true);
-        assert_eq!(changes.cwd_gen(), cwd + 1, "moved before the answer");
+        let (names, cwd) = (counters.names_gen(), counters.cwd_gen());
+        changes.begin_cwd(tid, nr, &counters);
+        assert_eq!(counters.cwd_gen(), cwd + 1, "moved before the answer");
         assert!(Checked::now(&changes, &counters).is_none(), "the thread is still in the call");
         // Heard from again: the call has run, and the generation moves once more.
         changes.heard_from(tid, &counters);
-        assert_eq!(changes.cwd_gen(), cwd + 2);
+        assert_eq!(counters.cwd_gen(), cwd + 2);
         assert!(Checked::now(&changes, &counters).is_some());
         // A call the thread is no longer in (it sleeps in another) has run.
-        changes.begin(tid, libc::SYS_renameat2, false);
+        changes.begin_names(tid, libc::SYS_renameat2);
         assert!(Checked::now(&changes, &counters).is_some(), "/proc shows it elsewhere");
         assert_eq!(counters.names_gen(), names + 1, "names moved once it was known to have run");
         // A thread that has gone will not run its call any more.
-        changes.begin(tid, nr, false);
+        changes.begin_names(tid, nr);
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(Checked::now(&changes, &counters).is_some());

@@ -10,9 +10,12 @@
 //! A watched call carrying the session's marker in its sixth argument register is allowed:
 //! the shim makes the calls it has journaled that way (see the shim's `kernel.rs`). `sendto`
 //! uses all six registers, so it is never marked; it is watched only with a destination.
-//! `io_uring_setup`, `chdir` and `fchdir` are always sent (a working directory changed is what
-//! the supervisor must know to trust what it remembers of one). An exec the shim made itself is
-//! marked (it journaled it); any other (a static program's, posix_spawn's child's) is sent.
+//! `io_uring_setup`, `chroot`, `pivot_root` and `setns` are always sent. `chdir` and `fchdir`
+//! change nothing, but the supervisor must know of every working directory changed to trust
+//! what it remembers of one: one the shim made itself, marked, moved the session's
+//! working-directory generation before and after (see `dirs.rs`); any other is sent. An exec
+//! the shim made itself is marked (it journaled it); any other (a static program's,
+//! posix_spawn's child's) is sent.
 //!
 //! What this filter cannot do: look at `openat2`'s flags (they are in memory: it is always
 //! sent), or watch a foreign architecture (32-bit x86, x32): such a process is allowed
@@ -102,9 +105,10 @@ pub fn watched() -> Vec<(i64, Watch)> {
         (libc::SYS_execveat, Unmarked),
         (libc::SYS_io_uring_setup, Always),
         // No change, but where relative names lead from now on: the supervisor trusts what it
-        // remembers of a working directory only while none changed (see `dirs.rs`).
-        (libc::SYS_chdir, Always),
-        (libc::SYS_fchdir, Always),
+        // remembers of a working directory only while none changed (see `dirs.rs`; the shim
+        // moves the session's working-directory generation around the ones it marks).
+        (libc::SYS_chdir, Unmarked),
+        (libc::SYS_fchdir, Unmarked),
         (libc::SYS_chroot, Always),
         (libc::SYS_pivot_root, Always),
         (libc::SYS_setns, Always),
@@ -370,9 +374,11 @@ mod tests {
     }
 
     #[test]
-    fn io_uring_and_working_directory_changes_always_reach_the_supervisor_and_execs_unless_marked() {
-        for nr in [libc::SYS_io_uring_setup, libc::SYS_chdir, libc::SYS_fchdir] {
-            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, MARK]), "notify", "{nr}");
+    fn io_uring_always_reaches_the_supervisor_and_execs_and_working_directory_changes_unless_marked() {
+        assert_eq!(verdict(libc::SYS_io_uring_setup, [0, 0, 0, 0, 0, MARK]), "notify");
+        for nr in [libc::SYS_chdir, libc::SYS_fchdir] {
+            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, 0]), "notify", "{nr}");
+            assert_eq!(verdict(nr, [0, 0, 0, 0, 0, MARK]), "allow", "{nr}: the shim told the session");
         }
         for nr in [libc::SYS_execve, libc::SYS_execveat] {
             assert_eq!(verdict(nr, [0, 0, 0, 0, 0, 0]), "notify", "{nr}");

@@ -126,10 +126,10 @@ impl<'s> Worker<'s> {
             // Not journaled again, but under way again: what it may change is not trusted
             // until it has run (see `dirs.rs`).
             match moves_paths(n.nr) {
-                Some(Moves::Cwd) => self.changes.begin(n.tid, n.nr, true),
+                Some(Moves::Cwd) => self.changes.begin_cwd(n.tid, n.nr, self.store.counters()),
                 Some(Moves::Names) => {
                     self.store.counters().names_changing();
-                    self.changes.begin(n.tid, n.nr, false);
+                    self.changes.begin_names(n.tid, n.nr);
                 }
                 None => {}
             }
@@ -166,7 +166,7 @@ impl<'s> Worker<'s> {
         let journal =
             Recording { store: self.store, writer: std::cell::RefCell::new(&mut self.writer), process: &process };
         if matches!(call, Ok(Call::CwdChange)) {
-            self.changes.begin(n.tid, n.nr, true);
+            self.changes.begin_cwd(n.tid, n.nr, self.store.counters());
         }
         let target = Target { thread, process: &process, dirs: &self.dirs, changes: self.changes, nr: n.nr };
         let name = crate::names::name(n.nr);

@@ -423,7 +423,7 @@ impl Caller for Watched<'_> {
     }
 
     fn names_changing(&self) {
-        self.changes.begin(self.thread.tid, self.nr, false);
+        self.changes.begin_names(self.thread.tid, self.nr);
     }
 
     fn pid_and_group(&self) -> (u32, i64) {

@@ -820,3 +820,22 @@ print("erased", erased)
         assert_eq!(std::fs::read_to_string(s.path(&name)).unwrap(), format!("kept {i:02}\n"), "{r}");
     }
 }
+
+#[test]
+fn a_change_of_working_directory_through_libc_makes_no_round_trip_and_the_supervisor_still_follows_it() {
+    // The supervisor trusts a working directory it looked at moments ago while the session's
+    // working-directory generation stays put: the shim moves it around each chdir it makes
+    // itself, marked, so that none of them reaches the supervisor and the creations past
+    // libc after each are still journaled where they happened (x/a/f and y/a/f held data).
+    let s = scratch!();
+    let prog = compile(&s, "chdirmix");
+    s.sh("mkdir -p a x/a y/a && echo precious > x/a/f && echo also-precious > y/a/f");
+    roundtrip_changing(&s, &[prog.to_str().unwrap()], |during| {
+        let read = |p: &str| std::fs::read_to_string(s.tree().join(p)).unwrap();
+        assert_eq!(read("a/f"), "top again\n");
+        assert_eq!((read("x/a/f").as_str(), read("y/a/f").as_str()), ("over x's\n", "over y's\n"));
+        assert!(during.contains_key(&b"a/f"[..]));
+    });
+    let session = s.session("session");
+    assert_eq!(notified(&session), (1 + 4, 0), "its exec and the four creations, no chdir");
+}

@@ -58,9 +58,25 @@ pub fn forget_dir(_call: &'static str, real: impl FnOnce(Account) -> c_int, dir:
     real(Account::AsIs)
 }
 
-/// chdir, fchdir, chroot.
+/// chdir, fchdir: nothing to journal, but relative paths lead elsewhere from now on. Under a
+/// supervisor the shim makes the call itself, marked, once it has moved the session's
+/// working-directory generation (which tells the supervisor what the call would have, without
+/// a round trip), and moves it again after; when it cannot, the call is made as it came, for
+/// the supervisor to see.
 pub fn cwd_change<R>(_call: &'static str, real: impl FnOnce(Account) -> R) -> R {
     // Before and after: a thread naming a directory meanwhile sees one or the other.
+    crate::dircache::cwd_changed();
+    let marked = super::supervised() && crate::state::cwd_changing();
+    let r = real(if marked { Account::Journaled } else { Account::AsIs });
+    if marked {
+        crate::state::cwd_changed();
+    }
+    crate::dircache::cwd_changed();
+    r
+}
+
+/// chroot: as [`cwd_change`], but always made as it came (the supervisor sees every one).
+pub fn root_change<R>(_call: &'static str, real: impl FnOnce(Account) -> R) -> R {
     crate::dircache::cwd_changed();
     let r = real(Account::AsIs);
     crate::dircache::cwd_changed();

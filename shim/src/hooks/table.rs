@@ -188,10 +188,11 @@ libc_hooks! {
     fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t [libc] => signal_(sig, handler);
     fn sigset(sig: c_int, disposition: sighandler_t) -> sighandler_t [libc] => signal_(sig, disposition);
 
-    // ----- relative paths may lead elsewhere from now on (see dircache.rs); never journaled -----
-    fn chdir(path: CPath) -> c_int [libc] => cwd_change();
-    fn fchdir(fd: c_int) -> c_int [libc] => cwd_change();
-    fn chroot(path: CPath) -> c_int [libc] => cwd_change();
+    // ----- relative paths may lead elsewhere from now on (see dircache.rs); never journaled
+    // (under a supervisor chdir and fchdir are marked: see `cwd_change`) -----
+    fn chdir(path: CPath) -> c_int [kernel SYS_chdir(path)] => cwd_change();
+    fn fchdir(fd: c_int) -> c_int [kernel SYS_fchdir(fd)] => cwd_change();
+    fn chroot(path: CPath) -> c_int [libc] => root_change();
 
     // ----- reaping a child: when a parent whose vfork children journal their execs (Python's
     // subprocess, dash) opens the store they asked for (see state.rs); never journaled -----
@@ -283,15 +284,15 @@ syscall_hooks! {
     sys SYS_setresuid(ruid: c_uint, euid: c_uint) [libc] => set_euid(euid);
     sys SYS_io_uring_setup() [libc] => io_uring_();
     // Descriptors let go, directories changed, handlers installed behind libc's names: only
-    // noted.
+    // noted (a working directory's change marked under a supervisor, as `chdir`'s).
     sys SYS_close(fd: c_int) [libc] => forget(fd);
     #[cfg(target_arch = "x86_64")]
     sys SYS_dup2(old: c_int, new: c_int) [libc] => forget(new);
     sys SYS_dup3(old: c_int, new: c_int) [libc] => forget(new);
     sys SYS_close_range(first: c_uint, last: c_uint) [libc] => forget_range(first, last);
-    sys SYS_chdir() [libc] => cwd_change();
-    sys SYS_fchdir() [libc] => cwd_change();
-    sys SYS_chroot() [libc] => cwd_change();
+    sys SYS_chdir() [kernel] => cwd_change();
+    sys SYS_fchdir() [kernel] => cwd_change();
+    sys SYS_chroot() [libc] => root_change();
     sys SYS_rt_sigaction(sig: c_int, act: *const sighandler_t) [libc] => rt_sigaction_(sig, act);
 }
 

@@ -307,6 +307,39 @@ pub fn names_changed() {
     }
 }
 
+/// Before a `chdir` or `fchdir` the shim makes itself, marked, under a supervisor (which the
+/// call then does not reach): moves the session's working-directory generation, which tells
+/// the supervisor what the call would have (see the supervisor's `dirs.rs`). Opens this
+/// process's store for it if need be; only the process that owns this memory does (a vfork
+/// child uses its parent's store, if that has one). Under the guard and `catch_unwind`, with
+/// errno preserved. `false`: not moved (no store, a panic, this thread inside the shim
+/// already), and the call must be made unmarked.
+pub fn cwd_changing() -> bool {
+    if let Some(store) = STORE.get() {
+        store.counters.cwd_changing();
+        return true;
+    }
+    if !owns_memory() {
+        return false;
+    }
+    let saved = crate::guard::errno();
+    let mut moved = false;
+    if let Some(guard) = crate::guard::Guard::enter() {
+        moved = std::panic::catch_unwind(|| store().map(|s| s.counters.cwd_changing()).is_some()).unwrap_or(false);
+        drop(guard);
+    }
+    crate::guard::set_errno(saved);
+    moved
+}
+
+/// After a call [`cwd_changing`] moved the generation for: moves it again (the call has run).
+/// Lock-free and errno-neutral.
+pub fn cwd_changed() {
+    if let Some(store) = STORE.get() {
+        store.counters.cwd_changing();
+    }
+}
+
 /// The process's store if it is open already (never opens it).
 pub fn published_store() -> Option<&'static Store> {
     STORE.get()

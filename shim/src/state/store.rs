@@ -319,16 +319,8 @@ pub fn cwd_changing() -> bool {
         store.counters.cwd_changing();
         return true;
     }
-    if !owns_memory() {
-        return false;
-    }
-    let saved = crate::guard::errno();
     let mut moved = false;
-    if let Some(guard) = crate::guard::Guard::enter() {
-        moved = std::panic::catch_unwind(|| store().map(|s| s.counters.cwd_changing()).is_some()).unwrap_or(false);
-        drop(guard);
-    }
-    crate::guard::set_errno(saved);
+    outside_a_hook(|| moved = store().map(|s| s.counters.cwd_changing()).is_some());
     moved
 }
 
@@ -453,9 +445,10 @@ fn publish_store_outside_a_hook(entered: impl FnOnce()) {
     });
 }
 
-/// Runs `f` from outside a hook (a wait, a fork's preparation) under the guard and
-/// `catch_unwind`, with errno preserved. Only in the process that owns this memory (not in a
-/// vfork child), and not while this thread is inside the shim already.
+/// Runs `f` from outside a hook (a wait, a fork's preparation, a `chdir` before its hook's
+/// real call) under the guard and `catch_unwind`, with errno preserved. Only in the process
+/// that owns this memory (not in a vfork child), and not while this thread is inside the shim
+/// already.
 pub fn outside_a_hook(f: impl FnOnce()) {
     if !owns_memory() {
         return;

@@ -18,11 +18,15 @@ pub mod counters {
     /// after a call that can change where an existing directory path leads (a rename, an
     /// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
     pub const SLOT_NAMES_GEN: usize = 8;
-    /// Slot index of the working-directory generation: bumped before and after every change of
-    /// a working directory in the session that a supervisor may not see: by the shim around a
-    /// `chdir` or `fchdir` it makes itself, marked, and by the supervisor around one it lets
-    /// run. Under a supervisor only (without one nothing reads it).
+    /// Slot index of the working-directory generation: bumped before every change of a
+    /// working directory in the session: by the shim before a `chdir` or `fchdir` it makes
+    /// itself, marked, and by the supervisor before it lets one run. Under a supervisor only
+    /// (without one nothing reads it).
     pub const SLOT_CWD_GEN: usize = 11;
+    /// Slot index of the working-directory changes done: bumped after each change
+    /// [`SLOT_CWD_GEN`] counted has run. While the two differ one is under way, and nothing
+    /// checked meanwhile is trusted.
+    pub const SLOT_CWD_DONE: usize = 12;
     /// Slot index of the number of marks made in the session: the turn a directory's times are
     /// journaled in (each directory's `dir_times` is journaled once per turn, so that an undo to
     /// a mark can set them back to what they were at it).

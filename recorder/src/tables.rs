@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
 use aether_journal::internal::counters::{
-    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST,
-    SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
+    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_DONE, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID,
+    SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
+    SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
 };
 use aether_journal::session::{COUNTERS_LEN, ensure_counters};
 
@@ -95,9 +96,21 @@ impl SharedCounters {
         self.slot(SLOT_CWD_GEN).load(Ordering::SeqCst)
     }
 
-    /// Tells the supervisor that a working directory of the session may be changing.
+    /// The working-directory generation when no change of a working directory is under way
+    /// ([`SLOT_CWD_DONE`] has caught up with it), `None` while one is.
+    pub fn cwd_settled(&self) -> Option<u64> {
+        let begun = self.cwd_gen();
+        (self.slot(SLOT_CWD_DONE).load(Ordering::SeqCst) == begun).then_some(begun)
+    }
+
+    /// Tells the supervisor that a working directory of the session is about to change.
     pub fn cwd_changing(&self) {
         self.slot(SLOT_CWD_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Tells the supervisor that a change [`Self::cwd_changing`] announced has run.
+    pub fn cwd_changed(&self) {
+        self.slot(SLOT_CWD_DONE).fetch_add(1, Ordering::SeqCst);
     }
 
     /// The marks made in the session so far: the turn directory times are journaled in.

@@ -6,9 +6,10 @@
 //! [`PATH_TRUST_NS`] ago and nothing since could have changed where its path leads: no process
 //! of the session renamed or removed a directory or symlink (the session's names generation,
 //! which the shim and the supervisor both move), and none changed its working directory (the
-//! session's working-directory generation: the shim moves it around each `chdir` and `fchdir`
-//! it makes itself, marked, and the supervisor around each the filter sends it, every other
-//! one), with no such call still under way ([`Changes`]). The check, when made: a start is
+//! session's working-directory generation, moved before each `chdir` and `fchdir`: by the
+//! shim before one it makes itself, marked, by the supervisor before one the filter sends it),
+//! with no such call still under way (the shim's: the counters' changes done behind the
+//! generation; the supervisor's: [`Changes`]). The check, when made: a start is
 //! the one `/proc/TID/cwd` (or `fd/N`) leads to now when its identity is the same, and its
 //! remembered name is current when that name still leads to it (else its name is asked
 //! again); a directory below a start is the one its relative path leads to now when that path,
@@ -88,7 +89,8 @@ impl Checked {
         if !changes.settled(counters) {
             return None;
         }
-        Some(Checked { names: counters.names_gen(), cwd: counters.cwd_gen(), at: coarse_now() })
+        let cwd = counters.cwd_settled()?;
+        Some(Checked { names: counters.names_gen(), cwd, at: coarse_now() })
     }
 
     /// Whether a directory checked at `self` may be trusted without looking at `now`.
@@ -110,8 +112,9 @@ fn coarse_now() -> u64 {
 ///
 /// Each such call has moved a generation of the session's counters before its answer (the
 /// recorder moves the names generation, [`Changes::begin_cwd`] the working-directory one) and
-/// moves it again once it has run: when its thread is next heard from, or `/proc/TID/syscall`
-/// shows it elsewhere. While one is under way, nothing checked is trusted later.
+/// moves it again (a working directory's: counts it done) once it has run: when its thread is
+/// next heard from, or `/proc/TID/syscall` shows it elsewhere. While one is under way, nothing
+/// checked is trusted later.
 #[derive(Default)]
 pub struct Changes {
     /// Whether `under_way` may hold anything (a lock-free look for the usual case).
@@ -170,7 +173,7 @@ impl Changes {
                 return true;
             }
             if c.cwd {
-                counters.cwd_changing();
+                counters.cwd_changed();
             } else {
                 counters.names_changing();
             }
@@ -477,9 +480,9 @@ mod tests {
         changes.begin_cwd(tid, nr, &counters);
         assert_eq!(counters.cwd_gen(), cwd + 1, "moved before the answer");
         assert!(Checked::now(&changes, &counters).is_none(), "the thread is still in the call");
-        // Heard from again: the call has run, and the generation moves once more.
+        // Heard from again: the call has run, and it is counted done.
         changes.heard_from(tid, &counters);
-        assert_eq!(counters.cwd_gen(), cwd + 2);
+        assert_eq!(counters.cwd_settled(), Some(cwd + 1), "counted done once it has run");
         assert!(Checked::now(&changes, &counters).is_some());
         // A call the thread is no longer in (it sleeps in another) has run.
         changes.begin_names(tid, libc::SYS_renameat2);
@@ -490,6 +493,23 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(Checked::now(&changes, &counters).is_some());
+    }
+
+    #[test]
+    fn nothing_checked_while_a_process_changes_its_working_directory_itself_is_trusted() {
+        // The shim's marked chdir never reaches the supervisor: between its two counts the
+        // kernel may run it at any moment, so a directory checked then may be stale by the
+        // time it is used, even before the generation moves again.
+        let t = tempfile::tempdir().unwrap();
+        let counters = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let changes = Changes::default();
+        let before = Checked::now(&changes, &counters).expect("nothing under way");
+        counters.cwd_changing();
+        assert!(Checked::now(&changes, &counters).is_none(), "a chdir is under way");
+        counters.cwd_changed();
+        let after = Checked::now(&changes, &counters).expect("the chdir has run");
+        assert!(!before.covers(&after), "what was checked before it is not trusted after it");
+        assert!(after.covers(&Checked::now(&changes, &counters).unwrap()));
     }
 
     #[test]

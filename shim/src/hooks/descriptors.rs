@@ -61,8 +61,8 @@ pub fn forget_dir(_call: &'static str, real: impl FnOnce(Account) -> c_int, dir:
 /// chdir, fchdir: nothing to journal, but relative paths lead elsewhere from now on. Under a
 /// supervisor the shim makes the call itself, marked, once it has moved the session's
 /// working-directory generation (which tells the supervisor what the call would have, without
-/// a round trip), and moves it again after; when it cannot, the call is made as it came, for
-/// the supervisor to see.
+/// a round trip), and counts it done after (the supervisor trusts nothing it checks while the
+/// two counts differ); when it cannot, the call is made as it came, for the supervisor to see.
 pub fn cwd_change<R>(_call: &'static str, real: impl FnOnce(Account) -> R) -> R {
     // Before and after: a thread naming a directory meanwhile sees one or the other.
     crate::dircache::cwd_changed();

@@ -324,11 +324,11 @@ pub fn cwd_changing() -> bool {
     moved
 }
 
-/// After a call [`cwd_changing`] moved the generation for: moves it again (the call has run).
+/// After a call [`cwd_changing`] moved the generation for: counts it done (it has run).
 /// Lock-free and errno-neutral.
 pub fn cwd_changed() {
     if let Some(store) = STORE.get() {
-        store.counters.cwd_changing();
+        store.counters.cwd_changed();
     }
 }
 

@@ -14,10 +14,14 @@ pub mod counters {
     pub const SLOT_BYTES_KEPT: usize = 2;
     /// Slot index of the records that could not be written.
     pub const SLOT_LOST: usize = 3;
-    /// Slot index of the names generation: bumped by every process of the session before and
-    /// after a call that can change where an existing directory path leads (a rename, an
-    /// unlink, an rmdir). On a cache line of its own, away from the id every record takes.
+    /// Slot index of the names generation: bumped by every process of the session before a
+    /// call that can change where an existing directory path leads (a rename, an unlink, an
+    /// rmdir). On a cache line of its own, away from the id every record takes.
     pub const SLOT_NAMES_GEN: usize = 8;
+    /// Slot index of the names changes done: bumped after each call [`SLOT_NAMES_GEN`] counted
+    /// has run. While the two differ one is under way, and nothing checked meanwhile is
+    /// trusted.
+    pub const SLOT_NAMES_DONE: usize = 13;
     /// Slot index of the working-directory generation: bumped before every change of a
     /// working directory in the session: by the shim before a `chdir` or `fchdir` it makes
     /// itself, marked, and by the supervisor before it lets one run. Under a supervisor only

@@ -1355,6 +1355,7 @@ mod format_doc {
             (SLOT_NAMES_GEN, "names generation"),
             (SLOT_CWD_GEN, "working-directory generation"),
             (SLOT_CWD_DONE, "working-directory changes done"),
+            (SLOT_NAMES_DONE, "names changes done"),
             (SLOT_MARKS, "marks made so far"),
             (SLOT_LAST_MARK, "the seq of the newest mark"),
             (SLOT_SUPERVISOR_PEAK_KIB, "peak resident memory"),

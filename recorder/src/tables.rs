@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use aether_journal::capture::Counters;
 use aether_journal::internal::counters::{
     BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_DONE, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID,
-    SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
+    SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_DONE, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
     SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS,
 };
 use aether_journal::session::{COUNTERS_LEN, ensure_counters};
@@ -80,15 +80,27 @@ impl SharedCounters {
         self.slot(SLOT_LOST).load(Ordering::SeqCst)
     }
 
-    /// The session's names generation (bumped before and after every call that may change
-    /// where an existing directory path leads).
+    /// The session's names generation: changes begun of where an existing directory path
+    /// leads (see [`SLOT_NAMES_GEN`]).
     pub fn names_gen(&self) -> u64 {
         self.slot(SLOT_NAMES_GEN).load(Ordering::SeqCst)
     }
 
-    /// Tells every process of the session that a directory path may now lead elsewhere.
+    /// The names generation when no such change is under way, `None` while one is (see
+    /// `settled` below).
+    pub fn names_settled(&self) -> Option<u64> {
+        self.settled(SLOT_NAMES_GEN, SLOT_NAMES_DONE)
+    }
+
+    /// Tells every process of the session that a directory path may be about to lead elsewhere.
     pub fn names_changing(&self) {
         self.slot(SLOT_NAMES_GEN).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Tells every process of the session that a change [`Self::names_changing`] announced has
+    /// run (or will not).
+    pub fn names_changed(&self) {
+        self.slot(SLOT_NAMES_DONE).fetch_add(1, Ordering::SeqCst);
     }
 
     /// The session's working-directory generation (see [`SLOT_CWD_GEN`]).
@@ -96,11 +108,10 @@ impl SharedCounters {
         self.slot(SLOT_CWD_GEN).load(Ordering::SeqCst)
     }
 
-    /// The working-directory generation when no change of a working directory is under way
-    /// ([`SLOT_CWD_DONE`] has caught up with it), `None` while one is.
+    /// The working-directory generation when no change of a working directory is under way,
+    /// `None` while one is (see `settled` below).
     pub fn cwd_settled(&self) -> Option<u64> {
-        let begun = self.cwd_gen();
-        (self.slot(SLOT_CWD_DONE).load(Ordering::SeqCst) == begun).then_some(begun)
+        self.settled(SLOT_CWD_GEN, SLOT_CWD_DONE)
     }
 
     /// Tells the supervisor that a working directory of the session is about to change.
@@ -111,6 +122,17 @@ impl SharedCounters {
     /// Tells the supervisor that a change [`Self::cwd_changing`] announced has run.
     pub fn cwd_changed(&self) {
         self.slot(SLOT_CWD_DONE).fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A generation counted as changes begun (slot `begun`) and done (slot `done`): its value
+    /// when every change begun is done, `None` while one is under way. Whatever is learned
+    /// after reading `Some(g)` may be trusted while the generation is still `g`: a change that
+    /// begins later moves it, and one under way at the time is refused. (One counter moved
+    /// before and after each change cannot tell this: whatever was learned between the two
+    /// moves, while the kernel made the change, would be trusted until the second.)
+    fn settled(&self, begun: usize, done: usize) -> Option<u64> {
+        let g = self.slot(begun).load(Ordering::SeqCst);
+        (self.slot(done).load(Ordering::SeqCst) == g).then_some(g)
     }
 
     /// The marks made in the session so far: the turn directory times are journaled in.

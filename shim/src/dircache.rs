@@ -16,8 +16,8 @@
 //! relative to the working directory) with the canonical name they led to, so that the next
 //! file made there costs no system call at all. Such an entry is trusted only while three
 //! things hold: no process of the session has renamed or removed a directory or a symlink
-//! since (the session's names generation, in its shared `counters`, told before and after
-//! each such call), this process has not changed its working directory or root (a local
+//! since and none is doing so (the session's names generation, in its shared `counters`, moved
+//! before each such call, and the changes done, counted after it), this process has not changed its working directory or root (a local
 //! generation, told by the chdir, fchdir and chroot hooks), and it was looked at less than
 //! [`TRUST_NS`] ago. 64 slots, the same sequence-counter scheme.
 //!

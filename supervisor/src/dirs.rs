@@ -8,8 +8,8 @@
 //! which the shim and the supervisor both move), and none changed its working directory (the
 //! session's working-directory generation, moved before each `chdir` and `fchdir`: by the
 //! shim before one it makes itself, marked, by the supervisor before one the filter sends it),
-//! with no such call still under way (the shim's: the counters' changes done behind the
-//! generation; the supervisor's: [`Changes`]). The check, when made: a start is
+//! with no such call still under way (the shim's: a generation's changes done behind it, in
+//! the counters; the supervisor's: [`Changes`]). The check, when made: a start is
 //! the one `/proc/TID/cwd` (or `fd/N`) leads to now when its identity is the same, and its
 //! remembered name is current when that name still leads to it (else its name is asked
 //! again); a directory below a start is the one its relative path leads to now when that path,
@@ -89,8 +89,7 @@ impl Checked {
         if !changes.settled(counters) {
             return None;
         }
-        let cwd = counters.cwd_settled()?;
-        Some(Checked { names: counters.names_gen(), cwd, at: coarse_now() })
+        Some(Checked { names: counters.names_settled()?, cwd: counters.cwd_settled()?, at: coarse_now() })
     }
 
     /// Whether a directory checked at `self` may be trusted without looking at `now`.
@@ -112,9 +111,9 @@ fn coarse_now() -> u64 {
 ///
 /// Each such call has moved a generation of the session's counters before its answer (the
 /// recorder moves the names generation, [`Changes::begin_cwd`] the working-directory one) and
-/// moves it again (a working directory's: counts it done) once it has run: when its thread is
-/// next heard from, or `/proc/TID/syscall` shows it elsewhere. While one is under way, nothing
-/// checked is trusted later.
+/// is counted done in it once it has run: when its thread is next heard from, or
+/// `/proc/TID/syscall` shows it elsewhere. While one is under way, nothing checked is trusted
+/// later.
 #[derive(Default)]
 pub struct Changes {
     /// Whether `under_way` may hold anything (a lock-free look for the usual case).
@@ -175,7 +174,7 @@ impl Changes {
             if c.cwd {
                 counters.cwd_changed();
             } else {
-                counters.names_changing();
+                counters.names_changed();
             }
             false
         });
@@ -484,32 +483,43 @@ mod tests {
         changes.heard_from(tid, &counters);
         assert_eq!(counters.cwd_settled(), Some(cwd + 1), "counted done once it has run");
         assert!(Checked::now(&changes, &counters).is_some());
-        // A call the thread is no longer in (it sleeps in another) has run.
+        // A call the thread is no longer in (it sleeps in another) has run. (The recorder
+        // announces a change of names before `begin_names`.)
+        counters.names_changing();
         changes.begin_names(tid, libc::SYS_renameat2);
         assert!(Checked::now(&changes, &counters).is_some(), "/proc shows it elsewhere");
-        assert_eq!(counters.names_gen(), names + 1, "names moved once it was known to have run");
+        assert_eq!(counters.names_settled(), Some(names + 1), "counted done once it was known to have run");
         // A thread that has gone will not run its call any more.
+        counters.names_changing();
         changes.begin_names(tid, nr);
+        assert!(Checked::now(&changes, &counters).is_none(), "the thread is still in the call");
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(Checked::now(&changes, &counters).is_some());
     }
 
     #[test]
-    fn nothing_checked_while_a_process_changes_its_working_directory_itself_is_trusted() {
-        // The shim's marked chdir never reaches the supervisor: between its two counts the
-        // kernel may run it at any moment, so a directory checked then may be stale by the
-        // time it is used, even before the generation moves again.
+    fn nothing_checked_while_a_process_changes_its_working_directory_or_a_name_itself_is_trusted() {
+        // The shim's marked chdir and its renames never reach the supervisor: between the two
+        // counts the kernel may run the call at any moment, so a directory checked then may be
+        // stale by the time it is used, even before anything is counted again.
         let t = tempfile::tempdir().unwrap();
         let counters = SharedCounters::open(&t.path().join("counters")).unwrap();
         let changes = Changes::default();
-        let before = Checked::now(&changes, &counters).expect("nothing under way");
-        counters.cwd_changing();
-        assert!(Checked::now(&changes, &counters).is_none(), "a chdir is under way");
-        counters.cwd_changed();
-        let after = Checked::now(&changes, &counters).expect("the chdir has run");
-        assert!(!before.covers(&after), "what was checked before it is not trusted after it");
-        assert!(after.covers(&Checked::now(&changes, &counters).unwrap()));
+        type Count = fn(&SharedCounters);
+        let both: [(&str, Count, Count); 2] = [
+            ("a chdir", SharedCounters::cwd_changing, SharedCounters::cwd_changed),
+            ("a rename", SharedCounters::names_changing, SharedCounters::names_changed),
+        ];
+        for (what, begin, done) in both {
+            let before = Checked::now(&changes, &counters).expect("nothing under way");
+            begin(&counters);
+            assert!(Checked::now(&changes, &counters).is_none(), "{what} is under way");
+            done(&counters);
+            let after = Checked::now(&changes, &counters).expect("it has run");
+            assert!(!before.covers(&after), "what was checked before {what} is not trusted after it");
+            assert!(after.covers(&Checked::now(&changes, &counters).unwrap()));
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! `io_uring_setup`, `chroot`, `pivot_root` and `setns` are always sent. `chdir` and `fchdir`
 //! change nothing, but the supervisor must know of every working directory changed to trust
 //! what it remembers of one: one the shim made itself, marked, moved the session's
-//! working-directory generation before and after (see `dirs.rs`); any other is sent. An exec
+//! working-directory generation before and counted it done after (see `dirs.rs`); any other is sent. An exec
 //! the shim made itself is marked (it journaled it); any other (a static program's,
 //! posix_spawn's child's) is sent.
 //!

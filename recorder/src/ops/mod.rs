@@ -403,17 +403,17 @@ fn note_dir_times<J: Journal>(journal: &J, call: &str, t: &Target<'_>) {
     // The directory this process noted last, by a hash of its path and the names generation
     // then: a run of changes in one directory (tar, a build) costs one look, not one each. A
     // directory replaced at that path needs a rename or removal of a directory, which moves
-    // the generation on.
+    // the generation on; while one is under way nothing is remembered (0).
     static LAST: AtomicU64 = AtomicU64::new(0);
     let Some((parent, _)) = t.abs.split_parent() else { return };
     let turn = journal.counters().marks();
-    let last = {
+    let last = journal.counters().names_settled().map_or(0, |names| {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (parent, journal.counters().names_gen(), turn).hash(&mut h);
+        (parent, names, turn).hash(&mut h);
         h.finish() | 1
-    };
-    if LAST.load(Ordering::Relaxed) == last {
+    });
+    if last != 0 && LAST.load(Ordering::Relaxed) == last {
         return;
     }
     // A name resolved through a trusted directory path may still hold slashes (`d/x`
@@ -534,9 +534,10 @@ fn pending_of<C: Caller>(caller: &C, before: &Before, seq: u64) -> Pending {
 }
 
 /// A call that may change where directory paths lead (a rename, an unlink, an rmdir): every
-/// process of the session is told through the shared names generation, before the call
-/// (when this is dropped, at the end of the work before the call) and, by the shim, after it,
-/// so that none trusts a remembered directory path the call may have made wrong. Started
+/// process of the session is told through the shared names generation, moved before the call
+/// (when this is dropped, at the end of the work before the call) and counted done after it
+/// (by the caller: the shim after its real call, the supervisor once it knows the call has
+/// run), so that none trusts a remembered directory path the call may make or has made wrong. Started
 /// before the call's target is known; taken back once it is known to be a plain file, whose
 /// removal or move cannot change where a directory path leads.
 struct NamesChange<'a, J: Journal, C: Caller> {

@@ -133,10 +133,12 @@ fn locate_cached<'a, J: Journal>(journal: &J, dirfd: i32, path: &[u8], follow: b
         // passed it to us; we only use it for the *at calls that resolve this path.
         unsafe { BorrowedFd::borrow_raw(dirfd) }
     };
-    // Read before anything is looked at: a change told after this makes what is learned
-    // below stale at once.
+    // Read before anything is looked at: a change begun after this makes what is learned
+    // below stale at once, and while one is under way nothing is remembered or trusted.
     let gens = plain_base
-        .then(|| (journal.counters().names_gen(), crate::dircache::local_gen(), crate::dircache::coarse_now()));
+        .then(|| journal.counters().names_settled())
+        .flatten()
+        .map(|names| (names, crate::dircache::local_gen(), crate::dircache::coarse_now()));
     let remembered = gens.and_then(|(shared, local, now)| crate::dircache::path_get(dir_part, shared, local, now));
     let canonical = match remembered {
         Some(c) => c,

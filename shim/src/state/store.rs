@@ -298,12 +298,13 @@ fn plain_absolute(path: &[u8]) -> bool {
     path.first() == Some(&b'/') && journal_core::bpath::is_plain(path)
 }
 
-/// After a call that may have changed where a directory path leads: bumps the session's names
-/// generation if this process has its store (the call's hook opened it before the call and
-/// bumped it then too). Lock-free and errno-neutral: safe after any real call.
+/// After a call that may have changed where a directory path leads: counts the change the
+/// call's hook announced before it (the session's names generation) done, if this process has
+/// its store (the hook opened it to announce it). Lock-free and errno-neutral: safe after any
+/// real call.
 pub fn names_changed() {
     if let Some(store) = STORE.get() {
-        store.counters.names_changing();
+        store.counters.names_changed();
     }
 }
 

@@ -22,6 +22,11 @@ pub mod counters {
     /// has run. While the two differ one is under way, and nothing checked meanwhile is
     /// trusted.
     pub const SLOT_NAMES_DONE: usize = 13;
+    /// Slot index of the session's tag ([`session_tag`] of its id), written once the header
+    /// exists by whoever wrote the header; 0 before (and in sessions older than it). A process
+    /// that finds the tag of the session it expects here knows the header is there and is that
+    /// session's without reading it.
+    pub const SLOT_SESSION: usize = 14;
     /// Slot index of the working-directory generation: bumped before every change of a
     /// working directory in the session: by the shim before a `chdir` or `fchdir` it makes
     /// itself, marked, and by the supervisor before it lets one run. Under a supervisor only
@@ -73,6 +78,11 @@ pub mod counters {
     /// thread on whose memory the pass's cookie (two words: [`spawn_pass_cookie`] and the
     /// `argv` pointer given to `posix_spawn`) is found matching the exec's own `argv`.
     pub const SPAWN_PASS: u64 = 1 << 32;
+
+    /// The tag [`SLOT_SESSION`] holds for the session `id`: FNV-1a of its bytes, never 0.
+    pub fn session_tag(id: &[u8]) -> u64 {
+        id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) | 1
+    }
 
     /// The cookie a pass of thread `tid` holds in its own memory under the session's `mark`: what
     /// the supervisor expects to read at the address the pass names.

@@ -439,9 +439,10 @@ pub fn may_hold_session(dir: &Path) -> io::Result<()> {
 }
 
 /// Creates the directories, journal and counters of a session at `dir` if they are missing
-/// (several processes may do this at once), and writes `header` unless one exists. A
-/// directory that holds files of its own ([`may_hold_session`]) is refused. The header is
-/// written as durably as `durability` says.
+/// (several processes may do this at once), and writes `header` unless one exists, then its
+/// tag in the counters ([`crate::internal::counters::SLOT_SESSION`]). A directory that holds
+/// files of its own ([`may_hold_session`]) is refused. The header is written as durably as
+/// `durability` says.
 pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io::Result<()> {
     may_hold_session(dir)?;
     if let Some(parent) = dir.parent()
@@ -462,12 +463,18 @@ pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io:
         .create(true)
         .mode(0o600)
         .open(dir.join(SEGMENTS_DIR).join(crate::marks::MARKS_SEGMENT))?;
-    ensure_counters(&dir.join(COUNTERS_FILE))?;
+    let counters = ensure_counters(&dir.join(COUNTERS_FILE))?;
     ensure_captures(&dir.join(CAPTURES_FILE))?;
     let header_path = dir.join(HEADER_FILE);
     if !header_path.exists() {
         let body = serde_json::to_vec_pretty(header).map_err(io::Error::other)?;
         write_atomically_as(&header_path, durability, |w| w.write_all(&body))?;
+        // After the header: a process that finds the tag may take the header as read.
+        let tag = crate::internal::counters::session_tag(header.id.as_bytes()).to_le_bytes();
+        let at = (crate::internal::counters::SLOT_SESSION * 8) as u64;
+        if rustix::io::pwrite(&counters, &tag, at)? != tag.len() {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
     }
     Ok(())
 }
@@ -1356,6 +1363,7 @@ mod format_doc {
             (SLOT_CWD_GEN, "working-directory generation"),
             (SLOT_CWD_DONE, "working-directory changes done"),
             (SLOT_NAMES_DONE, "names changes done"),
+            (SLOT_SESSION, "the session's tag"),
             (SLOT_MARKS, "marks made so far"),
             (SLOT_LAST_MARK, "the seq of the newest mark"),
             (SLOT_SUPERVISOR_PEAK_KIB, "peak resident memory"),

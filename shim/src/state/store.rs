@@ -182,36 +182,15 @@ fn to_high_fd(fd: OwnedFd) -> OwnedFd {
 
 fn open_store(cfg: &Config) -> Option<Store> {
     let dir = Path::new(OsStr::from_bytes(&cfg.session_dir));
-    match std::fs::read(dir.join(session::HEADER_FILE)) {
-        Ok(header) => {
-            // Another session at this session's directory: not this process's to write to.
-            if let Some(id) = &cfg.session_id {
-                let quoted = [b"\"".as_slice(), id, b"\""].concat();
-                if !header.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
-                    return None;
-                }
-            }
+    let counters_path = dir.join(COUNTERS_FILE);
+    // Tagged with this process's session: its header exists and is that session's.
+    let counters = match SharedCounters::open_tagged(&counters_path, cfg.session_id.as_deref()) {
+        Some(c) => c,
+        None => {
+            header_checked(cfg, dir)?;
+            SharedCounters::open(&counters_path)?
         }
-        Err(_) => {
-            let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let cwd = journal_core::resolve::getcwd().unwrap_or_default();
-            let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
-            header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
-            if let Some(expected) = &cfg.session_id {
-                // This process's session was made before it and is gone now: made again, and
-                // said, so that no undo of what is journaled from here on claims it is all.
-                header.id = String::from_utf8_lossy(expected).into_owned();
-                header.cut_off = Some(format!(
-                    "the store vanished while the session ran; made again at {} by process {} ({})",
-                    session::now_rfc3339_seconds(),
-                    rustix::process::getpid().as_raw_nonzero(),
-                    String::from_utf8_lossy(&cmdline().first().map(|a| a.as_bytes().to_vec()).unwrap_or_default())
-                ));
-            }
-            session::ensure_layout(dir, &header, session::Durability::of(&cfg.settings)).ok()?;
-        }
-    }
-    let counters = SharedCounters::open(&dir.join(COUNTERS_FILE))?;
+    };
     let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
     let blobs_path = dir.join(session::BLOBS_DIR);
     let blobs_flags = OFlags::PATH | OFlags::DIRECTORY;
@@ -247,6 +226,43 @@ fn open_store(cfg: &Config) -> Option<Store> {
         index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
         born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
     })
+}
+
+/// Reads the session's header at `dir`: `Some` if it is this process's session's (or, when no
+/// id is expected, any session's); the layout made if the header is missing (said in it when
+/// the session was expected to exist already); `None` if the directory holds another session,
+/// or cannot be made one.
+fn header_checked(cfg: &Config, dir: &Path) -> Option<()> {
+    match std::fs::read(dir.join(session::HEADER_FILE)) {
+        Ok(header) => {
+            // Another session at this session's directory: not this process's to write to.
+            if let Some(id) = &cfg.session_id {
+                let quoted = [b"\"".as_slice(), id, b"\""].concat();
+                if !header.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
+                    return None;
+                }
+            }
+        }
+        Err(_) => {
+            let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let cwd = journal_core::resolve::getcwd().unwrap_or_default();
+            let mut header = session::Header::new(id, cmdline(), BPath::new(cwd), "shim");
+            header.coverage = Some(session::Coverage::libc(session::CoverageReason::PreloadOnly));
+            if let Some(expected) = &cfg.session_id {
+                // This process's session was made before it and is gone now: made again, and
+                // said, so that no undo of what is journaled from here on claims it is all.
+                header.id = String::from_utf8_lossy(expected).into_owned();
+                header.cut_off = Some(format!(
+                    "the store vanished while the session ran; made again at {} by process {} ({})",
+                    session::now_rfc3339_seconds(),
+                    rustix::process::getpid().as_raw_nonzero(),
+                    String::from_utf8_lossy(&cmdline().first().map(|a| a.as_bytes().to_vec()).unwrap_or_default())
+                ));
+            }
+            session::ensure_layout(dir, &header, session::Durability::of(&cfg.settings)).ok()?;
+        }
+    }
+    Some(())
 }
 
 /// The program this process image runs, for every record it writes: the kernel's name for

@@ -537,9 +537,9 @@ fn pending_of<C: Caller>(caller: &C, before: &Before, seq: u64) -> Pending {
 /// process of the session is told through the shared names generation, moved before the call
 /// (when this is dropped, at the end of the work before the call) and counted done after it
 /// (by the caller: the shim after its real call, the supervisor once it knows the call has
-/// run), so that none trusts a remembered directory path the call may make or has made wrong. Started
-/// before the call's target is known; taken back once it is known to be a plain file, whose
-/// removal or move cannot change where a directory path leads.
+/// run), so that none trusts a remembered directory path the call may make or has made wrong.
+/// Started before the call's target is known; taken back once it is known to be a plain file,
+/// whose removal or move cannot change where a directory path leads.
 struct NamesChange<'a, J: Journal, C: Caller> {
     journal: &'a J,
     caller: &'a C,

@@ -19,7 +19,8 @@
 //! since and none is doing so (the session's names generation, in its shared `counters`, moved
 //! before each such call, and the changes done, counted after it), this process has not
 //! changed its working directory or root (a local generation, told by the chdir, fchdir and
-//! chroot hooks), and it was looked at less than [`TRUST_NS`] ago. 64 slots, the same sequence-counter scheme.
+//! chroot hooks), and it was looked at less than [`TRUST_NS`] ago. 64 slots, the same
+//! sequence-counter scheme.
 //!
 //! What this module cannot do: keep more than 256 directories, or notice anything by itself:
 //! correctness rests on the caller's check. A directory path moved by a process outside the

@@ -81,7 +81,13 @@ pub mod counters {
 
     /// The tag [`SLOT_SESSION`] holds for the session `id`: FNV-1a of its bytes, never 0.
     pub fn session_tag(id: &[u8]) -> u64 {
-        id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) | 1
+        fnv1a(id) | 1
+    }
+
+    /// FNV-1a (64 bits) of `bytes`: the hash the counters page keys its words by (a session's
+    /// tag, a name born unseen).
+    pub fn fnv1a(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
     }
 
     /// The cookie a pass of thread `tid` holds in its own memory under the session's `mark`: what

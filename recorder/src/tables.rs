@@ -14,7 +14,7 @@ use aether_journal::capture::Counters;
 use aether_journal::internal::counters::{
     BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_DONE, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID,
     SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_DONE, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
-    SLOT_SESSION, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS, session_tag,
+    SLOT_SESSION, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS, fnv1a, session_tag,
 };
 use aether_journal::session::{COUNTERS_LEN, COUNTERS_MAGIC, ensure_counters};
 
@@ -336,7 +336,7 @@ impl Counters for SharedCounters {
 /// FNV-1a of an absolute path: the key of a name born unseen (a collision costs a copy at
 /// most: the birth time and the identity are checked too).
 fn name_hash(abs: &[u8]) -> u64 {
-    abs.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    fnv1a(abs)
 }
 
 #[cfg(test)]

@@ -316,17 +316,17 @@ fn strace_total(s: &Scratch, session: Option<&std::path::Path>, argv: &[&str]) -
 fn a_process_that_only_execs_pays_a_counted_number_of_system_calls_to_journal_it() {
     // `env /bin/true` joining an existing session: env opens the store and journals its exec of
     // /bin/true, which changes nothing. Counted, not timed: what every shell's forked child
-    // that runs a command pays (30 system calls today beyond the two processes' 12 each: the
-    // store's counters, journal and blobs opened, the program's name checked, the record
-    // written, the new program's ELF headers read to know the shim will see into it). The
-    // session's tag in the counters spares the header's five (open, statx, two reads,
-    // close) and the counters' check of their magic.
+    // that runs a command pays (26 system calls today beyond the two processes' 12 each: the
+    // store's counters and journal opened, the program's name checked, the record written,
+    // the new program's ELF headers read to know the shim will see into it). The session's
+    // tag in the counters spares the header's five (open, statx, two reads, close) and the
+    // counters' check of their magic; `blobs/`, opened at a process's first capture, its four.
     let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo x > made"]);
     let argv = ["/usr/bin/env", "/bin/true"];
     let calls = strace_total(&s, Some(&session), &argv) - strace_total(&s, None, &argv);
-    assert!(calls <= 12 + 12 + 30, "journaling one exec costs {calls} system calls in all (54 today)");
+    assert!(calls <= 12 + 12 + 26, "journaling one exec costs {calls} system calls in all (50 today)");
     let log = s.log_json(&session);
     let journaled =
         log["records"].as_array().unwrap().iter().any(|r| r["kind"] == "exec" && r["op"]["argv"][0] == "/bin/true");
@@ -755,9 +755,9 @@ fn a_store_named_plainly_is_opened_without_asking_proc_for_its_name() {
     let s = scratch!();
     let session = std::fs::canonicalize(&s.root).unwrap().join("session");
     let text = trace_joining(&s, &session, "readlink,readlinkat,openat2", "echo x > f");
-    let blobs = format!("\"{}/blobs\"", session.display());
-    assert!(text.contains(&blobs) && text.contains("RESOLVE_NO_SYMLINKS"), "the store was not opened: {text}");
-    let read_back: Vec<&str> = text.lines().filter(|l| l.contains("readlink") && l.contains(&blobs)).collect();
+    let journal = format!("\"{}/journal\"", session.display());
+    assert!(text.contains(&journal) && text.contains("RESOLVE_NO_SYMLINKS"), "the store was not opened: {text}");
+    let read_back: Vec<&str> = text.lines().filter(|l| l.contains("readlink") && l.contains(&journal)).collect();
     assert!(read_back.is_empty(), "the store's name was read back from /proc: {read_back:#?}");
 }
 

@@ -68,6 +68,28 @@ fn a_store_reached_through_a_symlink_is_still_known_as_the_store_and_protected()
 }
 
 #[test]
+fn a_file_overwritten_in_a_session_reached_through_a_symlink_is_copied_and_restored() {
+    // The journal reached through a symlink is opened following it, and so is `blobs/` at the
+    // first copy (the plain way, which follows no symlink, would fail there).
+    let s = scratch!();
+    s.sh("echo old > a");
+    let root = std::fs::canonicalize(&s.root).unwrap();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+    let by_link = root.join("link/session");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", ": > made; echo new > a"]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &by_link);
+    assert!(cmd.status().unwrap().success());
+    assert_eq!(std::fs::read_dir(root.join("real/session/blobs")).unwrap().count(), 1, "a copied");
+    let (code, r) = s.undo_json(&by_link);
+    assert_complete(code, &r);
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"old\n");
+    assert!(!s.path("made").exists());
+}
+
+#[test]
 fn the_cli_refuses_a_session_directory_writable_by_others_or_owned_by_someone_else() {
     let s = scratch!();
     let session = s.session("session");
@@ -1383,6 +1405,39 @@ fn a_process_whose_session_was_replaced_by_another_does_not_journal_into_it() {
     let log = s.log_json(&session);
     let about_b = log["records"].as_array().unwrap().iter().any(|r| r.to_string().contains("tree/b"));
     assert!(!about_b, "the other session's journal holds nothing of it: {log}");
+}
+
+#[test]
+fn a_process_whose_session_is_made_again_at_its_directory_copies_nothing_into_the_new_sessions_blobs() {
+    // A shell opens its store (it creates a file, which copies nothing), then its session is
+    // deleted and another made at the same directory, and only then does the shell overwrite a
+    // file, which copies it. Its counters are the old session's: a copy into the new session's
+    // blobs/ could take the name of one of that session's own copies.
+    let s = scratch!();
+    s.sh("echo old > a");
+    let session = s.session("session");
+    s.run_ok(&session, &["true"]);
+    let first_id: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(": > made; while [ ! -e go ]; do sleep 0.02; done; echo new > a").current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim)
+        .env("AETHER_JOURNAL_DIR", &session)
+        .env("AETHER_JOURNAL_SESSION_ID", first_id["id"].as_str().unwrap());
+    let mut shell = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !s.path("made").exists() {
+        assert!(std::time::Instant::now() < deadline, "the shell never created its file");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::remove_dir_all(&session).unwrap();
+    s.run_ok(&session, &["sh", "-c", "echo other > other"]);
+    std::fs::write(s.path("go"), b"").unwrap();
+    assert!(shell.wait().unwrap().success());
+    assert_eq!(std::fs::read(s.path("a")).unwrap(), b"new\n");
+    let copies: Vec<_> = std::fs::read_dir(session.join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(copies.is_empty(), "the old session's shell copied into the new session's blobs: {copies:?}");
 }
 
 #[test]

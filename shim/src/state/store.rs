@@ -91,6 +91,75 @@ impl StoreFd {
             Some(f(fresh.as_fd()))
         }
     }
+
+    /// The file's device and inode, as opened.
+    fn id(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+}
+
+/// `blobs/`, opened at the first capture: most processes (a shell's children that only exec,
+/// a compiler that only creates files) never copy a file, and spare the four system calls.
+///
+/// What this cannot do: tell that `blobs/` was replaced while this process had it open (the
+/// store's descriptors are checked against what they were when opened, as for the journal).
+pub struct LazyBlobs {
+    fd: Leaked<StoreFd>,
+    path: std::path::PathBuf,
+    /// The journal was reached without a symlink from an absolute, plain name: `blobs/` is
+    /// opened the same way.
+    plainly: bool,
+    /// The journal this process opened (device, inode).
+    journal: (u64, u64),
+}
+
+const BLOBS_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY);
+
+impl LazyBlobs {
+    /// Runs `f` with a descriptor of this session's `blobs/`, opened now if this process had
+    /// not yet. A `vfork` child (which shares its parent's memory but not its descriptors)
+    /// opens one for this call only and publishes nothing.
+    pub fn with<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        if let Some(blobs) = self.fd.get() {
+            return blobs.with(f);
+        }
+        let fresh = self.open()?;
+        if !owns_memory() {
+            return Some(f(fresh.as_fd()));
+        }
+        let mine = StoreFd::adopt(fresh, self.path.clone(), BLOBS_FLAGS)?;
+        let my_num = mine.num.load(Ordering::Relaxed);
+        let published = self.fd.publish(mine);
+        if published.num.load(Ordering::Relaxed) != my_num {
+            // Another thread published its own first: close ours (never the winner's).
+            // SAFETY: `my_num` was opened above by this thread and never handed out.
+            drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(my_num) });
+        }
+        published.with(f)
+    }
+
+    /// Runs `f` with `blobs/` only if this process has opened it already (it has written no
+    /// blob otherwise).
+    pub fn with_if_open<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+        self.fd.get()?.with(f)
+    }
+
+    /// Opens `blobs/` if it sits beside this process's journal. A session deleted and made again
+    /// at the same directory has blobs of its own, whose names this process's counters (the
+    /// old session's) do not hand out: a capture there could overwrite one of them.
+    fn open(&self) -> Option<OwnedFd> {
+        let path = self.path.as_os_str().as_bytes();
+        let flags = BLOBS_FLAGS | OFlags::CLOEXEC;
+        let fd = if self.plainly {
+            crate::kernel::open_no_symlinks(path, flags)
+        } else {
+            crate::kernel::open(rustix::fs::CWD, path, flags, Mode::empty())
+        }
+        .ok()?;
+        let beside = ["../", session::JOURNAL_FILE].concat();
+        let beside = rustix::fs::statat(&fd, beside.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        ((beside.st_dev, beside.st_ino) == self.journal).then_some(fd)
+    }
 }
 
 /// An open session store: what every record and capture goes through.
@@ -99,8 +168,8 @@ pub struct Store {
     pub session_canon: Vec<u8>,
     /// The journal (append-only), on a high descriptor.
     pub journal: StoreFd,
-    /// `blobs/`, on a high descriptor.
-    pub blobs: StoreFd,
+    /// `blobs/`, on a high descriptor once this process first captures.
+    pub blobs: LazyBlobs,
     /// Shared ids and accounting.
     pub counters: SharedCounters,
     /// The program this process image runs ([`own_program`]).
@@ -191,29 +260,32 @@ fn open_store(cfg: &Config) -> Option<Store> {
             SharedCounters::open(&counters_path)?
         }
     };
-    let journal = StoreFd::open(dir.join(session::JOURNAL_FILE), OFlags::WRONLY | OFlags::APPEND)?;
-    let blobs_path = dir.join(session::BLOBS_DIR);
-    let blobs_flags = OFlags::PATH | OFlags::DIRECTORY;
+    let journal_path = dir.join(session::JOURNAL_FILE);
+    let journal_flags = OFlags::WRONLY | OFlags::APPEND;
     // A directory named absolutely and plainly, reached without a symlink, is named
     // canonically already: no need to ask the kernel for the name through /proc/self/fd,
     // which a fresh process pays about 25 us for here (most of opening its store).
     let reached_plainly = plain_absolute(&cfg.session_dir)
-        .then(|| crate::kernel::open_no_symlinks(blobs_path.as_os_str().as_bytes(), blobs_flags | OFlags::CLOEXEC).ok())
+        .then(|| {
+            crate::kernel::open_no_symlinks(journal_path.as_os_str().as_bytes(), journal_flags | OFlags::CLOEXEC).ok()
+        })
         .flatten();
-    let (blobs, session_canon) = match reached_plainly {
-        Some(fd) => (StoreFd::adopt(fd, blobs_path, blobs_flags)?, cfg.session_dir.clone()),
+    let plainly = reached_plainly.is_some();
+    let (journal, session_canon) = match reached_plainly {
+        Some(fd) => (StoreFd::adopt(fd, journal_path, journal_flags)?, cfg.session_dir.clone()),
         None => {
-            let blobs = StoreFd::open(blobs_path, blobs_flags)?;
-            let canon = blobs
+            let journal = StoreFd::open(journal_path, journal_flags)?;
+            let canon = journal
                 .with(|fd| journal_core::resolve::fd_path(fd.as_raw_fd()))
                 .and_then(Result::ok)
-                .and_then(|p| p.strip_suffix(b"/blobs").map(<[u8]>::to_vec))
+                .and_then(|p| p.strip_suffix(session::JOURNAL_FILE.as_bytes())?.strip_suffix(b"/").map(<[u8]>::to_vec))
                 .unwrap_or_else(|| cfg.session_dir.clone());
-            (blobs, canon)
+            (journal, canon)
         }
     };
+    let blobs = LazyBlobs { fd: Leaked::new(), path: dir.join(session::BLOBS_DIR), plainly, journal: journal.id() };
     let prog = own_program();
-    let owner_uid = blobs.uid;
+    let owner_uid = journal.uid;
     Some(Store {
         session_canon,
         journal,
@@ -532,7 +604,7 @@ impl Store {
         if written != Some(true) {
             self.counters.add_lost();
         } else if self.settings.sync {
-            let _ = self.blobs.with(|fd| rustix::fs::fsync(fd));
+            let _ = self.blobs.with_if_open(|fd| rustix::fs::fsync(fd));
         }
         seq
     }

@@ -41,11 +41,18 @@ pub enum Unavailable {
 /// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19).
 const WAIT_KILLABLE_RECV: libc::c_ulong = libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
 
+/// `SECCOMP_FILTER_FLAG_SPEC_ALLOW` (Linux 4.17, before user notification): a kernel whose
+/// speculation mitigations are chosen "by prctl and seccomp" (the default before 5.16) would
+/// otherwise force Speculative Store Bypass and indirect branch mitigations on every process
+/// of the session, which slows some programs by several times. The filter journals; it is no
+/// security boundary, so the programs keep the mitigations they would have without it.
+const SPEC_ALLOW: libc::c_ulong = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW;
+
 impl Installer {
     /// The installer of `program` for a session marked `mark`, with the flags this kernel
     /// takes (see [`probe`]).
     pub fn new(program: Vec<sock_filter>, mark: u64, killable: bool) -> Installer {
-        let mut flags = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+        let mut flags = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | SPEC_ALLOW;
         if killable {
             flags |= WAIT_KILLABLE_RECV;
         }
@@ -196,7 +203,7 @@ pub fn probe() -> Result<bool, Unavailable> {
             }
         }
     };
-    let listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+    let listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | SPEC_ALLOW;
     match attempt(listener | WAIT_KILLABLE_RECV) {
         Ok(()) => Ok(true),
         Err(libc::EBUSY) => Err(Unavailable::Busy),

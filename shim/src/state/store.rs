@@ -130,11 +130,14 @@ impl LazyBlobs {
         let mine = StoreFd::adopt(fresh, self.path.clone(), BLOBS_FLAGS)?;
         let my_num = mine.num.load(Ordering::Relaxed);
         let published = self.fd.publish(mine);
-        if published.num.load(Ordering::Relaxed) != my_num {
-            // Another thread published its own first: close ours (never the winner's).
-            // SAFETY: `my_num` was opened above by this thread and never handed out.
-            drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(my_num) });
+        if published.num.load(Ordering::Relaxed) == my_num {
+            // SAFETY: `my_num` was opened above by this thread, checked by `adopt`, and stays
+            // open for the call (nothing of ours closes it).
+            return Some(f(unsafe { BorrowedFd::borrow_raw(my_num) }));
         }
+        // Another thread published its own first: close ours (never the winner's).
+        // SAFETY: `my_num` was opened above by this thread and never handed out.
+        drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(my_num) });
         published.with(f)
     }
 

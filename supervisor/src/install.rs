@@ -44,8 +44,9 @@ const WAIT_KILLABLE_RECV: libc::c_ulong = libc::SECCOMP_FILTER_FLAG_WAIT_KILLABL
 /// `SECCOMP_FILTER_FLAG_SPEC_ALLOW` (Linux 4.17, before user notification): a kernel whose
 /// speculation mitigations are chosen "by prctl and seccomp" (the default before 5.16) would
 /// otherwise force Speculative Store Bypass and indirect branch mitigations on every process
-/// of the session, which slows some programs by several times. The filter journals; it is no
-/// security boundary, so the programs keep the mitigations they would have without it.
+/// of the session, which slows some programs by several times. The filter is there to journal
+/// what the programs do, not to change how they run: they keep the mitigations they would have
+/// without it.
 const SPEC_ALLOW: libc::c_ulong = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW;
 
 impl Installer {

@@ -2,6 +2,7 @@
 //! damaged input, restore safety, store protection, descriptor collisions.
 
 use std::ffi::OsStr;
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::*;
@@ -1391,20 +1392,30 @@ fn a_process_whose_session_was_replaced_by_another_does_not_journal_into_it() {
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo a > a"]);
     // The directory now holds another session; a process still naming the first one's id.
-    let first_id: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+    let first_id = session_id(&session);
     std::fs::remove_dir_all(&session).unwrap();
     s.run_ok(&session, &["true"]);
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg("echo b > b").current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim)
-        .env("AETHER_JOURNAL_DIR", &session)
-        .env("AETHER_JOURNAL_SESSION_ID", first_id["id"].as_str().unwrap());
-    assert!(cmd.status().unwrap().success());
+    assert!(shell_of_session(&s, &session, &first_id, "echo b > b").status().unwrap().success());
     let log = s.log_json(&session);
     let about_b = log["records"].as_array().unwrap().iter().any(|r| r.to_string().contains("tree/b"));
     assert!(!about_b, "the other session's journal holds nothing of it: {log}");
+}
+
+/// The id in the header of the session at `session`.
+fn session_id(session: &Path) -> String {
+    let header: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
+    header["id"].as_str().unwrap().to_owned()
+}
+
+/// `sh -c script` in the tree under the shim, as a process of the session `id` at `session`
+/// (whatever session that directory holds by the time it runs).
+fn shell_of_session(s: &Scratch, session: &Path, id: &str, script: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session).env("AETHER_JOURNAL_SESSION_ID", id);
+    cmd
 }
 
 #[test]
@@ -1417,15 +1428,8 @@ fn a_process_whose_session_is_made_again_at_its_directory_copies_nothing_into_th
     s.sh("echo old > a");
     let session = s.session("session");
     s.run_ok(&session, &["true"]);
-    let first_id: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(session.join("session.json")).unwrap()).unwrap();
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(": > made; while [ ! -e go ]; do sleep 0.02; done; echo new > a").current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim)
-        .env("AETHER_JOURNAL_DIR", &session)
-        .env("AETHER_JOURNAL_SESSION_ID", first_id["id"].as_str().unwrap());
-    let mut shell = cmd.spawn().unwrap();
+    let script = ": > made; while [ ! -e go ]; do sleep 0.02; done; echo new > a";
+    let mut shell = shell_of_session(&s, &session, &session_id(&session), script).spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !s.path("made").exists() {
         assert!(std::time::Instant::now() < deadline, "the shell never created its file");

@@ -381,6 +381,16 @@ pub fn run_cmd_as(s: &Scratch, session: &Path, argv: &[&OsStr], watch: Watch) ->
     }
 }
 
+/// `sh -c script` in the tree with a bare `LD_PRELOAD` of the shim (no `aether-journal run`),
+/// joining the session at `session` (`AETHER_JOURNAL_DIR`), as a harness's shell tool does.
+pub fn preloaded_sh(s: &Scratch, session: &Path, script: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session);
+    cmd
+}
+
 /// [`run_cmd`] with `--no-supervise`: the shim alone journals (coverage `libc`), for the tests
 /// of what the shim does by itself.
 pub fn run_cmd_libc(s: &Scratch, session: &Path, argv: &[&OsStr]) -> Command {

@@ -52,11 +52,7 @@ fn a_store_reached_through_a_symlink_is_still_known_as_the_store_and_protected()
     let by_link = root.join("link/session");
     let real = root.join("real/session");
     let script = format!("echo x > made; echo y >> {0}/journal; rm -rf {0}; echo done", real.display());
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &by_link);
-    let out = cmd.output().unwrap();
+    let out = preloaded_sh(&s, &by_link, &script).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done", "{}", String::from_utf8_lossy(&out.stderr));
     assert!(real.join("session.json").exists() && real.join("blobs").is_dir(), "the store survived");
     let log = s.log_json(&by_link);
@@ -78,11 +74,7 @@ fn a_file_overwritten_in_a_session_reached_through_a_symlink_is_copied_and_resto
     std::fs::create_dir(root.join("real")).unwrap();
     std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
     let by_link = root.join("link/session");
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", ": > made; echo new > a"]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &by_link);
-    assert!(cmd.status().unwrap().success());
+    assert!(preloaded_sh(&s, &by_link, ": > made; echo new > a").status().unwrap().success());
     assert_eq!(std::fs::read_dir(root.join("real/session/blobs")).unwrap().count(), 1, "a copied");
     let (code, r) = s.undo_json(&by_link);
     assert_complete(code, &r);
@@ -1337,11 +1329,7 @@ fn a_session_directory_of_the_user_s_own_files_is_never_written_into() {
     std::fs::write(mine.join("counters"), b"my counters").unwrap();
     std::fs::write(mine.join("notes.txt"), b"my notes").unwrap();
     // A bare LD_PRELOAD session pointed at it, and run --journal into it.
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg("echo x > f").current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", &mine);
-    assert!(cmd.status().unwrap().success(), "the program runs as it would");
+    assert!(preloaded_sh(&s, &mine, "echo x > f").status().unwrap().success(), "the program runs as it would");
     let out = run_cmd(&s, &mine, &["true".as_ref()]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -1411,10 +1399,8 @@ fn session_id(session: &Path) -> String {
 /// `sh -c script` in the tree under the shim, as a process of the session `id` at `session`
 /// (whatever session that directory holds by the time it runs).
 fn shell_of_session(s: &Scratch, session: &Path, id: &str, script: &str) -> Command {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(script).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session).env("AETHER_JOURNAL_SESSION_ID", id);
+    let mut cmd = preloaded_sh(s, session, script);
+    cmd.env("AETHER_JOURNAL_SESSION_ID", id);
     cmd
 }
 

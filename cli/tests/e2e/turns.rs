@@ -11,10 +11,7 @@ use crate::common::*;
 /// Runs `script` with `sh -c` in the tree as a harness's shell tool does when its hooks joined
 /// the session: the shim preloaded, the session named by AETHER_JOURNAL_DIR.
 fn agent(s: &Scratch, session: &Path, script: &str) -> Output {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(script).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("LD_PRELOAD", &artifacts().shim).env("AETHER_JOURNAL_DIR", session);
+    let mut cmd = preloaded_sh(s, session, script);
     // The CLI is on PATH for scripts that mark from inside.
     let path = format!("{}:{}", artifacts().cli.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     cmd.env("PATH", path);

@@ -39,9 +39,7 @@ pub struct StoreFd {
 
 impl StoreFd {
     fn open(path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
-        let fd =
-            crate::kernel::open(rustix::fs::CWD, path.as_os_str().as_bytes(), flags | OFlags::CLOEXEC, Mode::empty())
-                .ok()?;
+        let fd = open_following(&path, flags).ok()?;
         StoreFd::adopt(fd, path, flags)
     }
 
@@ -69,13 +67,7 @@ impl StoreFd {
         }
         // Closed or taken over by the program. Never close the number: it may be the
         // program's now.
-        let fresh = crate::kernel::open(
-            rustix::fs::CWD,
-            self.path.as_os_str().as_bytes(),
-            self.flags | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
+        let fresh = open_following(&self.path, self.flags).ok()?;
         let st = rustix::fs::fstat(&fresh).ok()?;
         if st.st_dev != self.dev || st.st_ino != self.ino {
             return None; // the store itself was replaced
@@ -151,18 +143,21 @@ impl LazyBlobs {
     /// at the same directory has blobs of its own, whose names this process's counters (the
     /// old session's) do not hand out: a capture there could overwrite one of them.
     fn open(&self) -> Option<OwnedFd> {
-        let path = self.path.as_os_str().as_bytes();
-        let flags = BLOBS_FLAGS | OFlags::CLOEXEC;
         let fd = if self.plainly {
-            crate::kernel::open_no_symlinks(path, flags)
+            crate::kernel::open_no_symlinks(self.path.as_os_str().as_bytes(), BLOBS_FLAGS | OFlags::CLOEXEC)
         } else {
-            crate::kernel::open(rustix::fs::CWD, path, flags, Mode::empty())
+            open_following(&self.path, BLOBS_FLAGS)
         }
         .ok()?;
         let beside = ["../", session::JOURNAL_FILE].concat();
         let beside = rustix::fs::statat(&fd, beside.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
         ((beside.st_dev, beside.st_ino) == self.journal).then_some(fd)
     }
+}
+
+/// Opens a file of the store by `path` with `flags`, close-on-exec, following symlinks (marked).
+fn open_following(path: &Path, flags: OFlags) -> Result<OwnedFd, rustix::io::Errno> {
+    crate::kernel::open(rustix::fs::CWD, path.as_os_str().as_bytes(), flags | OFlags::CLOEXEC, Mode::empty())
 }
 
 /// An open session store: what every record and capture goes through.

@@ -184,7 +184,7 @@ fn reap(pid: u32) -> Option<i32> {
 /// The supervisor process: starts the command, serves its listener, reaps, reports to `run`.
 /// It ends once it has reaped the last process of the session (it is their subreaper, so every
 /// process that could still make a watched call is one it would reap), without waiting for its
-/// workers: they wait on the listener for ever once nothing is left to watch.
+/// workers (before Linux 6.6 they wait on the listener for ever once nothing is left to watch).
 fn supervise(
     command: &mut Command,
     store: &'static Store,
@@ -278,10 +278,10 @@ fn supervise(
                 reported = true;
             }
         }
-        // Nothing is left to watch: the workers are not waited for (the last one waits on the
-        // listener for ever), and end with this process. The last event: `run` may wait for
-        // this pipe to close when the command left nobody behind, so that the session's store
-        // is no longer held open when `run` returns.
+        // Nothing is left to watch: the workers are not waited for (before Linux 6.6 the last
+        // one waits on the listener for ever), and end with this process at the latest. The
+        // last event: `run` may wait for this pipe to close when the command left nobody
+        // behind, so that the session's store is no longer held open when `run` returns.
         drop(server);
         // SAFETY: getrusage fills the struct we pass.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -1,8 +1,10 @@
 //! The seccomp listener: receiving notifications and answering them (`seccomp_unotify(2)`).
 //!
 //! What this module cannot do: answer a notification whose thread has gone (the kernel says
-//! `ENOENT`: the call will never run), or keep a thread from abandoning its call while the
-//! supervisor works on it (the notification's id stops being valid; see [`Listener::valid`]).
+//! `ENOENT`: the call will never run), keep a thread from abandoning its call while the
+//! supervisor works on it (the notification's id stops being valid; see [`Listener::valid`]),
+//! or, before Linux 6.6, learn that every watched thread has gone (a receive then waits for
+//! ever; see [`Listener::recv`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -46,10 +48,14 @@ impl Listener {
         l
     }
 
-    /// Waits for the next notification. It waits for ever once every watched thread has gone
-    /// (a receive never learns that): the supervisor ends then without waiting for it (see
-    /// `launch.rs`). No `poll` before it: one system call fewer per notification.
-    pub fn recv(&self) -> io::Result<Notification> {
+    /// Waits for the next notification: `Ok(None)` once every watched thread has gone, where
+    /// the kernel says so. Since Linux 6.6 a receive made then fails at once with `ENOENT`,
+    /// as one does whose call was abandoned: the listener's hang-up (`POLLHUP`, which a filter
+    /// no thread uses any more raises and never lowers) tells the two apart, asked only after
+    /// an `ENOENT`. Before 6.6 the receive waits for ever: the supervisor ends then without
+    /// waiting for it (see `launch.rs`). No `poll` before the receive: one system call fewer
+    /// per notification.
+    pub fn recv(&self) -> io::Result<Option<Notification>> {
         loop {
             // The struct must be zeroed (EINVAL since Linux 5.5 otherwise).
             // SAFETY: seccomp_notif is plain data; all zeroes is a valid value.
@@ -59,19 +65,30 @@ impl Listener {
             if r < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
+                    // No thread uses the filter any more, and none ever will: without this
+                    // check the loop would spin on `ENOENT` until the process ends.
+                    Some(libc::ENOENT) if self.hung_up() => return Ok(None),
                     // Another worker took it, or its thread gave up the call meanwhile.
                     Some(libc::ENOENT) | Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
                     _ => return Err(e),
                 }
             }
-            return Ok(Notification {
+            return Ok(Some(Notification {
                 id: req.id,
                 tid: req.pid,
                 nr: i64::from(req.data.nr),
                 arch: req.data.arch,
                 args: req.data.args,
-            });
+            }));
         }
+    }
+
+    /// Whether the listener has hung up: no thread uses its filter any more.
+    fn hung_up(&self) -> bool {
+        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: polls one descriptor of ours, without waiting, into a struct on this frame.
+        let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+        r > 0 && pfd.revents & libc::POLLHUP != 0
     }
 
     /// Whether the thread of notification `id` is still waiting in that call (not killed,
@@ -105,5 +122,77 @@ impl Listener {
         let mut resp = libc::seccomp_notif_resp { id, val: 0, error, flags };
         // SAFETY: SEND reads the struct we pass.
         unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) == 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::install::{Installer, receive_listener};
+    use std::os::fd::FromRawFd;
+    use std::time::Duration;
+
+    /// The listener of a filter whose only process has installed it and exited.
+    fn listener_nobody_uses() -> Listener {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair fills the array we pass.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
+        // SAFETY: two new descriptors that nothing else owns.
+        let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let installer = Installer::new(crate::filter::program(7), 7, false);
+        // SAFETY: the child only makes system calls (Installer::install's contract: a fresh
+        // child, one end of our socket pair) and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            let code = match unsafe { installer.install(theirs.as_raw_fd()) } {
+                Ok(()) => 0,
+                Err(_) => 1,
+            };
+            // SAFETY: ends the child without running anything of the parent's.
+            unsafe { libc::_exit(code) }
+        }
+        assert!(pid > 0, "fork: {}", io::Error::last_os_error());
+        drop(theirs);
+        let listener = receive_listener(&ours).map(Listener::new);
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child could not install a filter: {status:#x}"
+        );
+        listener.expect("the child sent its listener")
+    }
+
+    #[test]
+    fn a_receive_once_every_watched_thread_has_gone_ends_or_waits_but_never_spins() {
+        let listener = listener_nobody_uses();
+        let (clock_tx, clock_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: asks for this thread's CPU-time clock into a local.
+            let _ = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+            let _ = clock_tx.send(clock);
+            let _ = done_tx.send(listener.recv().map(|n| n.map(|n| n.nr)).map_err(|e| e.raw_os_error()));
+        });
+        let clock = clock_rx.recv().expect("the receiving thread started");
+        match done_rx.recv_timeout(Duration::from_secs(1)) {
+            // Linux 6.6 and later: the receive fails at once, and the listener says why.
+            Ok(got) => assert_eq!(got, Ok(None), "a receive with nobody left to watch"),
+            // Before 6.6 the receive waits for ever: it must wait, not spin.
+            Err(_) => {
+                let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                // SAFETY: reads the CPU time of a thread that is still running (it has not
+                // answered) into a local.
+                assert_eq!(unsafe { libc::clock_gettime(clock, &mut t) }, 0);
+                let used = Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+                assert!(used < Duration::from_millis(100), "the receiving thread used {used:?} of CPU in a second");
+            }
+        }
     }
 }

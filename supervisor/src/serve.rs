@@ -10,10 +10,11 @@
 //! round trip: 7.5 us with one, 14.8 with three), so `run` starts one; the count is a
 //! parameter.
 //!
-//! The workers never learn that the last watched thread has gone (a receive then waits for
-//! ever, and a `poll` for the listener's hang-up before each receive cost every notification a
-//! system call): the supervisor process, which reaps every process of the session, ends once
-//! it has reaped the last (`launch.rs`), and its workers with it.
+//! The supervisor process, which reaps every process of the session, ends once it has reaped
+//! the last (`launch.rs`), without waiting for its workers. Since Linux 6.6 a worker learns
+//! that the last watched thread has gone (its receive fails at once, the listener hung up) and
+//! ends; before 6.6 its receive waits for ever (a `poll` for the hang-up before each receive
+//! would cost every notification a system call), and it ends with the process.
 //!
 //! What this module cannot do: answer calls once the supervisor process has died. The kernel
 //! then fails every watched call with `ENOSYS` in the program, so nothing changes unjournaled
@@ -26,8 +27,9 @@ use crate::handle::{Abandoned, Worker};
 use crate::listener::Listener;
 use crate::store::Store;
 
-/// Serves `listener` with `workers` workers until the listener fails (it does not return when
-/// the watched threads have gone: see the module documentation). The counts are kept, live, in
+/// Serves `listener` with `workers` workers until the listener fails or, where the kernel
+/// says so, the watched threads have all gone (before Linux 6.6 it does not return then: see
+/// the module documentation). The counts are kept, live, in
 /// the session's counters page (see [`aether_journal::internal::counters::SLOT_NOTIFIED`]),
 /// where the test suite reads them.
 pub fn serve(listener: &Listener, store: &Store, workers: usize) {
@@ -48,8 +50,9 @@ pub fn serve(listener: &Listener, store: &Store, workers: usize) {
                         listener.recv()
                     };
                     match next {
-                        Ok(n) => w.serve(listener, &n),
-                        Err(_) => {
+                        Ok(Some(n)) => w.serve(listener, &n),
+                        // Nothing is left to watch, or the listener failed: the others stop too.
+                        Ok(None) | Err(_) => {
                             failed.store(true, Ordering::Release);
                             break;
                         }

@@ -24,7 +24,9 @@ produce a good figure.
 W12T runs W12's agent loop again with the variants taking turns (one turn of each after the
 other, `Runner.lockstep`): on a shared machine whose speed drifts over seconds, whole runs of
 five seconds taken one after the other differ by a fifth, turns of 85 ms taken one after the
-other do not. Every build's shim, CLI and the do-nothing library are run from copies made as
+other do not. Under `--mode run` its turns also run this build's shim alone (a bare
+LD_PRELOAD) and a seccomp filter that allows every call: what `run` adds to the shim, and how
+much of it any filter costs on this kernel, from the same turns. Every build's shim, CLI and the do-nothing library are run from copies made as
 installing them would (`install` in `main`), not from where the linker wrote them.
 
 What it cannot do: make a shared two-core machine quiet. The spread columns say how noisy a run
@@ -499,20 +501,36 @@ def main():
         # the other see that drift; turns of 85 ms taken one after the other do not.
         turns, runs = 60, a.runs
         label = "W12 agent loop, turn by turn: the 60 turns of each variant interleaved with the others'"
-        print("W12T: %d rounds of %s, turn by turn..." % (runs, ", ".join(v.label for v in variants)), file=sys.stderr)
 
         def fresh_w12(label):
             return fresh_repo(inp, os.path.join(a.dir, "w12t-" + label.replace(" ", "-")))
 
         loop = "%s %d 1 --lockstep" % (os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_loop.sh"), turns)
-        got = runner.lockstep(loop, turns, runs, variants, fresh_w12)
+        # Under run, the same turns also run this build's shim alone (a bare LD_PRELOAD) and a
+        # filter that allows every call (no shim, no supervisor): what run adds to the shim, and
+        # how much of that any seccomp filter costs the loop's processes on this kernel.
+        parts = []
+        if a.mode == "run":
+            parts = [Variant("any filter", "filter", os.path.join(a.progs, "allowall")),
+                     Variant("this build, preload", "preload", a.shim, a.cli)]
+        print("W12T: %d rounds of %s, turn by turn..." % (runs, ", ".join(v.label for v in variants + parts)), file=sys.stderr)
+        got = runner.lockstep(loop, turns, runs, variants + parts, fresh_w12)
         results["W12T"] = {"target": 1.05, "mode": a.mode, **got}
         rows += verdict_rows(label, a.mode, variants, got, 1.05, "%.3f")
+        bare = got["bare"]["wall"]
+        for v in parts:
+            ratios = [x / y for x, y in zip(got[v.label]["wall"], bare)]
+            rows.append("| %s (%s) | %s | %s | %s | | | | %s |" % (
+                label, v.label, spread(bare, "%.3f"), spread(got[v.label]["wall"], "%.3f"), spread(ratios, "%.3f"),
+                "the floor under run" if v.kind == "filter" else "run's shim alone"))
+        if parts:
+            run_over_preload = [x / y for x, y in zip(got["this build"]["wall"], got["this build, preload"]["wall"])]
+            rows.append("| W12T: run / preload, same turns | | | %s | | | | |" % spread(run_over_preload, "%.3f"))
         if a.baseline:
             this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
             rows.append("| W12T: this build / baseline, same turns | | | %s | | | | |" % spread(this_vs_base, "%.3f"))
         rows.append("| W12T: minor page faults, median: %s | | | | | | | |" % ", ".join(
-            "%s %d" % (v.label, statistics.median(got[v.label]["faults"])) for v in variants))
+            "%s %d" % (v.label, statistics.median(got[v.label]["faults"])) for v in variants + parts))
     if not only or "EXEC" in only:
         # Many short rounds rather than a few long ones: the machine's speed drifts over
         # seconds, and a pair of 200-spawn runs taken back to back sees the same drift.

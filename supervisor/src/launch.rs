@@ -383,7 +383,9 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((w, r))
 }
 
-fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+/// A connected pair of Unix stream sockets, close-on-exec: the command's child sends its
+/// listener on one end, the supervisor receives it on the other.
+pub(crate) fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: socketpair fills the array we pass.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {

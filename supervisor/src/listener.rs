@@ -129,17 +129,11 @@ impl Listener {
 mod tests {
     use super::*;
     use crate::install::{Installer, receive_listener};
-    use std::os::fd::FromRawFd;
     use std::time::Duration;
 
     /// The listener of a filter whose only process has installed it and exited.
     fn listener_nobody_uses() -> Listener {
-        let mut fds = [0; 2];
-        // SAFETY: socketpair fills the array we pass.
-        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
-        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
-        // SAFETY: two new descriptors that nothing else owns.
-        let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (ours, theirs) = crate::launch::socketpair().expect("socketpair");
         let installer = Installer::new(crate::filter::program(7), 7, false);
         // SAFETY: the child only makes system calls (Installer::install's contract: a fresh
         // child, one end of our socket pair) and _exits.

@@ -26,8 +26,9 @@ other, `Runner.lockstep`): on a shared machine whose speed drifts over seconds, 
 five seconds taken one after the other differ by a fifth, turns of 85 ms taken one after the
 other do not. Under `--mode run` its turns also run this build's shim alone (a bare
 LD_PRELOAD) and a seccomp filter that allows every call: what `run` adds to the shim, and how
-much of it any filter costs on this kernel, from the same turns. Every build's shim, CLI and the do-nothing library are run from copies made as
-installing them would (`install` in `main`), not from where the linker wrote them.
+much of it any filter costs on this kernel, from the same turns. Every build's shim, CLI and
+the do-nothing library are run from copies made as installing them would (`install` in
+`main`), not from where the linker wrote them.
 
 What it cannot do: make a shared two-core machine quiet. The spread columns say how noisy a run
 was; a ratio whose min-max straddles the target is not a pass, whatever its median says.

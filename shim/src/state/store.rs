@@ -119,7 +119,10 @@ impl LazyBlobs {
         if !owns_memory() {
             return Some(f(fresh.as_fd()));
         }
-        let mine = StoreFd::adopt(fresh, self.path.clone(), BLOBS_FLAGS)?;
+        // Built in permanent memory, as `publish` keeps it: its path is kept for good, and in
+        // the hook's arena one live block would keep the arena from ever starting over again
+        // (every later hook's allocations on fresh pages: 3 KiB more memory a capture).
+        let mine = crate::alloc::permanent(|| StoreFd::adopt(fresh, self.path.clone(), BLOBS_FLAGS))?;
         let my_num = mine.num.load(Ordering::Relaxed);
         let published = self.fd.publish(mine);
         if published.num.load(Ordering::Relaxed) == my_num {

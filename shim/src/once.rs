@@ -52,7 +52,11 @@ impl<T> Leaked<T> {
     }
 
     /// Publishes `value` unless another was first, and returns whichever is published (`value`
-    /// is then dropped, in permanent memory's scope).
+    /// is then dropped, in permanent memory's scope). Only the box is made here: what `value`
+    /// owns (a path, a buffer) must not be in a hook's arena, where it would stay live for good
+    /// and keep the arena from ever starting over (every later hook's allocations on fresh
+    /// pages). Build it with [`Leaked::get_or_init`], under [`crate::alloc::permanent`], or,
+    /// as the constructor does, under [`crate::alloc::persistent`].
     pub fn publish(&self, value: T) -> &T {
         let fresh = crate::alloc::permanent(|| Box::into_raw(Box::new(value)));
         match self.ptr.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {

@@ -940,6 +940,21 @@ fn with_sync_no_process_journals_into_a_segment() {
     assert!(log["records"].as_array().unwrap().len() >= 100, "every record is in the journal file");
 }
 
+/// Runs the Python `script` under `run` in `session`, with `anon()` (the process's `RssAnon`,
+/// in KiB) defined for it, and returns the two figures it prints (before and after its loop).
+fn python_rss_anon(s: &Scratch, session: &Path, script: &str) -> (i64, i64) {
+    let script = format!(
+        "def anon(): return int([l for l in open('/proc/self/status') if l.startswith('RssAnon')][0].split()[1])\n{script}"
+    );
+    let out = bounded(run_cmd(s, session, &["python3".as_ref(), "-c".as_ref(), script.as_ref()]), 300);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: Vec<i64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let [warm, end] = kib[..] else { panic!("unexpected output: {text}") };
+    assert!(warm > 0, "no RssAnon figure: {text}");
+    (warm, end)
+}
+
 #[test]
 fn a_process_that_spawns_many_children_does_not_grow_with_each_spawn() {
     // The hooks of posix_spawn, posix_spawnp, system and popen hand values built under the
@@ -970,7 +985,6 @@ fn a_process_that_spawns_many_children_does_not_grow_with_each_spawn() {
     // buffers it held kept the parent's arena from ever starting over again (+2.4 MiB over
     // 1,000 commands).
     let script = "import subprocess\n\
-        def anon(): return int([l for l in open('/proc/self/status') if l.startswith('RssAnon')][0].split()[1])\n\
         clean = {'PATH': '/usr/bin:/bin'}\n\
         for i in range(50): subprocess.run(['true'], check=True); subprocess.run(['true'], env=clean, check=True)\n\
         warm = anon()\n\
@@ -978,11 +992,7 @@ fn a_process_that_spawns_many_children_does_not_grow_with_each_spawn() {
         for i in range(800): subprocess.run(['true'], env=clean, check=True)\n\
         print(warm, anon())\n";
     let session = s.session("python");
-    let out = bounded(run_cmd(&s, &session, &["python3".as_ref(), "-c".as_ref(), script.as_ref()]), 300);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let kib: Vec<i64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    let [warm, end] = kib[..] else { panic!("unexpected output: {text}") };
+    let (warm, end) = python_rss_anon(&s, &session, script);
     assert!(end - warm < 512, "python3's anonymous memory grew from {warm} KiB to {end} KiB over 1,600 commands");
     let execs =
         s.log_json(&session)["records"].as_array().map_or(0, |r| r.iter().filter(|r| r["kind"] == "exec").count());
@@ -998,7 +1008,6 @@ fn a_process_that_captures_many_files_does_not_grow_with_each_capture() {
     let s = scratch!();
     s.sh("mkdir d && for i in $(seq 0 1699); do echo before > d/f$i; done");
     let script = "import os\n\
-        def anon(): return int([l for l in open('/proc/self/status') if l.startswith('RssAnon')][0].split()[1])\n\
         def rewrite(i):\n    \
             with open('d/t', 'w') as f: f.write('after\\n')\n    \
             os.replace('d/t', 'd/f%d' % i)\n\
@@ -1007,12 +1016,7 @@ fn a_process_that_captures_many_files_does_not_grow_with_each_capture() {
         for i in range(100, 1700): rewrite(i)\n\
         print(warm, anon())\n";
     let session = s.session("session");
-    let out = bounded(run_cmd(&s, &session, &["python3".as_ref(), "-c".as_ref(), script.as_ref()]), 300);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let kib: Vec<i64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    let [warm, end] = kib[..] else { panic!("unexpected output: {text}") };
-    assert!(warm > 0, "no RssAnon figure: {text}");
+    let (warm, end) = python_rss_anon(&s, &session, script);
     assert!(end - warm < 512, "python3's anonymous memory grew from {warm} KiB to {end} KiB over 1,600 captures");
     // Each rewrite replaced a file that existed before the session: its old content was kept.
     let (code, r) = s.undo_json(&session);

@@ -466,6 +466,9 @@ def main():
     inp.build()
     runner = Runner(a.dir, a.shim)
     variants = [Variant("bare", "bare"), Variant("this build", a.mode, a.shim, a.cli)]
+    # The floor under run: a seccomp filter that allows every call, no shim, no supervisor
+    # (W12T's parts and FILTER).
+    any_filter = Variant("any filter", "filter", os.path.join(a.progs, "allowall"))
     baseline_supervises = False
     if a.baseline:
         base = os.path.abspath(a.baseline)
@@ -512,8 +515,7 @@ def main():
         # how much of that any seccomp filter costs the loop's processes on this kernel.
         parts = []
         if a.mode == "run":
-            parts = [Variant("any filter", "filter", os.path.join(a.progs, "allowall")),
-                     Variant("this build, preload", "preload", a.shim, a.cli)]
+            parts = [any_filter, Variant("this build, preload", "preload", a.shim, a.cli)]
         print("W12T: %d rounds of %s, turn by turn..." % (runs, ", ".join(v.label for v in variants + parts)), file=sys.stderr)
         got = runner.lockstep(loop, turns, runs, variants + parts, fresh_w12)
         results["W12T"] = {"target": 1.05, "mode": a.mode, **got}
@@ -624,14 +626,13 @@ def main():
     if a.mode == "run" and (not only or "FILTER" in only):
         # The floor under run for work that makes no watched call: the read-only workloads
         # under a filter that allows every call, with no supervisor and no shim.
-        floor_variant = Variant("any filter", "filter", os.path.join(a.progs, "allowall"))
         for w in workloads(inp, a.dir, a.progs):
             if w.key not in ("W1", "W7"):
                 continue
             runs = w.runs or max(a.runs, w.min_runs)
             print("FILTER: %s, %d rounds of bare and under a filter that allows everything..." % (w.key, runs),
                   file=sys.stderr)
-            got = runner.rounds(w, runs, [variants[0], floor_variant])
+            got = runner.rounds(w, runs, [variants[0], any_filter])
             ratios = [x / y for x, y in zip(got["any filter"]["wall"], got["bare"]["wall"])]
             cpu = [x / max(y, 1e-6) for x, y in zip(got["any filter"]["cpu"], got["bare"]["cpu"])]
             rows.append("| %s %s (a seccomp filter that allows every call, nothing else) | %s | %s | %s | %s | 0 | | the floor |" % (

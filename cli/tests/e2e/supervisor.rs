@@ -282,6 +282,28 @@ fn a_process_that_makes_its_own_mount_namespace_makes_the_undo_incomplete_and_sa
 }
 
 #[test]
+fn a_session_whose_aether_variables_outgrow_the_shims_copy_still_marks_the_shims_own_calls() {
+    // Every process's constructor copies the `AETHER_*` entries it started with into 1 KiB of
+    // its statics; past that it reads the supervisor's marker from the environment in place.
+    // Unmarked, the shim's own calls (the execs it makes for the program, its store's files)
+    // would reach the supervisor, which journals them again: 17 records instead of 7 here, and
+    // a round trip each.
+    let s = scratch!();
+    let script = "echo x > f; mkdir d; echo y > d/g";
+    let plain = s.session("plain");
+    s.run_ok(&plain, &["sh", "-c", script]);
+    s.sh("rm -rf f d");
+    let padded = s.session("padded");
+    let mut cmd = run_cmd(&s, &padded, &["sh".as_ref(), "-c".as_ref(), OsStr::new(script)]);
+    cmd.env("AETHER_TEST_PADDING", "x".repeat(5000));
+    let out = cmd.output().expect("run aether-journal run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records = |session: &Path| s.log_json(session)["records"].as_array().expect("records").len();
+    assert_eq!(records(&padded), records(&plain), "the same steps journaled once each");
+    assert_eq!(notified(&padded), notified(&plain), "no more of the session's calls reached the supervisor");
+}
+
+#[test]
 fn a_supervised_program_keeps_the_speculation_mitigations_it_has_without_the_supervisor() {
     // A kernel that mitigates speculation "by prctl and seccomp" (the default before 5.16)
     // forces them on every process with a filter installed without SPEC_ALLOW, slowing some

@@ -62,21 +62,7 @@ pub fn capture_early_env() {
     // SAFETY: this thread alone moved the state to WRITING: nobody else touches `bytes` until
     // it is DONE.
     let bytes = unsafe { &mut *EARLY_ENV.bytes.get() };
-    let environ = crate::exec::current_environ();
-    let entries = (0..)
-        .map_while(|i| {
-            // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings;
-            // this runs in the constructor (before main and its threads) or on a hook's first
-            // use, and only reads.
-            let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
-            (!p.is_null()).then_some(p)
-        })
-        // The prefix is compared first: measuring every entry (PATH, LS_COLORS: kilobytes in
-        // all) cost every process about a microsecond.
-        // SAFETY: a non-null entry is a NUL-terminated string (see above).
-        .filter(|&p| unsafe { has_prefix(p, PREFIX) })
-        // SAFETY: as above.
-        .map(|p| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes());
+    let entries = live_entries();
     let mut len = 0;
     let mut state = EARLY_DONE;
     for e in entries {
@@ -100,6 +86,27 @@ pub fn capture_early_env() {
 
 /// What the entries kept begin with.
 const PREFIX: &[u8] = b"AETHER_";
+
+/// The `AETHER_*` entries of the live `environ`, read in place. Allocates nothing.
+#[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.env"))]
+fn live_entries() -> impl Iterator<Item = &'static [u8]> {
+    let environ = crate::exec::current_environ();
+    (0..)
+        .map_while(move |i| {
+            // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings;
+            // this runs in the constructor (before main and its threads) or on a hook's first
+            // use, and only reads.
+            let p = if environ.is_null() { std::ptr::null() } else { unsafe { *environ.add(i) } };
+            (!p.is_null()).then_some(p)
+        })
+        // The prefix is compared first: measuring every entry (PATH, LS_COLORS: kilobytes in
+        // all) cost every process about a microsecond.
+        // SAFETY: a non-null entry is a NUL-terminated string (see above).
+        .filter(|&p| unsafe { has_prefix(p, PREFIX) })
+        // SAFETY: as above; the strings outlive every use made of them here (the caller reads
+        // them before it returns to the program).
+        .map(|p| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+}
 
 /// Whether the NUL-terminated string at `p` begins with `prefix` (which holds no NUL), reading
 /// no byte past the first that differs.
@@ -129,19 +136,26 @@ pub(super) fn early_entries() -> Option<impl Iterator<Item = &'static [u8]>> {
 /// unless the shim is switched off (then nothing it does is journaled, so nothing is marked).
 /// Allocation-free: it runs in the constructor of every process.
 pub fn adopt_mark() {
-    capture_early_env();
-    let Some(entries) = early_entries() else { return };
-    let mut mark = None;
-    for e in entries {
-        if env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off") {
-            return;
+    fn adopt<'a>(entries: impl Iterator<Item = &'a [u8]>) {
+        let mut mark = None;
+        for e in entries {
+            if env_value(e, ENV_SWITCH.as_bytes()) == Some(b"off") {
+                return;
+            }
+            if let Some(v) = env_value(e, journal_core::config::ENV_MARK.as_bytes()) {
+                mark = Some(v);
+            }
         }
-        if let Some(v) = env_value(e, journal_core::config::ENV_MARK.as_bytes()) {
-            mark = Some(v);
+        if let Some(v) = mark {
+            crate::kernel::set_mark_from(v);
         }
     }
-    if let Some(v) = mark {
-        crate::kernel::set_mark_from(v);
+    capture_early_env();
+    match early_entries() {
+        Some(entries) => adopt(entries),
+        // More than the copy holds: read in place (the constructor runs before the program can
+        // change its environment). Unmarked, the shim's own calls would reach the supervisor.
+        None => adopt(live_entries()),
     }
 }
 

@@ -23,6 +23,11 @@
 //! memory and thread-local storage) the arena is used stack-like and left as it was found,
 //! because every hook frees what it allocated before the child execs.
 //!
+//! The first chunk a process's arena takes and its first permanent region are areas of the
+//! memory the shim maps on demand ([`crate::lazymap`]): a process that journals makes one
+//! mapping for them and the caches, not one each. That chunk is never unmapped; a thread that
+//! gives it back frees it for the next thread whose arena starts.
+//!
 //! A thread's arena goes back to the system when the thread exits: its first chunk arms a
 //! pthread key whose destructor unmaps the chain (a program that runs a short thread per task
 //! otherwise kept 256 KiB of address space and a resident page per thread it ever ran).
@@ -36,7 +41,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const HEADER: usize = 16;
-const CHUNK: usize = 256 * 1024;
+const CHUNK: usize = crate::lazymap::ARENA_FIRST;
 const FROM_SYSTEM: usize = 0;
 /// Header of a block from the permanent region (arena chunks are page-aligned, never 1).
 const FROM_PERMANENT: usize = 1;
@@ -78,7 +83,7 @@ struct Region {
 /// The current permanent region (older ones stay mapped: their blocks are never freed).
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static REGION: std::sync::atomic::AtomicPtr<Region> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
-const REGION_SIZE: usize = 64 * 1024;
+const REGION_SIZE: usize = crate::lazymap::PERMANENT_FIRST;
 
 /// Runs `f` with allocations going to the permanent region: for what the process keeps until
 /// it ends. Freeing such a block does nothing. Async-signal-safe (no lock, no `malloc`).
@@ -114,21 +119,36 @@ fn permanent_alloc(total: usize, pad: usize) -> *mut u8 {
             }
         }
         let size = REGION_SIZE.max(align_up(total + pad + std::mem::size_of::<Region>(), 4096));
-        let Some(p) = map_private(size) else {
-            return std::ptr::null_mut();
+        // The process's first region is the one in the memory mapped on demand (no mapping of
+        // its own), if this thread is the one to take it.
+        let first_region = r.is_null() && size == REGION_SIZE && !PERMANENT_FIRST_TAKEN.swap(true, Ordering::AcqRel);
+        let (p, ours) = match first_region.then(crate::lazymap::permanent_first).flatten() {
+            Some(p) => (p.cast::<std::ffi::c_void>(), false),
+            None => match map_private(size) {
+                Some(p) => (p, true),
+                None => return std::ptr::null_mut(),
+            },
         };
         let fresh = p.cast::<Region>();
         let first = p as usize + std::mem::size_of::<Region>();
-        // SAFETY: the mapping is at least `size` bytes, page-aligned, ours alone.
+        // SAFETY: the area is at least `size` bytes, page-aligned, this thread's alone (a
+        // fresh mapping, or the on-demand one's area that the swap above gave it).
         unsafe { fresh.write(Region { end: p as usize + size, bump: AtomicUsize::new(first) }) };
-        if REGION.compare_exchange(r, fresh, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            // Another thread installed one first: use that.
+        if REGION.compare_exchange(r, fresh, Ordering::AcqRel, Ordering::Acquire).is_err() && ours {
+            // Another thread installed one first: use that (the on-demand area is left unused).
             // SAFETY: never published, so nobody else can hold a pointer into it.
             let _ = unsafe { rustix::mm::munmap(p, size) };
         }
     }
     std::ptr::null_mut()
 }
+
+/// Set once a thread has taken the first permanent region in the memory mapped on demand.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+static PERMANENT_FIRST_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set while a thread's arena starts in the chunk in the memory mapped on demand.
+#[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
+static ARENA_FIRST_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs `f` with allocations going to the system allocator: for what must outlive the hook.
 /// Also marks, for [`in_persistent`], work whose own libc calls re-enter hooks on purpose.
@@ -159,9 +179,22 @@ fn map_private(size: usize) -> Option<*mut std::ffi::c_void> {
     .ok()
 }
 
-fn map_chunk(size: usize) -> *mut Chunk {
-    let Some(p) = map_private(size) else {
-        return std::ptr::null_mut();
+/// A fresh chunk of `size` bytes for a thread whose arena has `none_yet`: the chunk in the
+/// memory mapped on demand if it is a first chunk of the usual size and no other thread has
+/// it, else a mapping of its own.
+fn map_chunk(size: usize, none_yet: bool) -> *mut Chunk {
+    let first = none_yet && size == CHUNK && !ARENA_FIRST_TAKEN.swap(true, Ordering::AcqRel);
+    let p = match first.then(crate::lazymap::arena_first).flatten() {
+        Some(p) => p.cast::<std::ffi::c_void>(),
+        None => {
+            if first {
+                ARENA_FIRST_TAKEN.store(false, Ordering::Release);
+            }
+            match map_private(size) {
+                Some(p) => p,
+                None => return std::ptr::null_mut(),
+            }
+        }
     };
     let c = p.cast::<Chunk>();
     // SAFETY: the mapping is at least CHUNK bytes, page-aligned, ours alone.
@@ -195,7 +228,7 @@ fn arena_alloc(total: usize, pad: usize) -> *mut u8 {
                 }
             }
             let size = CHUNK.max(align_up(total + pad + std::mem::size_of::<Chunk>(), 4096));
-            let fresh = map_chunk(size);
+            let fresh = map_chunk(size, a.chunk.is_null());
             if fresh.is_null() {
                 return std::ptr::null_mut();
             }
@@ -237,7 +270,13 @@ fn start_over(give_back: bool) -> bool {
             unsafe {
                 while !c.is_null() && (give_back || !(*c).prev.is_null()) {
                     let prev = (*c).prev;
-                    let _ = rustix::mm::munmap(c.cast(), (*c).size);
+                    if crate::lazymap::is_arena_first(c.cast()) {
+                        // Never unmapped (it is part of the on-demand memory): free for the
+                        // next thread whose arena starts.
+                        ARENA_FIRST_TAKEN.store(false, Ordering::Release);
+                    } else {
+                        let _ = rustix::mm::munmap(c.cast(), (*c).size);
+                    }
                     c = prev;
                 }
             }

@@ -24,16 +24,17 @@ const WRITING: u64 = u64::MAX;
 
 /// One cache entry. Both words sit side by side, so that an insert touches one page of the
 /// table, not two (every fresh page a process touches is a page fault).
-struct Slot {
+pub(crate) struct Slot {
     ino: AtomicU64,
     dev: AtomicU64,
 }
 
-static TABLE: [Slot; SLOTS] = [const { Slot { ino: AtomicU64::new(0), dev: AtomicU64::new(0) } }; SLOTS];
+/// The table, in the memory the shim maps on demand ([`crate::lazymap`]).
+pub(crate) type Table = [Slot; SLOTS];
 
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
-fn slot(id: Ident) -> &'static Slot {
-    &TABLE[(id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(29)) as usize % SLOTS]
+fn slot(table: &'static Table, id: Ident) -> &'static Slot {
+    &table[(id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(29)) as usize % SLOTS]
 }
 
 /// The session's mark count the entries (and the descriptor memo's) were learnt under;
@@ -59,7 +60,7 @@ pub fn check_turn() {
 
 #[cold]
 fn forget_all() {
-    for s in &TABLE {
+    for s in crate::lazymap::tables_made().map_or(&[][..], |t| &t.covered[..]) {
         if s.ino.load(Ordering::Relaxed) != 0 {
             s.ino.store(0, Ordering::Release);
         }
@@ -73,7 +74,9 @@ pub fn insert(id: Ident) {
         return;
     }
     check_turn();
-    let s = slot(id);
+    // Without the table (no memory for it) nothing is cached: the next change is captured again.
+    let Some(tables) = crate::lazymap::tables() else { return };
+    let s = slot(&tables.covered, id);
     // Reserve the slot with a write first (a read of a page never touched maps the zero page,
     // and the write after it faults a second time).
     if s.ino.swap(WRITING, Ordering::AcqRel) == WRITING {
@@ -86,7 +89,9 @@ pub fn insert(id: Ident) {
 /// Whether `id`'s whole state is already journaled by this process (in this turn).
 pub fn contains(id: Ident) -> bool {
     check_turn();
-    let s = slot(id);
+    // A table this process never made holds nothing.
+    let Some(tables) = crate::lazymap::tables_made() else { return false };
+    let s = slot(&tables.covered, id);
     let first = s.ino.load(Ordering::Acquire);
     if first != id.ino {
         return false;
@@ -98,6 +103,10 @@ pub fn contains(id: Ident) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn table() -> &'static Table {
+        &crate::lazymap::tables().expect("mapped").covered
+    }
 
     #[test]
     fn inserted_identities_are_found_and_others_are_not() {
@@ -112,7 +121,10 @@ mod tests {
     #[test]
     fn an_entry_evicted_by_a_colliding_one_is_no_longer_reported() {
         let a = Ident { dev: 3, ino: 42 };
-        let b = (1..u64::MAX).map(|i| Ident { dev: 3, ino: 42 + i }).find(|b| std::ptr::eq(slot(*b), slot(a))).unwrap();
+        let b = (1..u64::MAX)
+            .map(|i| Ident { dev: 3, ino: 42 + i })
+            .find(|b| std::ptr::eq(slot(table(), *b), slot(table(), a)))
+            .unwrap();
         insert(a);
         insert(b);
         assert!(contains(b));

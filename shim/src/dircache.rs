@@ -37,7 +37,7 @@ const WORDS: usize = 31;
 /// Longest name kept (bytes).
 pub const MAX_NAME: usize = WORDS * 8;
 
-struct Slot {
+pub(crate) struct Slot {
     seq: AtomicU64,
     dev: AtomicU64,
     ino: AtomicU64,
@@ -45,24 +45,18 @@ struct Slot {
     words: [AtomicU64; WORDS],
 }
 
-static TABLE: [Slot; SLOTS] = [const {
-    Slot {
-        seq: AtomicU64::new(0),
-        dev: AtomicU64::new(0),
-        ino: AtomicU64::new(0),
-        len: AtomicU64::new(0),
-        words: [const { AtomicU64::new(0) }; WORDS],
-    }
-}; SLOTS];
+/// The names table, in the memory the shim maps on demand ([`crate::lazymap`]).
+pub(crate) type Table = [Slot; SLOTS];
 
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
-fn slot(id: Ident) -> &'static Slot {
-    &TABLE[(id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(17)) as usize % SLOTS]
+fn slot(table: &'static Table, id: Ident) -> &'static Slot {
+    &table[(id.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.dev.rotate_left(17)) as usize % SLOTS]
 }
 
 /// The name last recorded for directory `id`, if its slot still holds it.
 pub fn get(id: Ident) -> Option<Vec<u8>> {
-    let s = slot(id);
+    // A table this process never made holds nothing.
+    let s = slot(&crate::lazymap::tables_made()?.dirs, id);
     seqlock::read(&s.seq, || {
         if s.ino.load(Ordering::Relaxed) != id.ino || s.dev.load(Ordering::Relaxed) != id.dev {
             return None;
@@ -85,7 +79,9 @@ pub fn put(id: Ident, name: &[u8]) {
     if name.first() != Some(&b'/') || name.ends_with(b" (deleted)") || name.len() > MAX_NAME {
         return;
     }
-    let s = slot(id);
+    // Without the table (no memory for it) nothing is cached.
+    let Some(tables) = crate::lazymap::tables() else { return };
+    let s = slot(&tables.dirs, id);
     // When another thread is filling this slot, the name is not cached this time.
     seqlock::write(&s.seq, || {
         s.dev.store(id.dev, Ordering::Relaxed);
@@ -118,7 +114,7 @@ const PATH_BYTES: usize = PATH_WORDS * 8;
 
 /// One remembered directory path: the bytes the caller wrote (`key`), then the canonical
 /// name they led to, the generations it was checked under and when.
-struct PathSlot {
+pub(crate) struct PathSlot {
     seq: AtomicU64,
     shared_gen: AtomicU64,
     local_gen: AtomicU64,
@@ -128,17 +124,8 @@ struct PathSlot {
     words: [AtomicU64; PATH_WORDS],
 }
 
-static PATHS: [PathSlot; PATH_SLOTS] = [const {
-    PathSlot {
-        seq: AtomicU64::new(0),
-        shared_gen: AtomicU64::new(0),
-        local_gen: AtomicU64::new(0),
-        stamp: AtomicU64::new(0),
-        key_len: AtomicU64::new(0),
-        name_len: AtomicU64::new(0),
-        words: [const { AtomicU64::new(0) }; PATH_WORDS],
-    }
-}; PATH_SLOTS];
+/// The paths table, in the memory the shim maps on demand ([`crate::lazymap`]).
+pub(crate) type Paths = [PathSlot; PATH_SLOTS];
 
 /// Bumped whenever this process's relative paths may start leading elsewhere (chdir, fchdir,
 /// chroot): every remembered path is then stale.
@@ -169,15 +156,15 @@ pub(crate) fn path_hash(key: &[u8]) -> usize {
 }
 
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
-fn path_slot(key: &[u8]) -> &'static PathSlot {
-    &PATHS[path_hash(key) % PATH_SLOTS]
+fn path_slot(paths: &'static Paths, key: &[u8]) -> &'static PathSlot {
+    &paths[path_hash(key) % PATH_SLOTS]
 }
 
 /// The canonical name directory path `key` (as a caller wrote it: absolute, or relative to
 /// the working directory) was last seen to lead to, if that was under the same generations
 /// and less than [`TRUST_NS`] before `now`.
 pub fn path_get(key: &[u8], shared_gen: u64, local_gen: u64, now: u64) -> Option<Vec<u8>> {
-    let s = path_slot(key);
+    let s = path_slot(&crate::lazymap::tables_made()?.paths, key);
     let mut bytes = seqlock::read(&s.seq, || {
         if s.shared_gen.load(Ordering::Relaxed) != shared_gen
             || s.local_gen.load(Ordering::Relaxed) != local_gen
@@ -210,7 +197,8 @@ pub fn path_put(key: &[u8], name: &[u8], shared_gen: u64, local_gen: u64, now: u
     if name.first() != Some(&b'/') || total > PATH_BYTES {
         return;
     }
-    let s = path_slot(key);
+    let Some(tables) = crate::lazymap::tables() else { return };
+    let s = path_slot(&tables.paths, key);
     seqlock::write(&s.seq, || {
         s.shared_gen.store(shared_gen, Ordering::Relaxed);
         s.local_gen.store(local_gen, Ordering::Relaxed);

@@ -28,7 +28,7 @@ const WORDS: usize = 31;
 /// Longest name kept (bytes).
 const MAX_NAME: usize = WORDS * 8;
 
-struct Slot {
+pub(crate) struct Slot {
     seq: AtomicU64,
     len: AtomicU64,
     words: [AtomicU64; WORDS],
@@ -36,14 +36,8 @@ struct Slot {
     vouched: [AtomicU64; 8],
 }
 
-static TABLE: [Slot; SLOTS] = [const {
-    Slot {
-        seq: AtomicU64::new(0),
-        len: AtomicU64::new(0),
-        words: [const { AtomicU64::new(0) }; WORDS],
-        vouched: [const { AtomicU64::new(0) }; 8],
-    }
-}; SLOTS];
+/// The table, in the memory the shim maps on demand ([`crate::lazymap`]).
+pub(crate) type Table = [Slot; SLOTS];
 
 /// Set before the first verdict is written: until then the table (5 KiB over two pages, which
 /// a process that never spawned anything has not touched) is not read at all.
@@ -51,8 +45,8 @@ static TABLE: [Slot; SLOTS] = [const {
 static ANY: AtomicBool = AtomicBool::new(false);
 
 #[expect(clippy::indexing_slicing, reason = "the index is taken modulo the table's length")]
-fn slot(name: &[u8]) -> &'static Slot {
-    &TABLE[crate::dircache::path_hash(name) % SLOTS]
+fn slot(table: &'static Table, name: &[u8]) -> &'static Slot {
+    &table[crate::dircache::path_hash(name) % SLOTS]
 }
 
 fn to_words(v: &Vouched) -> [u64; 8] {
@@ -66,7 +60,8 @@ fn from_words(w: [u64; 8]) -> Vouched {
 
 /// What the check of the program `name` last vouched for, if its slot still holds it.
 fn remembered(name: &[u8]) -> Option<Vouched> {
-    let s = slot(name);
+    // A table this process never made holds nothing.
+    let s = slot(&crate::lazymap::tables_made()?.execs, name);
     seqlock::read(&s.seq, || {
         if s.len.load(Ordering::Relaxed) as usize != name.len() || name.is_empty() {
             return None;
@@ -103,8 +98,10 @@ pub fn remember(name: &[u8], v: &Vouched) {
     if name.is_empty() || name.len() > MAX_NAME {
         return;
     }
+    // Without the table (no memory for it) nothing is remembered: the next exec checks again.
+    let Some(tables) = crate::lazymap::tables() else { return };
     ANY.store(true, Ordering::Release);
-    let s = slot(name);
+    let s = slot(&tables.execs, name);
     // When another thread is filling this slot, the verdict is not remembered this time.
     seqlock::write(&s.seq, || {
         s.len.store(name.len() as u64, Ordering::Relaxed);

@@ -30,6 +30,7 @@ mod fdmemo;
 mod guard;
 mod hooks;
 mod kernel;
+mod lazymap;
 mod once;
 mod ops;
 mod real;

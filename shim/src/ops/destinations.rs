@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 const SENT_SLOTS: usize = 1024;
 /// Each slot: the destination's hash in the high 48 bits, the [`GENERATION`] of the process
 /// that sent to it in the low 16; 0 is free.
-static SENT: [AtomicU64; SENT_SLOTS] = [const { AtomicU64::new(0) }; SENT_SLOTS];
+/// The table, in the memory the shim maps on demand ([`crate::lazymap`]).
+pub(crate) type Sent = [AtomicU64; SENT_SLOTS];
 
 /// This process's generation: 0 in a fresh image, one more than its parent's in a forked
 /// child. A slot of another generation is an ancestor's and counts as free, so that a fork
@@ -38,10 +39,12 @@ fn tag(ep: &Endpoint, generation: u32) -> u64 {
 /// Remembers a destination; true the first time this process sends to it. When the table is
 /// full every send is journaled (never fewer records than destinations).
 pub(super) fn first_send_to(ep: &Endpoint) -> bool {
+    // Without the table (no memory for it) every send is journaled.
+    let Some(tables) = crate::lazymap::tables() else { return true };
     let generation = u64::from(GENERATION.load(Ordering::Relaxed));
     let mine = tag(ep, generation as u32);
     let start = (mine >> GENERATION_BITS) as usize % SENT_SLOTS;
-    for slot in SENT.iter().cycle().skip(start).take(SENT_SLOTS) {
+    for slot in tables.sent.iter().cycle().skip(start).take(SENT_SLOTS) {
         let mut seen = slot.load(Ordering::Acquire);
         loop {
             if seen == mine {
@@ -66,7 +69,7 @@ pub(super) fn first_send_to(ep: &Endpoint) -> bool {
 pub fn forget_destinations() {
     let next = (u64::from(GENERATION.load(Ordering::Relaxed)) + 1) & GENERATION_MASK;
     if next == 0 {
-        for slot in &SENT {
+        for slot in crate::lazymap::tables_made().map_or(&[][..], |t| &t.sent[..]) {
             slot.store(0, Ordering::Relaxed);
         }
     }

@@ -23,7 +23,7 @@ use crate::state::Store;
 use caller::{BIRTH_TIMES, EXCLUSIVE_FAILED};
 
 mod caller;
-mod destinations;
+pub(crate) mod destinations;
 
 pub use caller::{ME, names_changed_after_call};
 pub use destinations::forget_destinations;

@@ -9,9 +9,12 @@ use journal_core::config::ENV_SWITCH;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-/// Room for the `AETHER_*` entries of the starting environment (a session needs a few hundred
-/// bytes; a larger set falls back to reading the environment when the configuration is built).
-const EARLY_ENV_CAP: usize = 4096;
+/// Room for the `AETHER_*` entries of the starting environment (a session under `run` needs
+/// about 180 bytes; a larger set falls back to reading the environment when the configuration
+/// is built). Small enough that the shim's zero-initialised statics end on the page of its
+/// initialised data, which the loader maps from the file: past that page it maps anonymous
+/// memory of its own in every process (see `lazymap.rs`).
+const EARLY_ENV_CAP: usize = 1024;
 
 /// The `AETHER_*` entries of the environment this process image started with, each
 /// `NAME=value` followed by a NUL, copied by the constructor into static storage.

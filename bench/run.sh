@@ -16,7 +16,7 @@ cargo build --release --quiet --manifest-path "$here/Cargo.toml"
 shim="$here/target/release/libaether_journal.so"
 progs="$here/target/bench-progs"
 mkdir -p "$progs"
-for p in open_close spawn_true spawn_rotate rss roundtrip allowall; do
+for p in open_close spawn_true spawn_rotate spawn_serve rss roundtrip allowall; do
   cc -O2 -o "$progs/$p" "$here/bench/progs/$p.c"
 done
 # W9 and W10: a static Go program (CGO_ENABLED=0); W11 runs Bun from PATH.

@@ -9,9 +9,9 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const SENT_SLOTS: usize = 1024;
-/// Each slot: the destination's hash in the high 48 bits, the [`GENERATION`] of the process
-/// that sent to it in the low 16; 0 is free.
-/// The table, in the memory the shim maps on demand ([`crate::lazymap`]).
+/// The table, in the memory the shim maps on demand ([`crate::lazymap`]). Each slot: the
+/// destination's hash in the high 48 bits, the [`GENERATION`] of the process that sent to it
+/// in the low 16; 0 is free.
 pub(crate) type Sent = [AtomicU64; SENT_SLOTS];
 
 /// This process's generation: 0 in a fresh image, one more than its parent's in a forked

@@ -67,7 +67,7 @@ impl SharedCounters {
         // real calls are the marked ones, and an unmarked open of the store would be refused.
         let f = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
         // Mapped only whole: touching a page past the end of the file would be a SIGBUS.
-        if f.metadata().ok()?.len() < COUNTERS_LEN as u64 {
+        if aether_journal::session::StoreStat::of_fd(&f).ok()?.size < COUNTERS_LEN as u64 {
             return None;
         }
         let c = SharedCounters::map(&f.into())?;

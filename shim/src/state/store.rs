@@ -16,6 +16,7 @@ use journal_core::capture::Counters;
 use journal_core::config::Settings;
 use journal_core::internal::Envelope;
 use journal_core::record::Op;
+use journal_core::session::StoreStat;
 use journal_core::session::{self, COUNTERS_FILE};
 use rustix::fs::{Mode, OFlags};
 use std::ffi::OsStr;
@@ -46,30 +47,24 @@ impl StoreFd {
     /// Keeps `fd`, just opened from `path` with `flags`, on a high descriptor.
     fn adopt(fd: OwnedFd, path: std::path::PathBuf, flags: OFlags) -> Option<StoreFd> {
         let fd = to_high_fd(fd);
-        let st = rustix::fs::fstat(&fd).ok()?;
-        Some(StoreFd {
-            num: AtomicI32::new(fd.into_raw_fd()),
-            dev: st.st_dev,
-            ino: st.st_ino,
-            uid: st.st_uid,
-            path,
-            flags,
-        })
+        let st = StoreStat::of_fd(&fd).ok()?;
+        Some(StoreFd { num: AtomicI32::new(fd.into_raw_fd()), dev: st.dev, ino: st.ino, uid: st.uid, path, flags })
     }
 
-    /// Runs `f` with a descriptor that is really this store file.
+    /// Runs `f` with a descriptor that is really this store file. Asked without the file's
+    /// times ([`StoreStat`]): an `fstat` before every record made each record's write stamp
+    /// the journal with a fine-grained time, a transaction of ext4's journal each.
     pub fn with<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
         let n = self.num.load(Ordering::Acquire);
-        // SAFETY: only used for the fstat below, which tolerates a closed or reused number.
+        // SAFETY: only used for the stat below, which tolerates a closed or reused number.
         let probe = unsafe { BorrowedFd::borrow_raw(n) };
-        if rustix::fs::fstat(probe).is_ok_and(|st| st.st_dev == self.dev && st.st_ino == self.ino) {
+        if StoreStat::of_fd(probe).is_ok_and(|st| st.id() == self.id()) {
             return Some(f(probe));
         }
         // Closed or taken over by the program. Never close the number: it may be the
         // program's now.
         let fresh = open_following(&self.path, self.flags).ok()?;
-        let st = rustix::fs::fstat(&fresh).ok()?;
-        if st.st_dev != self.dev || st.st_ino != self.ino {
+        if StoreStat::of_fd(&fresh).ok()?.id() != self.id() {
             return None; // the store itself was replaced
         }
         let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
@@ -153,8 +148,7 @@ impl LazyBlobs {
         }
         .ok()?;
         let beside = ["../", session::JOURNAL_FILE].concat();
-        let beside = rustix::fs::statat(&fd, beside.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
-        ((beside.st_dev, beside.st_ino) == self.journal).then_some(fd)
+        (StoreStat::of_name(&fd, &beside).ok()?.id() == self.journal).then_some(fd)
     }
 }
 

@@ -526,6 +526,21 @@ fn the_shipped_shims_zero_initialised_statics_end_on_its_last_page_of_initialise
 }
 
 #[test]
+fn the_shipped_shims_run_of_zero_bytes_sits_after_everything_else_it_reads() {
+    // The 64 KiB of zeros a capture hashes for a sparse file's holes, left among the read-only
+    // data, filled the image's second 64 KiB window and pushed the constants after it there: a
+    // page fault of its own in every process that journals (shim/startup.ld puts it last).
+    let shim = release_shim();
+    let sections = binutils_on(shim, "readelf", &["-S", "-W"]);
+    let section = |name: &str| section_in(&sections, name).expect("the shim has the section");
+    let zeros = shim_symbol_address(&shim_symbols(), "aether_journal::capture::hash_zeros::ZEROS");
+    let (rodata, rodata_size) = section(".rodata");
+    let (except, except_size) = section(".gcc_except_table");
+    assert!(zeros >= except + except_size, "the zeros at {zeros:#x} precede the end of .gcc_except_table");
+    assert!(rodata + rodata_size <= zeros, "the zeros at {zeros:#x} are among the read-only data");
+}
+
+#[test]
 fn the_shipped_shim_relocates_no_table_of_its_hooks_and_its_read_only_data_spans_three_pages() {
     // The loader writes, and so copies, every page of relocated data in every process. Looked
     // up by index, the hook table (a self-test's) became through LLVM two tables of 122

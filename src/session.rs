@@ -546,10 +546,7 @@ impl StoreStat {
 /// Makes sure the counters file exists, is [`COUNTERS_LEN`] bytes long and carries its magic.
 /// Idempotent, and safe to race with itself.
 pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
-    let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
-    if StoreStat::of_fd(&f)?.size < COUNTERS_LEN as u64 {
-        f.set_len(COUNTERS_LEN as u64)?;
-    }
+    let f = ensure_table(path, COUNTERS_LEN)?;
     // rustix's pread and pwrite rather than std's: every process of a session that journals
     // runs this, and each libc function the shim imports is one more symbol the loader looks
     // up in every process (see `-Bsymbolic-functions` in shim/build.rs).

@@ -90,7 +90,9 @@ pub fn capture_early_env() {
 /// What the entries kept begin with.
 const PREFIX: &[u8] = b"AETHER_";
 
-/// The `AETHER_*` entries of the live `environ`, read in place. Allocates nothing.
+/// The `AETHER_*` entries of the live `environ`, read in place. Allocates nothing. The slices
+/// are the program's strings, valid while it leaves its environment alone: callers copy what
+/// they keep (the constructor's copy, the marker's parsed number).
 #[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.env"))]
 fn live_entries() -> impl Iterator<Item = &'static [u8]> {
     let environ = crate::exec::current_environ();
@@ -106,8 +108,8 @@ fn live_entries() -> impl Iterator<Item = &'static [u8]> {
         // all) cost every process about a microsecond.
         // SAFETY: a non-null entry is a NUL-terminated string (see above).
         .filter(|&p| unsafe { has_prefix(p, PREFIX) })
-        // SAFETY: as above; the strings outlive every use made of them here (the caller reads
-        // them before it returns to the program).
+        // SAFETY: as above; each caller reads the strings before it returns to the program,
+        // which alone could change them.
         .map(|p| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
 }
 

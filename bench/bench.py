@@ -223,6 +223,13 @@ def workloads(inp, root, progs):
     ]
 
 
+def rotated(i, kinds=("bare", "floor", "shim")):
+    """`kinds` in the order of round `i`: each one first in turn, so that no variant always runs
+    right after the same other one."""
+    k = i % len(kinds)
+    return kinds[k:] + kinds[:k]
+
+
 def journal_records(session, kinds=("change", "rename", "meta")):
     """How many records the session holds that change files (exec records do not count; or of
     `kinds`): in the journal file and in every per-process segment (NUL bytes there are
@@ -545,8 +552,7 @@ def main():
         times = {"bare": [], "floor": [], "shim": []}
         faults = {"bare": [], "floor": [], "shim": []}
         for i in range(rounds):
-            order = ["bare", "floor", "shim"]
-            for kind in order[i % 3:] + order[:i % 3]:
+            for kind in rotated(i):
                 env, session = runner.env(kind == "shim")
                 if kind == "floor":
                     env["LD_PRELOAD"] = a.floor
@@ -585,8 +591,7 @@ def main():
             ask(kind)  # each server's start and first spawns, outside the figures
         blocks = {"bare": [], "floor": [], "shim": []}
         for i in range(cycles):
-            order = ["bare", "floor", "shim"]
-            for kind in order[i % 3:] + order[:i % 3]:
+            for kind in rotated(i):
                 blocks[kind].append(ask(kind))
         for kind, server in servers.items():
             server.stdin.close()
@@ -638,8 +643,7 @@ def main():
             # Bare, the do-nothing library (the floor) and the shim, rotated in order each round.
             times = {"bare": [], "floor": [], "shim": []}
             for i in range(rounds):
-                order = ["bare", "floor", "shim"]
-                for kind in order[i % 3:] + order[:i % 3]:
+                for kind in rotated(i):
                     env, session = runner.env(kind == "shim")
                     if kind == "floor":
                         env["LD_PRELOAD"] = a.floor

@@ -288,8 +288,8 @@ fn start_over(give_back: bool) -> bool {
 }
 
 /// The pthread key whose destructor gives an exiting thread's arena back: [`NO_KEY`] until a
-/// first chunk is mapped (a process that changes nothing never makes one), then the key plus
-/// [`KEY_BASE`], or [`KEY_NONE`].
+/// thread other than the main one maps a first chunk (most processes never make one), then the
+/// key plus [`KEY_BASE`], or [`KEY_NONE`].
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(NO_KEY);
 const NO_KEY: usize = 0;
@@ -304,7 +304,19 @@ const KEYS_IN_DESCRIPTOR: usize = 32;
 /// Arms the current thread's exit key (its arena has just got its first chunk), making the
 /// key on first use. Lock-free and allocation-free: a thread that maps its first chunk while
 /// another is making the key is simply not watched.
+///
+/// Not for a process's main thread ([`crate::state::on_main_thread`]): its end is the
+/// process's end in all but the rare program whose `main` calls `pthread_exit`, where what
+/// stays behind is the arena's first chunk (part of the on-demand memory anyway, then kept from
+/// later threads) and any chunk after it. So a process whose other threads never journal makes
+/// no key: the program's own keys are numbered as without the shim, and a forked shell's
+/// child, whose parent never journaled, does not fault in `pthread_key_create`'s code and the
+/// pages it writes before its exec. A `vfork` child, on its parent thread's memory, arms
+/// that thread's key.
 fn watch_thread_exit() {
+    if crate::state::on_main_thread() {
+        return;
+    }
     let mut state = EXIT_KEY.load(Ordering::Acquire);
     if state == NO_KEY && EXIT_KEY.compare_exchange(NO_KEY, KEY_MAKING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         let mut key: libc::pthread_key_t = 0;

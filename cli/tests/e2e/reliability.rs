@@ -1048,6 +1048,23 @@ fn a_thread_s_arena_goes_back_to_the_system_when_the_thread_ends() {
     assert_complete(code, &r);
 }
 
+#[test]
+fn a_program_whose_main_thread_journals_gets_the_same_thread_keys_as_without_the_shim() {
+    // The arena's exit key is made only for threads other than the main one: before, the
+    // first chunk a process mapped took key 0, and the program's first key was 1.
+    let s = scratch!();
+    let prog = compile(&s, "keys");
+    let bare = Command::new(&prog).current_dir(s.tree()).output().expect("run keys");
+    assert_stdout(&bare, "key 0");
+    for watch in BOTH {
+        let session = s.session(&format!("session-{watch:?}"));
+        let out = s.run_ok_as(&session, &[prog.to_str().unwrap()], watch);
+        assert_stdout(&out, "key 0");
+        let log = s.log_json(&session).to_string();
+        assert!(log.contains("from-main"), "the file was journaled ({watch:?}): {log}");
+    }
+}
+
 /// Waits (at most 20 s) until `path` exists and then until no process holds `session` open.
 fn wait_for_leftover(s: &Scratch, session: &std::path::Path, path: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -38,6 +38,14 @@ pub fn owns_memory() -> bool {
     owner != 0 && owner == rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 
+/// Whether the calling thread is its process's main thread (the one whose id is the pid), in
+/// a process that owns its memory: false in any other thread, in a `vfork` child (which runs on
+/// its parent thread's memory), and where no constructor ran. One `gettid` system call.
+pub fn on_main_thread() -> bool {
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    owner != 0 && owner == rustix::thread::gettid().as_raw_nonzero().get() as u32
+}
+
 /// The session's root process (from its header), read once.
 pub(super) fn root_pid() -> Option<u32> {
     #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.hot"))]

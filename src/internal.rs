@@ -72,6 +72,19 @@ pub mod counters {
     /// shim's `kernel.rs`). A quarter of the page in, on cache lines of their own.
     pub const SLOT_PASSES: usize = 128;
 
+    /// First slot of the exec verdicts, the counters file's second page (slot 512 on): 64
+    /// entries of eight `u64`s each (a sequence word, device, inode, size, mtime seconds, ctime
+    /// seconds, the two times' nanoseconds (mtime's in the low half), and the uid the check was
+    /// made for with the upper half of the FNV-1a hash of the name the program was run by in
+    /// the upper half), direct-mapped by that hash. Each vouches that the file with exactly
+    /// that identity, size and times was found a program the shim is loaded into
+    /// (`crate::exec_check::Vouched`), so that the session's processes check a program once,
+    /// not at every exec: a shell's forked child, whose memory is gone at its exec, cannot
+    /// remember a verdict for the next one in its own.
+    pub const SLOT_EXEC_VERDICTS: usize = 512;
+    /// How many exec verdicts the counters file keeps.
+    pub const EXEC_VERDICTS: usize = 64;
+
     /// Set in a pass's thread word for a *spawn pass*: held by a thread inside `posix_spawn`,
     /// whose child runs on the thread's memory until its exec (glibc's child, a `CLONE_VM`
     /// one, makes that exec itself, unmarked). It lets through an exec, and nothing else, of a

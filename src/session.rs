@@ -56,8 +56,13 @@ pub const BLOBS_DIR: &str = "blobs";
 pub const COUNTERS_FILE: &str = "counters";
 /// State file name.
 pub const STATE_FILE: &str = "state.json";
-/// Size of the counters file.
+/// Size of the counters page: the first page of the counters file (see
+/// [`COUNTERS_FILE_LEN`]), all that readers and the supervisor map.
 pub const COUNTERS_LEN: usize = 4096;
+/// Size of the counters file: the counters page, then a page of exec verdicts (see
+/// `internal::counters::SLOT_EXEC_VERDICTS`), which only the shim maps. A session made before
+/// the second page has a file of [`COUNTERS_LEN`] bytes, and its processes check every exec.
+pub const COUNTERS_FILE_LEN: usize = 2 * COUNTERS_LEN;
 /// Capture index file name.
 pub const CAPTURES_FILE: &str = "captures";
 /// Size of the capture index (sparse until used).
@@ -543,10 +548,10 @@ impl StoreStat {
     }
 }
 
-/// Makes sure the counters file exists, is [`COUNTERS_LEN`] bytes long and carries its magic.
-/// Idempotent, and safe to race with itself.
+/// Makes sure the counters file exists, is [`COUNTERS_FILE_LEN`] bytes long and carries its
+/// magic. Idempotent, and safe to race with itself.
 pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
-    let f = ensure_table(path, COUNTERS_LEN)?;
+    let f = ensure_table(path, COUNTERS_FILE_LEN)?;
     // rustix's pread and pwrite rather than std's: every process of a session that journals
     // runs this, and each libc function the shim imports is one more symbol the loader looks
     // up in every process (see `-Bsymbolic-functions` in shim/build.rs).
@@ -1347,7 +1352,7 @@ mod tests {
         assert_eq!(mode(&s.blobs_dir()), 0o700);
         assert_eq!(mode(&s.journal_path()), 0o600);
         assert_eq!(mode(&dir.join(HEADER_FILE)), 0o600);
-        assert_eq!(fs::metadata(dir.join(COUNTERS_FILE)).unwrap().len(), COUNTERS_LEN as u64);
+        assert_eq!(fs::metadata(dir.join(COUNTERS_FILE)).unwrap().len(), COUNTERS_FILE_LEN as u64);
         assert_eq!(s.state(), State::Active);
         assert_eq!(s.header().version, SESSION_VERSION);
     }
@@ -1432,6 +1437,10 @@ mod format_doc {
         assert!(row(&format!("{}, {}", SLOT_NOTIFIED, SLOT_PASSED)));
         assert!(row(&format!("{}-{}", SLOT_BORN_NAMES, SLOT_BORN_NAMES + 4 * BORN_NAMES - 1)));
         assert!(row(&format!("{}-{}", SLOT_PASSES, COUNTERS_LEN / 8 - 1)));
+        assert_eq!(SLOT_EXEC_VERDICTS, COUNTERS_LEN / 8, "the verdicts fill the second page");
+        assert_eq!(SLOT_EXEC_VERDICTS + 8 * EXEC_VERDICTS, COUNTERS_FILE_LEN / 8);
+        assert!(row(&format!("{}-{}", SLOT_EXEC_VERDICTS, COUNTERS_FILE_LEN / 8 - 1)));
+        assert!(DOC.contains(&format!("{EXEC_VERDICTS} exec verdicts, 8 slots each")));
         assert!(DOC.contains(&format!("{BORN_NAMES} names born unseen, 4 slots each")));
         assert!(DOC.contains(&format!("the magic `{}`", std::str::from_utf8(COUNTERS_MAGIC).unwrap())));
     }
@@ -1444,7 +1453,7 @@ mod format_doc {
             assert!(DOC.contains(&format!("  {name} ")) || DOC.contains(&format!("  {name}/")), "{name}");
         }
         assert!(DOC.contains(&format!("segments/{}", crate::marks::MARKS_SEGMENT)));
-        assert!(DOC.contains(&format!("counters                 {COUNTERS_LEN} bytes")));
+        assert!(DOC.contains(&format!("counters                 {COUNTERS_FILE_LEN} bytes")));
         assert!(DOC.contains(&format!("captures                 {} MiB", CAPTURES_LEN >> 20)));
         assert!(DOC.contains(&format!("born                     {} KiB", BORN_LEN >> 10)));
         assert!(DOC.contains(&format!("holds {} slots of eight `u64`s", CAPTURES_LEN / 64)));

@@ -1,6 +1,7 @@
 //! The session's `counters` page, mapped shared by every process that journals (see
 //! `docs/FORMAT.md` for its words): the id every record and blob takes, the bytes kept, the
-//! records that could not be written, the names generation, and the passes.
+//! records that could not be written, the names generation, and the passes; and the page of
+//! exec verdicts after it, with which the session's processes check a program once.
 //!
 //! What this module cannot do: survive the file being replaced under a running session (each
 //! process keeps the page it mapped), or keep a process of the session from writing the page
@@ -11,12 +12,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aether_journal::capture::Counters;
+use aether_journal::exec_check::Vouched;
 use aether_journal::internal::counters::{
-    BORN_NAMES, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_DONE, SLOT_CWD_GEN, SLOT_EXECS, SLOT_LAST_ID,
-    SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_DONE, SLOT_NAMES_GEN, SLOT_NOTIFIED, SLOT_PASSED, SLOT_PASSES,
-    SLOT_SESSION, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS, fnv1a, session_tag,
+    BORN_NAMES, EXEC_VERDICTS, SLOT_BORN_NAMES, SLOT_BYTES_KEPT, SLOT_CWD_DONE, SLOT_CWD_GEN, SLOT_EXEC_VERDICTS,
+    SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_DONE, SLOT_NAMES_GEN, SLOT_NOTIFIED,
+    SLOT_PASSED, SLOT_PASSES, SLOT_SESSION, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS, fnv1a, session_tag,
 };
-use aether_journal::session::{COUNTERS_LEN, COUNTERS_MAGIC, ensure_counters};
+use aether_journal::session::{COUNTERS_FILE_LEN, COUNTERS_LEN, COUNTERS_MAGIC, ensure_counters};
+
+use crate::seqlock;
 
 /// Maps the first `len` bytes of a session file shared and read-write, for the life of the
 /// process (never unmapped: pointers into it stay valid). Touching the memory is only sound if
@@ -43,6 +47,8 @@ pub const PASSES: usize = (COUNTERS_LEN / 8 - SLOT_PASSES) / 2;
 /// The session's `counters` file, mapped shared by every process of the session.
 pub struct SharedCounters {
     slots: *const AtomicU64,
+    /// Bytes mapped: the counters page, and the exec verdicts' page when the file has it.
+    len: usize,
 }
 
 // SAFETY: the mapping is only accessed through atomics, and unmapped only when dropped.
@@ -51,10 +57,12 @@ unsafe impl Send for SharedCounters {}
 unsafe impl Sync for SharedCounters {}
 
 impl SharedCounters {
-    /// Maps an open `counters` file (at least [`COUNTERS_LEN`] bytes long).
-    pub fn map(fd: &OwnedFd) -> Option<SharedCounters> {
-        let p = map_shared(fd.as_fd(), COUNTERS_LEN)?;
-        Some(SharedCounters { slots: p.cast::<AtomicU64>() })
+    /// Maps an open `counters` file `file_len` bytes long (at least [`COUNTERS_LEN`]): with its
+    /// exec verdicts' page if it has one.
+    fn map(fd: &OwnedFd, file_len: u64) -> Option<SharedCounters> {
+        let len = if file_len >= COUNTERS_FILE_LEN as u64 { COUNTERS_FILE_LEN } else { COUNTERS_LEN };
+        let p = map_shared(fd.as_fd(), len)?;
+        Some(SharedCounters { slots: p.cast::<AtomicU64>(), len })
     }
 
     /// Maps the `counters` file at `path` if it exists, is whole and holds the tag of the
@@ -67,10 +75,11 @@ impl SharedCounters {
         // real calls are the marked ones, and an unmarked open of the store would be refused.
         let f = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
         // Mapped only whole: touching a page past the end of the file would be a SIGBUS.
-        if aether_journal::session::StoreStat::of_fd(&f).ok()?.size < COUNTERS_LEN as u64 {
+        let size = aether_journal::session::StoreStat::of_fd(&f).ok()?.size;
+        if size < COUNTERS_LEN as u64 {
             return None;
         }
-        let c = SharedCounters::map(&f.into())?;
+        let c = SharedCounters::map(&f.into(), size)?;
         let magic = c.slot(0).load(Ordering::SeqCst).to_le_bytes();
         let tag = c.slot(SLOT_SESSION).load(Ordering::SeqCst);
         let ours = expected.map_or(tag != 0, |id| tag == session_tag(id));
@@ -80,7 +89,7 @@ impl SharedCounters {
     /// Opens (creating it if needed) and maps the `counters` file at `path`.
     pub fn open(path: &Path) -> Option<SharedCounters> {
         let fd: OwnedFd = ensure_counters(path).ok()?.into();
-        SharedCounters::map(&fd)
+        SharedCounters::map(&fd, COUNTERS_FILE_LEN as u64)
     }
 
     fn slot(&self, i: usize) -> &AtomicU64 {
@@ -88,6 +97,65 @@ impl SharedCounters {
         // SAFETY: i < COUNTERS_LEN / 8 for every slot we use, the mapping is page-aligned (so
         // 8-byte aligned) and lives as long as `self`.
         unsafe { &*self.slots.add(i) }
+    }
+
+    /// The first word of the exec verdict `name` maps to, with the upper half of the name's
+    /// hash; `None` where the counters file has no verdicts' page.
+    fn verdict(&self, name: &[u8]) -> Option<(&[AtomicU64], u32)> {
+        if self.len < COUNTERS_FILE_LEN || name.is_empty() {
+            return None;
+        }
+        let hash = fnv1a(name);
+        let first = SLOT_EXEC_VERDICTS + 8 * (hash as usize % EXEC_VERDICTS);
+        // SAFETY: the entry's eight words lie in the second page, which this mapping covers
+        // (len is COUNTERS_FILE_LEN); page-aligned and alive as long as `self`.
+        let words = unsafe { std::slice::from_raw_parts(self.slots.add(first), 8) };
+        Some((words, (hash >> 32) as u32))
+    }
+
+    /// What a check of the program run by the name `name` vouched for, as the session's exec
+    /// verdicts remember it (see [`SLOT_EXEC_VERDICTS`]): `None` when its entry is empty, holds
+    /// another name's verdict or is being written, and where the file has no verdicts' page.
+    /// Never a verdict by itself: the caller takes it only if `name` leads to that very file
+    /// now ([`Vouched::now`]).
+    pub fn remembered_verdict(&self, name: &[u8]) -> Option<Vouched> {
+        let (w, tag) = self.verdict(name)?;
+        let at = |i: usize| w.get(i).map_or(0, |a| a.load(Ordering::Relaxed));
+        seqlock::read(w.first()?, || {
+            let uid_tag = at(7);
+            let (seq, nanos) = (at(0), at(6));
+            (seq != 0 && (uid_tag >> 32) as u32 == tag).then(|| Vouched {
+                dev: at(1),
+                ino: at(2),
+                size: at(3),
+                mtime: [at(4) as i64, i64::from(nanos as u32)],
+                ctime: [at(5) as i64, i64::from((nanos >> 32) as u32)],
+                uid: uid_tag as u32,
+            })
+        })
+    }
+
+    /// Remembers, for every process of the session, that a check of the program run by the
+    /// name `name` vouched for `v` (evicting whatever shared its entry). Nothing when another
+    /// writer has the entry, or the file has no verdicts' page.
+    pub fn remember_verdict(&self, name: &[u8], v: &Vouched) {
+        let Some((w, tag)) = self.verdict(name) else { return };
+        let Some(seq) = w.first() else { return };
+        let nanos = u64::from(v.mtime[1] as u32) | u64::from(v.ctime[1] as u32) << 32;
+        let words = [
+            v.dev,
+            v.ino,
+            v.size,
+            v.mtime[0] as u64,
+            v.ctime[0] as u64,
+            nanos,
+            u64::from(v.uid) | u64::from(tag) << 32,
+        ];
+        seqlock::write(seq, || {
+            for (to, from) in w.iter().skip(1).zip(words) {
+                to.store(from, Ordering::Relaxed);
+            }
+        });
     }
 
     /// Counts one record that could not be written.
@@ -315,9 +383,9 @@ impl SharedCounters {
 
 impl Drop for SharedCounters {
     fn drop(&mut self) {
-        // SAFETY: `slots` is the start of our own COUNTERS_LEN-byte mapping, and nothing
-        // refers to it once `self` is dropped (the shim never drops a published one).
-        let _ = unsafe { rustix::mm::munmap(self.slots as *mut std::ffi::c_void, COUNTERS_LEN) };
+        // SAFETY: `slots` is the start of our own `len`-byte mapping, and nothing refers to it
+        // once `self` is dropped (the shim never drops a published one).
+        let _ = unsafe { rustix::mm::munmap(self.slots as *mut std::ffi::c_void, self.len) };
     }
 }
 
@@ -372,6 +440,44 @@ mod tests {
         assert_eq!(c.take_born_name(b"/w/b"), None, "another path");
         assert_eq!(c.take_born_name(b"/w/a"), Some((7, 1_000)));
         assert_eq!(c.take_born_name(b"/w/a"), None, "taken");
+    }
+
+    fn vouched(ino: u64) -> Vouched {
+        Vouched { dev: 1, ino, size: 3, mtime: [-4, 999_999_999], ctime: [6, 7], uid: 8 }
+    }
+
+    #[test]
+    fn an_exec_verdict_is_seen_by_every_mapping_of_the_session_for_its_own_name_only() {
+        let t = tempfile::tempdir().unwrap();
+        let a = SharedCounters::open(&t.path().join("counters")).unwrap();
+        let b = SharedCounters::open(&t.path().join("counters")).unwrap();
+        assert_eq!(b.remembered_verdict(b"/usr/bin/git"), None, "nothing yet");
+        a.remember_verdict(b"/usr/bin/git", &vouched(10));
+        assert_eq!(b.remembered_verdict(b"/usr/bin/git"), Some(vouched(10)), "another mapping sees it");
+        // Another name in the same entry: its hash's upper half tells it apart.
+        let other = (0..100_000u32)
+            .map(|i| format!("/usr/bin/p{i}").into_bytes())
+            .find(|n| fnv1a(n) % EXEC_VERDICTS as u64 == fnv1a(b"/usr/bin/git") % EXEC_VERDICTS as u64)
+            .unwrap();
+        assert_eq!(b.remembered_verdict(&other), None, "the entry holds another name's verdict");
+        a.remember_verdict(&other, &vouched(11));
+        assert_eq!(b.remembered_verdict(&other), Some(vouched(11)));
+        assert_eq!(b.remembered_verdict(b"/usr/bin/git"), None, "evicted");
+        assert_eq!(b.remembered_verdict(b""), None);
+    }
+
+    #[test]
+    fn a_counters_file_without_the_verdicts_page_remembers_no_verdict() {
+        use aether_journal::session::{Durability, Header, ensure_layout};
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("s");
+        ensure_layout(&dir, &Header::new("id-1".into(), vec![], "/".into(), "test"), Durability::InKernel).unwrap();
+        // A session made before the second page: one page of counters.
+        std::fs::OpenOptions::new().write(true).open(dir.join("counters")).unwrap().set_len(4096).unwrap();
+        let c = SharedCounters::open_tagged(&dir.join("counters"), Some(b"id-1")).unwrap();
+        c.remember_verdict(b"/usr/bin/git", &vouched(10));
+        assert_eq!(c.remembered_verdict(b"/usr/bin/git"), None);
+        assert_eq!(c.next_id(), 1, "the counters themselves work");
     }
 
     #[test]

@@ -309,16 +309,17 @@ pub fn prepare(
         let argv_now = unsafe { c_strings(argv) };
         // A program this process checked before and that has not changed since is observable
         // without reading it again (crate::execmemo).
-        let mut reason = if crate::execmemo::still_vouched(&program) {
+        let mut reason = if crate::execmemo::still_vouched(&program, Some(&store.counters)) {
             None
         } else {
             let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now, Creds::current());
-            // Kept where the memory outlives the exec: a spawning parent's, a `vfork` child's
-            // (its parent's). A process's own exec replaces its memory: writing there would
-            // only cost a forked shell's child the pages' copies.
-            // (`owns_memory` is a `getpid`: asked only when there is a verdict to keep.)
-            if let Some(v) = vouched.filter(|_| !(record_exec && marks && crate::state::owns_memory())) {
-                crate::execmemo::remember(&program, &v);
+            if let Some(v) = vouched {
+                // For the session always; in this process's own table where its memory
+                // outlives the exec: a spawning parent's, a `vfork` child's (its parent's). A
+                // process's own exec replaces its memory: writing there would only cost a
+                // forked shell's child the pages' copies. (`owns_memory` is a `getpid`.)
+                let own = !(record_exec && marks && crate::state::owns_memory());
+                crate::execmemo::remember(&program, &v, own, Some(&store.counters));
             }
             verdict.err()
         };

@@ -9,18 +9,22 @@
 //! change to the program moves its change time). The table can make a check cheaper, never
 //! different.
 //!
-//! Lock-free like the directory caches ([`crate::dircache`]): a vfork child's exec hook writes
-//! into its parent's memory, which is how the parent learns what its children checked, and a
-//! fork inherits what its parent knew. 16 direct-mapped slots of names up to 248 bytes, each
-//! guarded by a sequence counter.
+//! Two levels. This process's own table, lock-free like the directory caches
+//! ([`crate::dircache`]): a vfork child's exec hook writes into its parent's memory, which is
+//! how the parent learns what its children checked, and a fork inherits what its parent knew
+//! (16 direct-mapped slots of names up to 248 bytes, each guarded by a sequence counter). And
+//! the session's exec verdicts, in the second page of its counters file (see
+//! `SharedCounters::remembered_verdict`), which every process of the session reads and
+//! writes: a shell that forks before each exec checks in the child, whose memory is gone at the
+//! exec, so without them every command a shell runs was checked again.
 //!
-//! What this module cannot do: help a process that forks before each exec (a shell): the
-//! check runs in the child, whose memory is gone at the exec (so such a child does not write
-//! its verdict here at all).
+//! What this module cannot do: help a session whose counters file has no second page (made
+//! before it): its processes remember in their own table only.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aether_journal_recorder::seqlock;
+use aether_journal_recorder::tables::SharedCounters;
 use journal_core::exec_check::Vouched;
 
 const SLOTS: usize = 16;
@@ -81,20 +85,30 @@ fn remembered(name: &[u8]) -> Option<Vouched> {
     })
 }
 
-/// Whether the program `name` is the very file a check of this process vouched for, for the
-/// caller's real uid now: then it is observable without a check. A `stat` and a `getuid` when
-/// the name is remembered, nothing otherwise.
-pub fn still_vouched(name: &[u8]) -> bool {
-    if !ANY.load(Ordering::Acquire) {
-        return false;
-    }
-    let Some(v) = remembered(name) else { return false };
+/// Whether the program `name` is the very file a check of this process, or else of any
+/// process of the session (`session`'s verdicts), vouched for, for the caller's real uid now:
+/// then it is observable without a check. A `stat` and a `getuid` when the name is remembered,
+/// nothing otherwise.
+pub fn still_vouched(name: &[u8], session: Option<&SharedCounters>) -> bool {
+    let own = if ANY.load(Ordering::Acquire) { remembered(name) } else { None };
+    let Some(v) = own.or_else(|| session?.remembered_verdict(name)) else { return false };
     Vouched::now(name, rustix::process::getuid().as_raw()) == Some(v)
 }
 
-/// Remembers that a check of the program `name` vouched for `v` (evicting whatever shared its
-/// slot).
-pub fn remember(name: &[u8], v: &Vouched) {
+/// Remembers that a check of the program `name` vouched for `v`: for the session (in
+/// `session`'s verdicts), and, with `own`, in this process's table (where its memory outlives
+/// the exec: a spawning parent's, a `vfork` child's). Each evicts whatever shared its slot.
+pub fn remember(name: &[u8], v: &Vouched, own: bool, session: Option<&SharedCounters>) {
+    if let Some(counters) = session {
+        counters.remember_verdict(name, v);
+    }
+    if own {
+        remember_own(name, v);
+    }
+}
+
+/// Remembers `v` for `name` in this process's table.
+fn remember_own(name: &[u8], v: &Vouched) {
     if name.is_empty() || name.len() > MAX_NAME {
         return;
     }
@@ -122,22 +136,22 @@ mod tests {
 
     #[test]
     fn a_remembered_verdict_is_returned_for_its_own_name_only() {
-        remember(b"/usr/bin/memo-test-a", &vouched(10));
+        remember_own(b"/usr/bin/memo-test-a", &vouched(10));
         assert_eq!(remembered(b"/usr/bin/memo-test-a"), Some(vouched(10)));
         assert_eq!(remembered(b"/usr/bin/memo-test-"), None, "a prefix");
         assert_eq!(remembered(b"/usr/bin/memo-test-ab"), None, "a longer name");
         // A name of exactly eight bytes and one of nine share their first word.
-        remember(b"12345678", &vouched(11));
+        remember_own(b"12345678", &vouched(11));
         assert_eq!(remembered(b"12345678"), Some(vouched(11)));
         assert_eq!(remembered(b"123456789"), None);
     }
 
     #[test]
     fn empty_and_overlong_names_are_not_remembered() {
-        remember(b"", &vouched(1));
+        remember_own(b"", &vouched(1));
         assert_eq!(remembered(b""), None);
         let long = vec![b'x'; MAX_NAME + 1];
-        remember(&long, &vouched(2));
+        remember_own(&long, &vouched(2));
         assert_eq!(remembered(&long), None);
     }
 
@@ -145,15 +159,21 @@ mod tests {
     fn a_file_is_still_vouched_for_only_while_nothing_about_it_changed() {
         use std::os::unix::ffi::OsStrExt;
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("prog");
-        std::fs::copy("/bin/true", &p).unwrap();
-        let name = p.as_os_str().as_bytes();
-        assert!(!still_vouched(name), "never checked");
-        let uid = rustix::process::getuid().as_raw();
-        remember(name, &Vouched::now(name, uid).unwrap());
-        assert!(still_vouched(name));
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        std::fs::write(&p, b"#!/bin/sh\n").unwrap();
-        assert!(!still_vouched(name), "rewritten since");
+        let session = SharedCounters::open(&t.path().join("counters")).unwrap();
+        // Remembered by this process alone, and by the session alone (as a shell's forked
+        // child, whose memory is gone at its exec, remembers).
+        for (own, shared, prog) in [(true, None, "own"), (false, Some(&session), "shared")] {
+            let p = t.path().join(prog);
+            std::fs::copy("/bin/true", &p).unwrap();
+            let name = p.as_os_str().as_bytes();
+            assert!(!still_vouched(name, Some(&session)), "never checked ({prog})");
+            let uid = rustix::process::getuid().as_raw();
+            remember(name, &Vouched::now(name, uid).unwrap(), own, shared);
+            assert!(still_vouched(name, Some(&session)), "{prog}");
+            assert_eq!(still_vouched(name, None), own, "{prog}: only in this process's own table");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::fs::write(&p, b"#!/bin/sh\n").unwrap();
+            assert!(!still_vouched(name, Some(&session)), "rewritten since ({prog})");
+        }
     }
 }

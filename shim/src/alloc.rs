@@ -311,8 +311,8 @@ const KEYS_IN_DESCRIPTOR: usize = 32;
 /// later threads) and any chunk after it. So a process whose other threads never journal makes
 /// no key: the program's own keys are numbered as without the shim, and a forked shell's
 /// child, whose parent never journaled, does not fault in `pthread_key_create`'s code and the
-/// pages it writes before its exec. A `vfork` child, on its parent thread's memory, arms
-/// that thread's key.
+/// pages it writes before its exec. A `vfork` child, on its parent thread's memory, does as
+/// that thread would.
 fn watch_thread_exit() {
     if crate::state::on_main_thread() {
         return;

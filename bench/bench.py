@@ -571,43 +571,47 @@ def main():
         rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | | |" % spread(over_floor, "%.0f"))
         # The same spawns, paired block by block (bench/progs/spawn_serve.c): a long-lived
         # parent per library, each asked in turn for a block of spawns. The target (issue 23):
-        # the do-nothing library's cost plus 20 us, side by side.
+        # the do-nothing library's cost plus 20 us, side by side. posix_spawn (Python's
+        # subprocess, make, most harnesses), then fork + execve (a shell running a command),
+        # where the child's exec hook journals the exec.
         cycles, block = max(300, 30 * a.runs), 20
-        print("EXEC: %d rotated cycles of %d-spawn blocks from a server per library..." % (cycles, block), file=sys.stderr)
-        servers, sessions = {}, {}
-        for kind in ("bare", "floor", "shim"):
-            env, sessions[kind] = runner.env(kind == "shim")
-            if kind == "floor":
-                env["LD_PRELOAD"] = a.floor
-            servers[kind] = subprocess.Popen([os.path.join(a.progs, "spawn_serve")], env=env, cwd=a.dir,
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for how, flags, what in (("spawn", [], "whole spawn"), ("fork", ["--fork"], "fork + execve")):
+            print("EXEC: %d rotated cycles of %d-%s blocks from a server per library..." % (cycles, block, how),
+                  file=sys.stderr)
+            servers, sessions = {}, {}
+            for kind in ("bare", "floor", "shim"):
+                env, sessions[kind] = runner.env(kind == "shim")
+                if kind == "floor":
+                    env["LD_PRELOAD"] = a.floor
+                servers[kind] = subprocess.Popen([os.path.join(a.progs, "spawn_serve")] + flags, env=env, cwd=a.dir,
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-        def ask(kind):
-            servers[kind].stdin.write("%d\n" % block)
-            servers[kind].stdin.flush()
-            return float(servers[kind].stdout.readline())
+            def ask(kind):
+                servers[kind].stdin.write("%d\n" % block)
+                servers[kind].stdin.flush()
+                return float(servers[kind].stdout.readline())
 
-        for kind in servers:
-            ask(kind)  # each server's start and first spawns, outside the figures
-        blocks = {"bare": [], "floor": [], "shim": []}
-        for i in range(cycles):
-            for kind in rotated(i):
-                blocks[kind].append(ask(kind))
-        for kind, server in servers.items():
-            server.stdin.close()
-            if server.wait() != 0:
-                raise SystemExit("bench: spawn_serve (%s) failed" % kind)
-        execs = journal_records(sessions["shim"], ("exec",))
-        if execs < (cycles + 1) * block:
-            raise SystemExit("bench: the shim's spawn server journaled %d of %d execs" % (execs, (cycles + 1) * block))
-        rmtree(sessions["shim"])
-        paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
-        paired = [s - f for f, s in zip(blocks["floor"], blocks["shim"])]
-        rows.append("| per exec, whole spawn from a preloaded parent, paired blocks (%d cycles of %d spawns from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
-            cycles, block, spread(paired_floor, "%.1f")))
-        rows.append("| per exec, whole spawn, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
-            spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
-        results["EXEC paired"] = {"floor_us": paired_floor, "over_floor_us": paired}
+            for kind in servers:
+                ask(kind)  # each server's start and first spawns, outside the figures
+            blocks = {"bare": [], "floor": [], "shim": []}
+            for i in range(cycles):
+                for kind in rotated(i):
+                    blocks[kind].append(ask(kind))
+            for kind, server in servers.items():
+                server.stdin.close()
+                if server.wait() != 0:
+                    raise SystemExit("bench: spawn_serve %s(%s) failed" % (" ".join(flags), kind))
+            execs = journal_records(sessions["shim"], ("exec",))
+            if execs < (cycles + 1) * block:
+                raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
+            rmtree(sessions["shim"])
+            paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
+            paired = [s - f for f, s in zip(blocks["floor"], blocks["shim"])]
+            rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
+                what, cycles, block, spread(paired_floor, "%.1f")))
+            rows.append("| per exec, %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
+                what, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
+            results["EXEC paired" if how == "spawn" else "EXEC paired fork"] = {"floor_us": paired_floor, "over_floor_us": paired}
         # Counted, not timed: the minor page faults of a spawn (parent and child).
         rows.append("| per exec, minor page faults (median): bare %.1f, do-nothing .so %.1f, shim %.1f | | | | | | | |" % tuple(
             statistics.median(faults[k]) for k in ("bare", "floor", "shim")))

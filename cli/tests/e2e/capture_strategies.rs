@@ -767,6 +767,17 @@ fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
     assert!(imports.len() <= limit, "the shim imports {} symbols (limit {limit}): {imports:?}", imports.len());
 }
 
+/// A copy of /bin/true in the tree (`prog`), left unchanged long enough to be vouched for
+/// (exec_check::Vouched::SETTLED), and the static busybox the tests put in its place.
+fn settled_true_and_busybox(s: &Scratch) -> (std::path::PathBuf, &'static str) {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
+    let prog = s.path("prog");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    (prog, busybox)
+}
+
 #[test]
 fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_one_put_in_its_place_is_named() {
     // Python's subprocess (vfork, like posix_spawn, shares the parent's memory with the exec
@@ -774,13 +785,8 @@ fn a_program_a_process_starts_again_is_read_once_until_it_changes_and_a_static_o
     // once. Then the copy is rewritten in place with a static busybox, put back, and replaced
     // by a static busybox through a rename: each change is read again, and each static run is
     // named unobserved (a remembered verdict taken on the name alone would have missed them).
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
-    let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
     let s = scratch!();
-    let prog = s.path("prog");
-    std::fs::copy("/bin/true", &prog).unwrap();
-    // Only a file left unchanged for a while is remembered (exec_check::Vouched::SETTLED).
-    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    let (prog, busybox) = settled_true_and_busybox(&s);
     let script = s.root.join("starts.py");
     std::fs::write(
         &script,
@@ -1004,13 +1010,8 @@ fn a_program_a_shell_runs_again_is_read_once_for_the_session_until_it_changes() 
     // memory is gone at its exec: the verdict is kept in the session's counters file, where
     // the next child, and the next shell, find it. A static busybox copied over the program in
     // place is read again and named unobserved.
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|p| std::path::Path::new(p).exists());
-    let busybox = busybox.expect("busybox-static is needed by this test; .ci/run installs it");
     let s = scratch!();
-    let prog = s.path("prog");
-    std::fs::copy("/bin/true", &prog).unwrap();
-    // Only a file left unchanged for a while is vouched for (exec_check::Vouched::SETTLED).
-    std::thread::sleep(std::time::Duration::from_millis(2_100));
+    let (prog, busybox) = settled_true_and_busybox(&s);
     let session = s.session("session");
     let p = prog.display();
     let script = format!("{p}; {p}; bash -c '{p}; {p}'; cp {busybox} {p}; {p} >/dev/null 2>&1; true");

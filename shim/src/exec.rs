@@ -309,7 +309,7 @@ pub fn prepare(
         let argv_now = unsafe { c_strings(argv) };
         // A program this process checked before and that has not changed since is observable
         // without reading it again (crate::execmemo).
-        let mut reason = if crate::execmemo::still_vouched(&program, Some(&store.counters)) {
+        let mut reason = if crate::execmemo::still_vouched(&program, &store.counters) {
             None
         } else {
             let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now, Creds::current());
@@ -319,7 +319,7 @@ pub fn prepare(
                 // process's own exec replaces its memory: writing there would only cost a
                 // forked shell's child the pages' copies. (`owns_memory` is a `getpid`.)
                 let own = !(record_exec && marks && crate::state::owns_memory());
-                crate::execmemo::remember(&program, &v, own, Some(&store.counters));
+                crate::execmemo::remember(&program, &v, own, &store.counters);
             }
             verdict.err()
         };

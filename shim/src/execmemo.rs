@@ -89,19 +89,17 @@ fn remembered(name: &[u8]) -> Option<Vouched> {
 /// process of the session (`session`'s verdicts), vouched for, for the caller's real uid now:
 /// then it is observable without a check. A `stat` and a `getuid` when the name is remembered,
 /// nothing otherwise.
-pub fn still_vouched(name: &[u8], session: Option<&SharedCounters>) -> bool {
+pub fn still_vouched(name: &[u8], session: &SharedCounters) -> bool {
     let own = if ANY.load(Ordering::Acquire) { remembered(name) } else { None };
-    let Some(v) = own.or_else(|| session?.remembered_verdict(name)) else { return false };
+    let Some(v) = own.or_else(|| session.remembered_verdict(name)) else { return false };
     Vouched::now(name, rustix::process::getuid().as_raw()) == Some(v)
 }
 
 /// Remembers that a check of the program `name` vouched for `v`: for the session (in
 /// `session`'s verdicts), and, with `own`, in this process's table (where its memory outlives
 /// the exec: a spawning parent's, a `vfork` child's). Each evicts whatever shared its slot.
-pub fn remember(name: &[u8], v: &Vouched, own: bool, session: Option<&SharedCounters>) {
-    if let Some(counters) = session {
-        counters.remember_verdict(name, v);
-    }
+pub fn remember(name: &[u8], v: &Vouched, own: bool, session: &SharedCounters) {
+    session.remember_verdict(name, v);
     if own {
         remember_own(name, v);
     }
@@ -160,20 +158,21 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         let t = tempfile::tempdir().unwrap();
         let session = SharedCounters::open(&t.path().join("counters")).unwrap();
-        // Remembered by this process alone, and by the session alone (as a shell's forked
-        // child, whose memory is gone at its exec, remembers).
-        for (own, shared, prog) in [(true, None, "own"), (false, Some(&session), "shared")] {
+        let other_session = SharedCounters::open(&t.path().join("counters-2")).unwrap();
+        // Remembered by this process and the session, and by the session alone (as a shell's
+        // forked child, whose memory is gone at its exec, remembers).
+        for (own, prog) in [(true, "own"), (false, "shared")] {
             let p = t.path().join(prog);
             std::fs::copy("/bin/true", &p).unwrap();
             let name = p.as_os_str().as_bytes();
-            assert!(!still_vouched(name, Some(&session)), "never checked ({prog})");
+            assert!(!still_vouched(name, &session), "never checked ({prog})");
             let uid = rustix::process::getuid().as_raw();
-            remember(name, &Vouched::now(name, uid).unwrap(), own, shared);
-            assert!(still_vouched(name, Some(&session)), "{prog}");
-            assert_eq!(still_vouched(name, None), own, "{prog}: only in this process's own table");
+            remember(name, &Vouched::now(name, uid).unwrap(), own, &session);
+            assert!(still_vouched(name, &session), "{prog}");
+            assert_eq!(still_vouched(name, &other_session), own, "{prog}: in this process's own table");
             std::thread::sleep(std::time::Duration::from_millis(10));
             std::fs::write(&p, b"#!/bin/sh\n").unwrap();
-            assert!(!still_vouched(name, Some(&session)), "rewritten since ({prog})");
+            assert!(!still_vouched(name, &session), "rewritten since ({prog})");
         }
     }
 }

@@ -57,10 +57,10 @@ pub const COUNTERS_FILE: &str = "counters";
 /// State file name.
 pub const STATE_FILE: &str = "state.json";
 /// Size of the counters page: the first page of the counters file (see
-/// [`COUNTERS_FILE_LEN`]), all that readers and the supervisor map.
+/// [`COUNTERS_FILE_LEN`]), all that readers and the supervisor use.
 pub const COUNTERS_LEN: usize = 4096;
 /// Size of the counters file: the counters page, then a page of exec verdicts (see
-/// `internal::counters::SLOT_EXEC_VERDICTS`), which only the shim maps. A session made before
+/// `internal::counters::SLOT_EXEC_VERDICTS`), which only the shim uses. A session made before
 /// the second page has a file of [`COUNTERS_LEN`] bytes, and its processes check every exec.
 pub const COUNTERS_FILE_LEN: usize = 2 * COUNTERS_LEN;
 /// Capture index file name.

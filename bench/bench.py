@@ -575,7 +575,8 @@ def main():
         # subprocess, make, most harnesses), then fork + execve (a shell running a command),
         # where the child's exec hook journals the exec.
         cycles, block = max(300, 30 * a.runs), 20
-        for how, flags, what in (("spawn", [], "whole spawn"), ("fork", ["--fork"], "fork + execve")):
+        for how, flags, what, key in (("spawn", [], "whole spawn", "EXEC paired"),
+                                      ("fork", ["--fork"], "fork + execve", "EXEC paired fork")):
             print("EXEC: %d rotated cycles of %d-%s blocks from a server per library..." % (cycles, block, how),
                   file=sys.stderr)
             servers, sessions = {}, {}
@@ -611,7 +612,7 @@ def main():
                 what, cycles, block, spread(paired_floor, "%.1f")))
             rows.append("| per exec, %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
                 what, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
-            results["EXEC paired" if how == "spawn" else "EXEC paired fork"] = {"floor_us": paired_floor, "over_floor_us": paired}
+            results[key] = {"floor_us": paired_floor, "over_floor_us": paired}
         # Counted, not timed: the minor page faults of a spawn (parent and child).
         rows.append("| per exec, minor page faults (median): bare %.1f, do-nothing .so %.1f, shim %.1f | | | | | | | |" % tuple(
             statistics.median(faults[k]) for k in ("bare", "floor", "shim")))

@@ -57,10 +57,9 @@ fn thread_pointer() -> usize {
 }
 
 /// Records that this process owns the store's descriptors and caches its ids and its main
-/// thread's pointer. Called only
-/// where no memory is shared with another process: in the constructor (a fresh image) and in
-/// the `pthread_atfork` child handler (a real fork). Never from a hook, which may run in a
-/// `vfork` child sharing its parent's memory.
+/// thread's pointer. Called only where no memory is shared with another process: in the
+/// constructor (a fresh image) and in the `pthread_atfork` child handler (a real fork). Never
+/// from a hook, which may run in a `vfork` child sharing its parent's memory.
 pub fn adopt_store_after_fork() {
     MAIN_THREAD.store(thread_pointer(), Ordering::Relaxed);
     OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);

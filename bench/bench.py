@@ -43,6 +43,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 TREE_DIRS, TREE_FILES_PER_DIR = 200, 100  # 20,000 files
@@ -580,10 +581,15 @@ def main():
             print("EXEC: %d rotated cycles of %d-%s blocks from a server per library..." % (cycles, block, how),
                   file=sys.stderr)
             servers, sessions = {}, {}
-            for kind in ("bare", "floor", "shim"):
+            kinds = ("bare", "floor", "least", "shim")
+            least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
+            for kind in kinds:
                 env, sessions[kind] = runner.env(kind == "shim")
                 if kind == "floor":
                     env["LD_PRELOAD"] = a.floor
+                if kind == "least":
+                    env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
+                    env["LEAST_JOURNAL_DIR"] = least_dir
                 servers[kind] = subprocess.Popen([os.path.join(a.progs, "spawn_serve")] + flags, env=env, cwd=a.dir,
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -594,9 +600,9 @@ def main():
 
             for kind in servers:
                 ask(kind)  # each server's start and first spawns, outside the figures
-            blocks = {"bare": [], "floor": [], "shim": []}
+            blocks = {kind: [] for kind in kinds}
             for i in range(cycles):
-                for kind in rotated(i):
+                for kind in rotated(i, kinds):
                     blocks[kind].append(ask(kind))
             for kind, server in servers.items():
                 server.stdin.close()
@@ -606,13 +612,21 @@ def main():
             if execs < (cycles + 1) * block:
                 raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
             rmtree(sessions["shim"])
+            with open(os.path.join(least_dir, "journal"), "rb") as f:
+                least_execs = f.read().count(b"\n")
+            if least_execs < (cycles + 1) * block:
+                raise SystemExit("bench: least_journal's %s server journaled %d of %d execs" % (how, least_execs, (cycles + 1) * block))
+            rmtree(least_dir)
             paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
+            paired_least = [x - f for f, x in zip(blocks["floor"], blocks["least"])]
             paired = [s - f for f, s in zip(blocks["floor"], blocks["shim"])]
             rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
                 what, cycles, block, spread(paired_floor, "%.1f")))
             rows.append("| per exec, %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
                 what, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
-            results[key] = {"floor_us": paired_floor, "over_floor_us": paired}
+            rows.append("| per exec, %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
+                what, spread(paired_least, "%.1f")))
+            results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least}
         # Counted, not timed: the minor page faults of a spawn (parent and child).
         rows.append("| per exec, minor page faults (median): bare %.1f, do-nothing .so %.1f, shim %.1f | | | | | | | |" % tuple(
             statistics.median(faults[k]) for k in ("bare", "floor", "shim")))

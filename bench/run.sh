@@ -26,6 +26,8 @@ fi
 # The floor for per-exec cost: a preload library that does nothing at all.
 echo 'int aether_journal_bench_nothing(void) { return 0; }' > "$progs/nothing.c"
 cc -O2 -shared -fPIC -o "$progs/libnothing.so" "$progs/nothing.c"
+# And the least a library that journals every exec does (EXEC's paired rows).
+cc -O2 -shared -fPIC -o "$progs/libleast_journal.so" "$here/bench/progs/least_journal.c"
 
 img="${BENCH_IMAGE:-/var/tmp/aether-journal-bench.img}"
 mnt="${BENCH_DIR:-/var/tmp/aether-journal-bench}"

@@ -1,0 +1,127 @@
+/* The least a preload library can do to journal every exec before the program runs, for bench
+ * EXEC's paired rows: what of the per-exec target (the do-nothing library's cost plus 20 us) is
+ * left for everything else the shim does. Not a journal anyone could undo from.
+ *
+ * - posix_spawn: the parent stats the program, spawns, then takes an id from a shared counter
+ *   page and appends one record (time, pids, program, argv[0], working directory) with one
+ *   write(2). The child runs none of this library's code (glibc's child calls execve itself).
+ * - fork + execve: the forked child's execve does the same before the exec. The parent opens
+ *   the journal and maps the counters before it forks (pthread_atfork), as the shim does, so
+ *   the child inherits both.
+ *
+ * Every call in the hooks is a raw system call and every byte is formatted by hand on the
+ * stack: a forked child pays a page fault for each page of code or data it touches first, and
+ * a libc function it had not called yet is one more. The session directory is
+ * LEAST_JOURNAL_DIR (no journaling without it); `journal` and `counters` are made there.
+ *
+ * What it cannot do: anything the shim does besides writing the record: check the program,
+ * resolve names, keep the environment, journal a change, or survive a program that closes
+ * its descriptors. x86-64 only. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static int journal = -1;
+static volatile unsigned long *counters;
+static int (*real_posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+                               const posix_spawnattr_t *, char *const[], char *const[]);
+
+static long raw(long nr, long a, long b, long c, long d) {
+    long r;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+    return r;
+}
+
+static char *put(char *o, const char *s) {
+    while (*s) *o++ = *s++;
+    return o;
+}
+
+static char *num(char *o, unsigned long v) {
+    char t[24];
+    int n = 0;
+    do t[n++] = '0' + v % 10; while (v /= 10);
+    while (n) *o++ = t[--n];
+    return o;
+}
+
+/* Opens the session's journal and maps its counters, once per process (in the parent). */
+static void open_store(void) {
+    const char *dir = getenv("LEAST_JOURNAL_DIR");
+    if (journal >= 0 || !dir) return;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/counters", dir);
+    int c = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (c < 0 || ftruncate(c, 4096) != 0) return;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, c, 0);
+    close(c);
+    if (m == MAP_FAILED) return;
+    counters = m;
+    snprintf(p, sizeof p, "%s/journal", dir);
+    journal = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+__attribute__((constructor)) static void start(void) { pthread_atfork(open_store, NULL, NULL); }
+
+/* Appends the exec record of `path` (child: its pid, or 0 for the caller's own exec). */
+static void journal_exec(const char *call, const char *path, char *const argv[], long child) {
+    if (journal < 0) return;
+    unsigned long seq = __atomic_add_fetch(&counters[1], 1, __ATOMIC_SEQ_CST);
+    struct timespec t;
+    raw(SYS_clock_gettime, CLOCK_REALTIME, (long)&t, 0, 0);
+    char cwd[4096];
+    if (raw(SYS_getcwd, (long)cwd, sizeof cwd, 0, 0) < 0) cwd[0] = 0;
+    char line[8192 + 4096], *o = line;
+    o = put(o, "0000000000000000 {\"v\":1,\"seq\":");
+    o = num(o, seq);
+    o = put(o, ",\"time\":\"");
+    o = num(o, t.tv_sec);
+    o = put(o, ".");
+    o = num(o, t.tv_nsec);
+    o = put(o, "\",\"pid\":");
+    o = num(o, raw(SYS_getpid, 0, 0, 0, 0));
+    o = put(o, ",\"ppid\":");
+    o = num(o, raw(SYS_getppid, 0, 0, 0, 0));
+    o = put(o, ",\"call\":\"");
+    o = put(o, call);
+    o = put(o, "\",\"op\":{\"kind\":\"exec\",\"program\":\"");
+    o = put(o, path);
+    o = put(o, "\",\"argv\":[\"");
+    o = put(o, argv[0] ? argv[0] : "");
+    o = put(o, "\"],\"cwd\":\"");
+    o = put(o, cwd);
+    o = put(o, "\",\"child\":");
+    o = num(o, child);
+    o = put(o, "}}\n");
+    raw(SYS_write, journal, (long)line, o - line, 0);
+}
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+    char st[256];
+    raw(SYS_newfstatat, AT_FDCWD, (long)path, (long)st, 0);
+    journal_exec("execve", path, argv, 0);
+    long r = raw(SYS_execve, (long)path, (long)argv, (long)envp, 0);
+    errno = (int)-r;
+    return -1;
+}
+
+int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+                const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (!real_posix_spawn) real_posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
+    open_store();
+    char st[256];
+    raw(SYS_newfstatat, AT_FDCWD, (long)path, (long)st, 0);
+    int r = real_posix_spawn(pid, path, actions, attr, argv, envp);
+    if (r == 0) journal_exec("posix_spawn", path, argv, *pid);
+    return r;
+}

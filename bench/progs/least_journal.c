@@ -16,7 +16,7 @@
  *
  * What it cannot do: anything the shim does besides writing the record: check the program,
  * resolve names, keep the environment, journal a change, or survive a program that closes
- * its descriptors. x86-64 only. */
+ * its descriptors. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -35,11 +35,18 @@ static volatile unsigned long *counters;
 static int (*real_posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                                const posix_spawnattr_t *, char *const[], char *const[]);
 
+/* A system call without libc's wrapper (whose code a forked child would fault in); elsewhere
+ * than on x86-64, through libc's `syscall`. Returns the kernel's value (minus an errno). */
 static long raw(long nr, long a, long b, long c, long d) {
+#if defined(__x86_64__)
     long r;
     register long r10 __asm__("r10") = d;
     __asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
     return r;
+#else
+    long r = syscall(nr, a, b, c, d);
+    return r < 0 ? -errno : r;
+#endif
 }
 
 static char *put(char *o, const char *s) {

@@ -49,8 +49,11 @@ static long raw(long nr, long a, long b, long c, long d) {
 #endif
 }
 
+/* Copies `s` to `o`: at most NAME_MAX_COPY bytes of it (a longer name is cut, so that the line
+ * below always holds a record). */
+#define NAME_MAX_COPY 4096
 static char *put(char *o, const char *s) {
-    while (*s) *o++ = *s++;
+    for (int n = 0; *s && n < NAME_MAX_COPY; n++) *o++ = *s++;
     return o;
 }
 
@@ -88,7 +91,9 @@ static void journal_exec(const char *call, const char *path, char *const argv[],
     raw(SYS_clock_gettime, CLOCK_REALTIME, (long)&t, 0, 0);
     char cwd[4096];
     if (raw(SYS_getcwd, (long)cwd, sizeof cwd, 0, 0) < 0) cwd[0] = 0;
-    char line[8192 + 4096], *o = line;
+    /* Three names (program, argv[0], working directory) of at most NAME_MAX_COPY bytes each,
+     * the literals and five numbers. */
+    char line[3 * NAME_MAX_COPY + 1024], *o = line;
     o = put(o, "0000000000000000 {\"v\":1,\"seq\":");
     o = num(o, seq);
     o = put(o, ",\"time\":\"");

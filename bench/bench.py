@@ -573,9 +573,9 @@ def main():
         # The same spawns, paired block by block (bench/progs/spawn_serve.c): a long-lived
         # parent per library, each asked in turn for a block of spawns. The target (issue 23):
         # the do-nothing library's cost plus 20 us, side by side; beside it, what the least a
-        # library journaling each exec does costs (bench/progs/least_journal.c). posix_spawn (Python's
-        # subprocess, make, most harnesses), then fork + execve (a shell running a command),
-        # where the child's exec hook journals the exec.
+        # library journaling each exec does costs (bench/progs/least_journal.c). posix_spawn
+        # (Python's subprocess, make, most harnesses), then fork + execve (a shell running a
+        # command), where the child's exec hook journals the exec.
         cycles, block = max(300, 30 * a.runs), 20
         for how, flags, what, key in (("spawn", [], "whole spawn", "EXEC paired"),
                                       ("fork", ["--fork"], "fork + execve", "EXEC paired fork")):

@@ -112,6 +112,22 @@ pub unsafe fn raw(nr: c_long, a: [usize; 5], mark: u64) -> isize {
     }
 }
 
+/// The wall-clock time for a record, asked of the kernel by a system call rather than read
+/// through the vDSO as libc's `clock_gettime` does. A shell's forked child, whose page tables
+/// hold none of the parent's code, would otherwise fault in libc's `clock_gettime` and the
+/// vDSO for the exec's record alone: two page faults, 2-3 us each on the development machine,
+/// against about 0.1 us for the call. Falls back on libc's if the call fails.
+pub fn wall_clock() -> std::time::SystemTime {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, at the address of `ts`, which lives for the
+    // call. Not a watched call: no marker.
+    let r = unsafe { raw(libc::SYS_clock_gettime, [libc::CLOCK_REALTIME as usize, &raw mut ts as usize, 0, 0, 0], 0) };
+    match (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) {
+        (Ok(s), Ok(ns)) if r == 0 && ns < 1_000_000_000 => std::time::UNIX_EPOCH + std::time::Duration::new(s, ns),
+        _ => std::time::SystemTime::now(),
+    }
+}
+
 /// [`raw`], with the libc convention for the result: -1 and errno on failure.
 ///
 /// # Safety
@@ -358,4 +374,17 @@ pub fn rename(old_dir: BorrowedFd<'_>, old: &[u8], new_dir: BorrowedFd<'_>, new:
     journal_core::capture::with_c_path(old, |o| {
         journal_core::capture::with_c_path(new, |n| Marked.renameat(old_dir, o, new_dir, n, RenameFlags::empty()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_records_time_is_the_wall_clock_libc_reads() {
+        for _ in 0..100 {
+            let before = std::time::SystemTime::now();
+            let t = super::wall_clock();
+            let after = std::time::SystemTime::now();
+            assert!(before <= t && t <= after, "{before:?} <= {t:?} <= {after:?}");
+        }
+    }
 }

@@ -584,7 +584,7 @@ impl Store {
 
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
-        let env = Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call };
+        let env = Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call };
         let line = journal_core::internal::encode_fields(&env, &op);
         if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
             return seq;
@@ -620,7 +620,7 @@ impl Store {
             pid => (pid, OWNER_PPID.load(Ordering::Relaxed)),
         };
         let env =
-            Envelope { seq, time: std::time::SystemTime::now(), pid, ppid, prog_json: &self.prog_json, call: "mark" };
+            Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call: "mark" };
         let line = journal_core::internal::encode_fields(&env, &op);
         let mut path = self.session_canon.clone();
         path.extend_from_slice(b"/");

@@ -14,6 +14,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/variadic.c");
+    println!("cargo:rerun-if-changed=src/thread.c");
     // What starting touches, on as few pages as possible (see the script's comment).
     let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("startup.ld");
@@ -37,7 +38,7 @@ fn main() {
     println!("cargo:rustc-link-arg-cdylib=-Wl,-T,{}", hot.display());
     let build = cc::Build::new();
     let compiler = build.get_compiler();
-    build.clone().file("src/variadic.c").warnings(true).compile("aether_journal_variadic");
+    build.clone().file("src/variadic.c").file("src/thread.c").warnings(true).compile("aether_journal_variadic");
 
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let eh = Command::new(compiler.path())

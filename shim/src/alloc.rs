@@ -40,6 +40,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::thread::Local;
+
 const HEADER: usize = 16;
 const CHUNK: usize = crate::lazymap::ARENA_FIRST;
 const FROM_SYSTEM: usize = 0;
@@ -57,19 +59,19 @@ struct Chunk {
     live: AtomicUsize,
 }
 
+/// A thread's arena: its newest chunk and where the next block starts in it (in the
+/// thread's state, `thread.rs`; all zeroes: no chunk yet).
 #[derive(Clone, Copy)]
-struct Arena {
+pub struct Arena {
     /// Newest chunk (null: none yet).
     chunk: *mut Chunk,
     /// Next free byte in it.
     bump: usize,
 }
 
-thread_local! {
-    static ARENA: Cell<Arena> = const { Cell::new(Arena { chunk: std::ptr::null_mut(), bump: 0 }) };
-    static PERSISTENT: Cell<bool> = const { Cell::new(false) };
-    static PERMANENT: Cell<bool> = const { Cell::new(false) };
-}
+static ARENA: Local<Arena> = Local::new(|t| &t.arena);
+static PERSISTENT: Local<bool> = Local::new(|t| &t.persistent);
+static PERMANENT: Local<bool> = Local::new(|t| &t.permanent);
 
 /// The region [`permanent`] allocates from: a header at the start of an anonymous mapping.
 #[repr(C)]
@@ -253,38 +255,36 @@ pub fn reset_arena() {
 /// If nothing in this thread's arena is live, unmaps its chunks (all of them with `give_back`,
 /// else all but the oldest, which the arena starts over in) and returns true.
 fn start_over(give_back: bool) -> bool {
-    ARENA
-        .try_with(|cell| {
-            let a = cell.get();
-            let mut c = a.chunk;
-            while !c.is_null() {
-                // SAFETY: every chunk on the chain is mapped until unmapped below.
-                if unsafe { (*c).live.load(Ordering::Acquire) } != 0 {
-                    return false;
-                }
-                // SAFETY: as above.
-                c = unsafe { (*c).prev };
+    ARENA.with(|cell| {
+        let a = cell.get();
+        let mut c = a.chunk;
+        while !c.is_null() {
+            // SAFETY: every chunk on the chain is mapped until unmapped below.
+            if unsafe { (*c).live.load(Ordering::Acquire) } != 0 {
+                return false;
             }
-            let mut c = a.chunk;
-            // SAFETY: walking our own chain; each chunk is unmapped once, after reading `prev`.
-            unsafe {
-                while !c.is_null() && (give_back || !(*c).prev.is_null()) {
-                    let prev = (*c).prev;
-                    if crate::lazymap::is_arena_first(c.cast()) {
-                        // Never unmapped (it is part of the on-demand memory): free for the
-                        // next thread whose arena starts.
-                        ARENA_FIRST_TAKEN.store(false, Ordering::Release);
-                    } else {
-                        let _ = rustix::mm::munmap(c.cast(), (*c).size);
-                    }
-                    c = prev;
+            // SAFETY: as above.
+            c = unsafe { (*c).prev };
+        }
+        let mut c = a.chunk;
+        // SAFETY: walking our own chain; each chunk is unmapped once, after reading `prev`.
+        unsafe {
+            while !c.is_null() && (give_back || !(*c).prev.is_null()) {
+                let prev = (*c).prev;
+                if crate::lazymap::is_arena_first(c.cast()) {
+                    // Never unmapped (it is part of the on-demand memory): free for the
+                    // next thread whose arena starts.
+                    ARENA_FIRST_TAKEN.store(false, Ordering::Release);
+                } else {
+                    let _ = rustix::mm::munmap(c.cast(), (*c).size);
                 }
+                c = prev;
             }
-            let bump = if c.is_null() { 0 } else { c as usize + std::mem::size_of::<Chunk>() };
-            cell.set(Arena { chunk: c, bump });
-            true
-        })
-        .unwrap_or(false)
+        }
+        let bump = if c.is_null() { 0 } else { c as usize + std::mem::size_of::<Chunk>() };
+        cell.set(Arena { chunk: c, bump });
+        true
+    })
 }
 
 /// The pthread key whose destructor gives an exiting thread's arena back: [`NO_KEY`] until a
@@ -345,7 +345,7 @@ unsafe extern "C" fn give_back_at_exit(_: *mut libc::c_void) {
     if !start_over(true) {
         // Still referenced from elsewhere (a block handed to another thread): keep the chain,
         // stop using it.
-        let _ = ARENA.try_with(|cell| cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 }));
+        ARENA.with(|cell| cell.set(Arena { chunk: std::ptr::null_mut(), bump: 0 }));
     }
     drop(guard);
 }

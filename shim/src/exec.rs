@@ -13,7 +13,6 @@
 //! environment argument; when theirs has lost the shim, the command is journaled as
 //! unobserved instead.
 
-use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -377,22 +376,20 @@ fn nested_session(argv: &[&[u8]], cwd: &[u8]) -> UnobservedReason {
     UnobservedReason::NestedSession { subcommand: String::from_utf8_lossy(sub).into_owned(), dir }
 }
 
-thread_local! {
-    /// The replacement environment an exec of this thread is running with (or, once that exec
-    /// succeeded in a `vfork` child, ran with). A `vfork` child runs on its parent thread's
-    /// memory, this slot included, and never returns from a successful exec to free the block
-    /// it allocated in the parent's heap: the parent thread frees it on its next exec hook,
-    /// by when the child has exec'd or exited. Without this, a harness passing a clean `env=`
-    /// to Python's `subprocess` lost about 1 KiB per command. A `const` Cell without a
-    /// destructor: safe in a signal handler and during thread exit.
-    static LEFT_BEHIND: Cell<*mut EnvBlock> = const { Cell::new(std::ptr::null_mut()) };
-}
+/// The replacement environment an exec of this thread is running with (or, once that exec
+/// succeeded in a `vfork` child, ran with). A `vfork` child runs on its parent thread's memory,
+/// this slot included, and never returns from a successful exec to free the block it allocated
+/// in the parent's heap: the parent thread frees it on its next exec hook, by when the child
+/// has exec'd or exited. Without this, a harness passing a clean `env=` to Python's
+/// `subprocess` lost about 1 KiB per command. In the thread's state (`thread.rs`): safe in a
+/// signal handler and during thread exit.
+static LEFT_BEHIND: crate::thread::Local<*mut EnvBlock> = crate::thread::Local::new(|t| &t.left_behind);
 
 /// Frees the environment block a `vfork` child of this thread left behind, if any. With the
 /// system allocator: in an exec hook that runs in a signal handler, this joins the `malloc`
 /// that building a replacement environment already makes there (README, Reliability).
 fn free_left_behind() {
-    let p = LEFT_BEHIND.try_with(|c| c.replace(std::ptr::null_mut())).unwrap_or(std::ptr::null_mut());
+    let p = LEFT_BEHIND.with(|c| c.replace(std::ptr::null_mut()));
     if !p.is_null() {
         // SAFETY: only exec_with_env stores here, a pointer from Box::into_raw that nothing
         // else frees; the exec that used it has replaced the child's image or returned (and
@@ -407,10 +404,10 @@ fn free_left_behind() {
 pub fn exec_with_env(block: Box<EnvBlock>, exec: impl FnOnce(*const *const c_char) -> libc::c_int) -> libc::c_int {
     let env = block.as_ptr();
     let raw = Box::into_raw(block);
-    let parked = LEFT_BEHIND.try_with(|c| c.replace(raw)).is_ok();
+    LEFT_BEHIND.with(|c| c.set(raw));
     let r = exec(env);
     let err = errno();
-    let mine = if parked { LEFT_BEHIND.try_with(|c| c.replace(std::ptr::null_mut())) == Ok(raw) } else { true };
+    let mine = LEFT_BEHIND.with(|c| c.replace(std::ptr::null_mut())) == raw;
     if mine {
         // SAFETY: `raw` came from Box::into_raw above, and the slot still held it: nothing
         // freed it meanwhile.

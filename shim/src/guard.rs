@@ -27,9 +27,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
+static BUSY: crate::thread::Local<bool> = crate::thread::Local::new(|t| &t.busy);
 
 /// Whether the program has ever installed a handler for an asynchronous signal. One-way: a
 /// handler removed later costs nothing but the masking it keeps switched on.
@@ -96,16 +94,7 @@ impl Guard {
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             old
         });
-        let entered = BUSY
-            .try_with(|b| {
-                if b.get() {
-                    false
-                } else {
-                    b.set(true);
-                    true
-                }
-            })
-            .unwrap_or(false);
+        let entered = BUSY.with(|b| !b.replace(true));
         if !entered {
             restore_mask(&old_mask);
             return None;
@@ -132,26 +121,40 @@ impl Drop for Guard {
         // Still inside the guard: a signal handler's hook arriving while the chunks are being
         // unmapped would otherwise allocate from (or start over) a chunk already gone.
         crate::alloc::reset_arena();
-        let _ = BUSY.try_with(|b| b.set(false));
+        BUSY.with(|b| b.set(false));
         restore_mask(&self.old_mask);
     }
 }
 
 /// Whether this thread is inside the shim's own work.
 pub fn busy() -> bool {
-    BUSY.try_with(Cell::get).unwrap_or(false)
+    BUSY.with(Cell::get)
+}
+
+/// Where the calling thread's errno lives: asked of libc once per thread and kept in the
+/// thread's state (a forked child, whose thread is its parent's, keeps its parent thread's
+/// answer, which stays right: the child's memory is a copy at the same addresses).
+fn errno_at() -> *mut libc::c_int {
+    let slot = &crate::thread::here().errno_at;
+    let mut at = slot.get();
+    if at.is_null() {
+        // SAFETY: __errno_location has no preconditions.
+        at = unsafe { libc::__errno_location() };
+        slot.set(at);
+    }
+    at
 }
 
 /// The calling thread's errno.
 pub fn errno() -> i32 {
-    // SAFETY: __errno_location always returns a valid pointer to the calling thread's errno.
-    unsafe { *libc::__errno_location() }
+    // SAFETY: errno_at is the calling thread's errno, valid for the thread's life.
+    unsafe { *errno_at() }
 }
 
 /// Sets the calling thread's errno.
 pub fn set_errno(e: i32) {
     // SAFETY: as in `errno`; writing the thread's own errno is what the location is for.
-    unsafe { *libc::__errno_location() = e }
+    unsafe { *errno_at() = e }
 }
 
 #[cfg(test)]

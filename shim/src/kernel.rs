@@ -251,12 +251,9 @@ impl FsCalls for Marked {
 
 // ----- passes -----
 
-thread_local! {
-    /// The cookie of this thread's pass while it holds one, else 0. Its address is what the
-    /// pass publishes: a const-initialised thread-local without destructor, so it lives at one
-    /// address for the thread's whole life.
-    static COOKIE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
+/// The cookie of this thread's pass while it holds one, else 0. Its address is what the pass
+/// publishes: in the thread's state (`thread.rs`), at one address for the thread's whole life.
+static COOKIE: crate::thread::Local<u64> = crate::thread::Local::new(|t| &t.cookie);
 
 /// The cookie a pass of thread `tid` holds under marker `mark` (the supervisor computes the
 /// same).
@@ -275,7 +272,7 @@ pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() ->
     let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
     let slot = counters.claim_pass(tid);
     if let Some(slot) = slot {
-        let _ = COOKIE.try_with(|c| {
+        COOKIE.with(|c| {
             c.set(cookie(m, tid));
             counters.publish_pass(slot, c as *const std::cell::Cell<u64> as u64);
         });
@@ -283,16 +280,14 @@ pub fn with_pass<R>(counters: &crate::state::SharedCounters, f: impl FnOnce() ->
     let out = f();
     if let Some(slot) = slot {
         counters.release_pass(slot);
-        let _ = COOKIE.try_with(|c| c.set(0));
+        COOKIE.with(|c| c.set(0));
     }
     out
 }
 
-thread_local! {
-    /// A spawn pass's cookie (see [`SpawnPass`]): the cookie word and the `argv` pointer
-    /// of the spawn. Const-initialised, without destructor, at one address for the thread's life.
-    static SPAWN_COOKIE: std::cell::Cell<[u64; 2]> = const { std::cell::Cell::new([0, 0]) };
-}
+/// A spawn pass's cookie (see [`SpawnPass`]): the cookie word and the `argv` pointer of the
+/// spawn. In the thread's state (`thread.rs`), at one address for the thread's life.
+static SPAWN_COOKIE: crate::thread::Local<[u64; 2]> = crate::thread::Local::new(|t| &t.spawn_cookie);
 
 /// A *spawn pass*, held by a thread inside `posix_spawn`, whose child, on this thread's
 /// memory, makes its exec itself, unmarked: the supervisor lets through, without journaling
@@ -315,12 +310,10 @@ impl SpawnPass {
         }
         let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let pass = SpawnPass { counters, slot: counters.claim_spawn_pass(tid)? };
-        SPAWN_COOKIE
-            .try_with(|c| {
-                c.set([journal_core::internal::counters::spawn_pass_cookie(m, tid), argv as u64]);
-                counters.publish_pass(pass.slot, c.as_ptr() as u64);
-            })
-            .ok()?;
+        SPAWN_COOKIE.with(|c| {
+            c.set([journal_core::internal::counters::spawn_pass_cookie(m, tid), argv as u64]);
+            counters.publish_pass(pass.slot, c.as_ptr() as u64);
+        });
         Some(pass)
     }
 }
@@ -328,7 +321,7 @@ impl SpawnPass {
 impl Drop for SpawnPass {
     fn drop(&mut self) {
         self.counters.release_pass(self.slot);
-        let _ = SPAWN_COOKIE.try_with(|c| c.set([0, 0]));
+        SPAWN_COOKIE.with(|c| c.set([0, 0]));
     }
 }
 

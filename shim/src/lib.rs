@@ -37,6 +37,7 @@ mod real;
 mod segment;
 mod state;
 mod tempname;
+mod thread;
 
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};

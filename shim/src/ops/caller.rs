@@ -208,10 +208,8 @@ fn remember_parent(t: &Target<'_>) {
     }
 }
 
-thread_local! {
-    /// Set by a hook whose call may change where directory paths lead; taken after the call.
-    static NAMES_AFTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set by a hook whose call may change where directory paths lead; taken after the call.
+static NAMES_AFTER: crate::thread::Local<bool> = crate::thread::Local::new(|t| &t.names_after);
 
 /// After the real call of a hook whose work told the session a directory path may lead
 /// elsewhere: tells it again, now that the call has taken effect.

@@ -96,13 +96,15 @@ def pattern(name):
 
 
 patterns = []
-matched = collections.Counter()  # pattern -> the bytes of code it places
+matched, instances = collections.Counter(), collections.Counter()  # pattern -> bytes, functions it places
 for name in defined:
     matched[pattern(name)] += sizes[name]
+    instances[pattern(name)] += 1
 # A pattern matching many large instances of a generic (each hook's `open_mutating`, every
 # closure's `call_once`: 40 and 14 KiB) would bring them all into the forked child's windows,
 # where it runs one of them: those keep their place by count.
-first = sorted(((n, c) for n, c in forked.items() if matched[pattern(n)] <= 4096), key=lambda kv: (-kv[1], kv[0]))
+first = sorted(((n, c) for n, c in forked.items() if instances[pattern(n)] == 1 or matched[pattern(n)] <= 4096),
+               key=lambda kv: (-kv[1], kv[0]))
 rest = sorted(processes.items(), key=lambda kv: (-kv[1], kv[0]))
 for name, _ in first + rest:
     if name in defined and not name.startswith(("_init", "_fini")) and pattern(name) not in patterns:

@@ -1115,16 +1115,22 @@ fn a_file_tar_creates_costs_no_stat_of_its_name_or_directory_and_no_fstat_for_it
             &["tar".as_ref(), "xf".as_ref(), archive.as_os_str()],
         )
     };
-    let (one, two) = (count(50), count(100));
+    let one = count(50);
+    let started = std::time::Instant::now();
+    let two = count(100);
+    let took_ms = started.elapsed().as_millis() as i64;
     let more = |name: &str| two.get(name).copied().unwrap_or(0) as i64 - one.get(name).copied().unwrap_or(0) as i64;
     // The inode is learned with statx (its birth time marks it born in the session).
     assert_eq!(more("fstat") + more("statx"), 50, "one fstat or statx for 50 more files: {one:?} {two:?}");
     assert_eq!(more("write"), 50, "write for 50 more files (tar's own: one each): {one:?} {two:?}");
     // tar creates with O_EXCL in a directory it has just named: the new name is not looked at
     // (the exclusive create), nor the directory (its remembered path, looked at again only
-    // once it is 10 ms old: a few times a run under strace). Without either, 50 or 100 more.
+    // once it is 10 ms old: a few times a run under strace, more on a loaded machine, where
+    // the larger run takes longer: at most once per 10 ms of it). Without either, 50 or 100
+    // more.
     let stats = more("newfstatat") + more("lstat") + more("stat");
-    assert!(stats < 25, "{stats} stat calls for 50 more files: {one:?} {two:?}");
+    let allowed = 15 + took_ms / 10;
+    assert!(stats < allowed, "{stats} stat calls for 50 more files in {took_ms} ms: {one:?} {two:?}");
     assert_eq!(two.get("rt_sigprocmask"), None, "signal masking without a handler: {two:?}");
     assert_eq!(walk_files(&s.path("x100")), 100);
     // A program that has a handler still has its signals held back around the shim's work.

@@ -70,7 +70,8 @@ try:
         processes.update(seen)
         parts[pid, cmd].append((part, trigger, seen))
     # A forked child's dumps: the one its fork handler's entry ended (its parent's history) is
-    # followed by what the child ran until its exec.
+    # followed by what the child ran until its exec (or its end, for a subshell that runs no
+    # program).
     for dumps in parts.values():
         dumps.sort(key=lambda d: d[0])
         child, path = False, set()

@@ -30,7 +30,7 @@
 
 use crate::internal::counters::{SLOT_BYTES_KEPT, SLOT_LAST_ID, SLOT_LOST};
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -59,15 +59,28 @@ pub const STATE_FILE: &str = "state.json";
 /// Size of the counters page: the first page of the counters file (see
 /// [`COUNTERS_FILE_LEN`]), all that readers and the supervisor use.
 pub const COUNTERS_LEN: usize = 4096;
-/// Size of the counters file: the counters page, then a page of exec verdicts (see
-/// `internal::counters::SLOT_EXEC_VERDICTS`), which only the shim uses. A session made before
-/// the second page has a file of [`COUNTERS_LEN`] bytes, and its processes check every exec.
+/// Size of the counters file's first two pages: the counters page, then a page of exec
+/// verdicts (see `internal::counters::SLOT_EXEC_VERDICTS`), which only the shim uses. A session
+/// made before the second page has a file of [`COUNTERS_LEN`] bytes, and its processes check
+/// every exec.
 pub const COUNTERS_FILE_LEN: usize = 2 * COUNTERS_LEN;
-/// Capture index file name.
+/// Where the capture index starts in the counters file of a session made with its tables
+/// inside it ([`COUNTERS_TABLES_LEN`] bytes long): right after the verdicts' page.
+pub const CAPTURES_AT: usize = COUNTERS_FILE_LEN;
+/// Where the born table starts in such a counters file: right after the capture index.
+pub const BORN_AT: usize = CAPTURES_AT + CAPTURES_LEN;
+/// Size of the counters file of a session made with the capture index and the born table
+/// inside it (sparse until used): one file, opened and mapped once by a process that
+/// journals, where the three files it replaces took three opens and three mappings (each
+/// mapping about 5 us to make and tear down in a fresh process on the development machine).
+pub const COUNTERS_TABLES_LEN: usize = BORN_AT + BORN_LEN;
+/// Capture index file name: the index of a session made before it moved into the counters
+/// file ([`CAPTURES_AT`]); still used where the counters file is shorter.
 pub const CAPTURES_FILE: &str = "captures";
 /// Size of the capture index (sparse until used).
 pub const CAPTURES_LEN: usize = 1 << 20;
-/// Table of the files the session's processes created, made by the shim on first use.
+/// Table of the files the session's processes created: the table of a session made before it
+/// moved into the counters file ([`BORN_AT`]); still used where the counters file is shorter.
 pub const BORN_FILE: &str = "born";
 /// Size of the born table (sparse until used): small, because every process that creates
 /// files touches pages of it, and those count in its resident memory. An entry evicted by a
@@ -469,7 +482,6 @@ pub fn ensure_layout(dir: &Path, header: &Header, durability: Durability) -> io:
         .mode(0o600)
         .open(dir.join(SEGMENTS_DIR).join(crate::marks::MARKS_SEGMENT))?;
     let counters = ensure_counters(&dir.join(COUNTERS_FILE))?;
-    ensure_captures(&dir.join(CAPTURES_FILE))?;
     let header_path = dir.join(HEADER_FILE);
     if !header_path.exists() {
         let body = serde_json::to_vec_pretty(header).map_err(io::Error::other)?;
@@ -548,10 +560,11 @@ impl StoreStat {
     }
 }
 
-/// Makes sure the counters file exists, is [`COUNTERS_FILE_LEN`] bytes long and carries its
-/// magic. Idempotent, and safe to race with itself.
+/// Makes sure the counters file exists, is [`COUNTERS_TABLES_LEN`] bytes long (the counters,
+/// the exec verdicts, the capture index and the born table) and carries its magic. Idempotent,
+/// and safe to race with itself.
 pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
-    let f = ensure_table(path, COUNTERS_FILE_LEN)?;
+    let f = ensure_table(path, COUNTERS_TABLES_LEN)?;
     // rustix's pread and pwrite rather than std's: every process of a session that journals
     // runs this, and each libc function the shim imports is one more symbol the loader looks
     // up in every process (see `-Bsymbolic-functions` in shim/build.rs).
@@ -566,12 +579,6 @@ pub fn ensure_counters(path: &Path) -> io::Result<fs::File> {
         }
     }
     Ok(f)
-}
-
-/// Makes sure the capture index exists and is [`CAPTURES_LEN`] bytes long (all zero: empty).
-/// Idempotent, and safe to race with itself.
-pub fn ensure_captures(path: &Path) -> io::Result<fs::File> {
-    ensure_table(path, CAPTURES_LEN)
 }
 
 /// Makes sure a shared table file exists and is at least `len` bytes long (new bytes zero).
@@ -777,9 +784,13 @@ impl Session {
         self.dir.join(COUNTERS_FILE).exists().then(|| self.counters().last_id).filter(|&l| l > 0)
     }
 
-    /// Reads the shared counters (zeros when the file is missing or short).
+    /// Reads the shared counters (zeros when the file is missing or short): the counters page
+    /// only, not the tables after it.
     pub fn counters(&self) -> Counters {
-        let data = fs::read(self.dir.join(COUNTERS_FILE)).unwrap_or_default();
+        let mut data = Vec::new();
+        if let Ok(f) = fs::File::open(self.dir.join(COUNTERS_FILE)) {
+            let _ = f.take(COUNTERS_LEN as u64).read_to_end(&mut data);
+        }
         let slot = |i: usize| {
             data.get(i * 8..i * 8 + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0)
         };
@@ -1352,7 +1363,11 @@ mod tests {
         assert_eq!(mode(&s.blobs_dir()), 0o700);
         assert_eq!(mode(&s.journal_path()), 0o600);
         assert_eq!(mode(&dir.join(HEADER_FILE)), 0o600);
-        assert_eq!(fs::metadata(dir.join(COUNTERS_FILE)).unwrap().len(), COUNTERS_FILE_LEN as u64);
+        assert_eq!(fs::metadata(dir.join(COUNTERS_FILE)).unwrap().len(), COUNTERS_TABLES_LEN as u64);
+        assert!(
+            !dir.join(CAPTURES_FILE).exists() && !dir.join(BORN_FILE).exists(),
+            "the tables are in the counters file"
+        );
         assert_eq!(s.state(), State::Active);
         assert_eq!(s.header().version, SESSION_VERSION);
     }
@@ -1453,11 +1468,13 @@ mod format_doc {
             assert!(DOC.contains(&format!("  {name} ")) || DOC.contains(&format!("  {name}/")), "{name}");
         }
         assert!(DOC.contains(&format!("segments/{}", crate::marks::MARKS_SEGMENT)));
-        assert!(DOC.contains(&format!("counters                 {COUNTERS_FILE_LEN} bytes")));
+        assert!(DOC.contains(&format!("counters                 {COUNTERS_TABLES_LEN} bytes")));
+        assert!(DOC.contains(&format!("| {CAPTURES_AT} | {CAPTURES_LEN} | the capture index")));
+        assert!(DOC.contains(&format!("| {BORN_AT} | {BORN_LEN} | the born table |")));
         assert!(DOC.contains(&format!("captures                 {} MiB", CAPTURES_LEN >> 20)));
         assert!(DOC.contains(&format!("born                     {} KiB", BORN_LEN >> 10)));
         assert!(DOC.contains(&format!("holds {} slots of eight `u64`s", CAPTURES_LEN / 64)));
-        assert!(DOC.contains(&format!("`born` holds {} slots", BORN_LEN / 64)));
+        assert!(DOC.contains(&format!("(`born`) holds {} slots", BORN_LEN / 64)));
         assert!(DOC.contains(&format!("\"format\": \"{SESSION_FORMAT}\", \"version\": {SESSION_VERSION}")));
     }
 }

@@ -52,14 +52,26 @@ unsafe impl Send for SharedIndex {}
 unsafe impl Sync for SharedIndex {}
 
 impl SharedIndex {
-    /// Maps the session's `captures` file (creating it when an older session lacks it).
+    /// Maps the `captures` file of a session whose counters file does not hold the index
+    /// (creating it when an older session lacks it).
     pub fn map(path: &Path) -> Option<SharedIndex> {
         Self::map_len(path, CAPTURES_LEN)
     }
 
-    /// Maps the session's born table (`born`, [`BORN_LEN`] bytes), creating it if needed.
+    /// Maps the born table of a session whose counters file does not hold it (`born`,
+    /// [`BORN_LEN`] bytes), creating it if needed.
     pub fn map_born(path: &Path) -> Option<SharedIndex> {
         Self::map_len(path, BORN_LEN)
+    }
+
+    /// The table of `len` bytes at `base`, inside a mapping of the counters file that holds
+    /// the session's tables (see `SharedCounters::captures`).
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned, `len` bytes from it are mapped shared and only ever accessed
+    /// through atomics, and they stay mapped as long as the index is used.
+    pub(crate) unsafe fn within(base: *const u8, len: usize) -> SharedIndex {
+        SharedIndex { slots: base.cast(), count: len / (WORDS * 8) }
     }
 
     fn map_len(path: &Path, len: usize) -> Option<SharedIndex> {

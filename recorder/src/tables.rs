@@ -18,7 +18,10 @@ use aether_journal::internal::counters::{
     SLOT_EXECS, SLOT_LAST_ID, SLOT_LAST_MARK, SLOT_LOST, SLOT_MARKS, SLOT_NAMES_DONE, SLOT_NAMES_GEN, SLOT_NOTIFIED,
     SLOT_PASSED, SLOT_PASSES, SLOT_SESSION, SLOT_SUPERVISOR_PEAK_KIB, SPAWN_PASS, fnv1a, session_tag,
 };
-use aether_journal::session::{COUNTERS_FILE_LEN, COUNTERS_LEN, COUNTERS_MAGIC, ensure_counters};
+use aether_journal::session::{
+    BORN_AT, BORN_LEN, CAPTURES_AT, CAPTURES_LEN, COUNTERS_FILE_LEN, COUNTERS_LEN, COUNTERS_MAGIC, COUNTERS_TABLES_LEN,
+    ensure_counters,
+};
 
 use crate::seqlock;
 
@@ -47,7 +50,8 @@ pub const PASSES: usize = (COUNTERS_LEN / 8 - SLOT_PASSES) / 2;
 /// The session's `counters` file, mapped shared by every process of the session.
 pub struct SharedCounters {
     slots: *const AtomicU64,
-    /// Bytes mapped: the counters page, and the exec verdicts' page when the file has it.
+    /// Bytes mapped: the counters page, the exec verdicts' page when the file has it, and the
+    /// capture index and born table when the file holds them too.
     len: usize,
 }
 
@@ -58,11 +62,44 @@ unsafe impl Sync for SharedCounters {}
 
 impl SharedCounters {
     /// Maps an open `counters` file `file_len` bytes long (at least [`COUNTERS_LEN`]): with its
-    /// exec verdicts' page if it has one.
+    /// exec verdicts' page if it has one, and its capture index and born table if it holds
+    /// them (one mapping for all: see [`COUNTERS_TABLES_LEN`]).
     fn map(fd: &OwnedFd, file_len: u64) -> Option<SharedCounters> {
-        let len = if file_len >= COUNTERS_FILE_LEN as u64 { COUNTERS_FILE_LEN } else { COUNTERS_LEN };
+        let len = [COUNTERS_TABLES_LEN, COUNTERS_FILE_LEN]
+            .into_iter()
+            .find(|&l| file_len >= l as u64)
+            .unwrap_or(COUNTERS_LEN);
         let p = map_shared(fd.as_fd(), len)?;
         Some(SharedCounters { slots: p.cast::<AtomicU64>(), len })
+    }
+
+    /// The capture index inside this mapping, if the file holds it (a session made before the
+    /// index moved into the counters file keeps it in a file of its own: `None`).
+    ///
+    /// # Safety
+    /// The index points into this mapping: it must not be used once `self` is dropped (the
+    /// shim never drops its counters; the supervisor keeps them beside the index).
+    pub unsafe fn captures(&self) -> Option<crate::index::SharedIndex> {
+        // SAFETY: the range lies inside our mapping (len covers the tables), which outlives
+        // the index by the caller's promise.
+        (self.len >= COUNTERS_TABLES_LEN).then(|| unsafe { self.table(CAPTURES_AT, CAPTURES_LEN) })
+    }
+
+    /// The born table inside this mapping, if the file holds it; as [`SharedCounters::captures`].
+    ///
+    /// # Safety
+    /// As for [`SharedCounters::captures`].
+    pub unsafe fn born(&self) -> Option<crate::index::SharedIndex> {
+        // SAFETY: as above.
+        (self.len >= COUNTERS_TABLES_LEN).then(|| unsafe { self.table(BORN_AT, BORN_LEN) })
+    }
+
+    /// # Safety
+    /// `at..at + len` lies inside the mapping, and the table is not used after `self` is dropped.
+    unsafe fn table(&self, at: usize, len: usize) -> crate::index::SharedIndex {
+        // SAFETY: the caller's promise: inside the mapping, page-aligned offsets (so 8-byte
+        // aligned slots), alive as long as the index is used.
+        unsafe { crate::index::SharedIndex::within(self.slots.cast::<u8>().add(at), len) }
     }
 
     /// Maps the `counters` file at `path` if it exists, is whole and holds the tag of the
@@ -86,10 +123,10 @@ impl SharedCounters {
         (magic == *COUNTERS_MAGIC && ours).then_some(c)
     }
 
-    /// Opens (creating it if needed) and maps the `counters` file at `path`.
+    /// Opens (creating it if needed) and maps the `counters` file at `path`, with its tables.
     pub fn open(path: &Path) -> Option<SharedCounters> {
         let fd: OwnedFd = ensure_counters(path).ok()?.into();
-        SharedCounters::map(&fd, COUNTERS_FILE_LEN as u64)
+        SharedCounters::map(&fd, COUNTERS_TABLES_LEN as u64)
     }
 
     fn slot(&self, i: usize) -> &AtomicU64 {
@@ -532,5 +569,47 @@ mod tests {
         let b = SharedCounters::open(&t.path().join("counters")).unwrap();
         let x = a.next_id();
         assert_eq!(b.next_id(), x + 1);
+    }
+
+    #[test]
+    fn the_capture_index_and_the_born_table_live_in_the_counters_file_and_every_mapping_shares_them() {
+        use crate::index::Origin;
+        use aether_journal::capture::{CaptureIndex, CaptureKey};
+        use aether_journal::record::Ident;
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("counters");
+        let (a, b) = (SharedCounters::open(&path).unwrap(), SharedCounters::open(&path).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), COUNTERS_TABLES_LEN as u64);
+        // SAFETY: the tables are used only while `a` and `b` are alive (this test's scope).
+        let (ca, cb, ba, bb) =
+            unsafe { (a.captures().unwrap(), b.captures().unwrap(), a.born().unwrap(), b.born().unwrap()) };
+        let key = CaptureKey { ident: Ident { dev: 1, ino: 42 }, size: 10, mtime_ns: 5, ctime_ns: 100 };
+        ca.remember(&key, 7);
+        assert_eq!(cb.find(&key), Some(7), "another process's mapping sees the capture");
+        let id = Ident { dev: 3, ino: 77 };
+        ba.remember_origin(id, 1_000, Origin::Born(41));
+        assert_eq!(bb.origin(id, 1_000), Some(Origin::Born(41)), "and the born file");
+        assert_eq!(cb.find(&CaptureKey { ident: id, size: 0, mtime_ns: 1_000, ctime_ns: 0 }), None, "apart");
+        assert_eq!(a.next_id(), 1, "the counters are untouched by the tables");
+        // Written where the format says: the index after the verdicts' page, the born table after it.
+        let bytes = std::fs::read(&path).unwrap();
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        let in_table = |base: usize, len: usize, v: u64| (base..base + len).step_by(8).any(|at| word(at) == v);
+        assert!(in_table(CAPTURES_AT, CAPTURES_LEN, 42) && !in_table(BORN_AT, BORN_LEN, 42));
+        assert!(in_table(BORN_AT, BORN_LEN, 77) && !in_table(CAPTURES_AT, CAPTURES_LEN, 77));
+    }
+
+    #[test]
+    fn a_counters_file_from_before_the_tables_moved_in_has_none_and_is_mapped_as_it_is() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("counters");
+        let mut old = vec![0u8; COUNTERS_FILE_LEN];
+        old[..8].copy_from_slice(COUNTERS_MAGIC);
+        old[SLOT_SESSION * 8..SLOT_SESSION * 8 + 8].copy_from_slice(&1u64.to_le_bytes());
+        std::fs::write(&path, &old).unwrap();
+        let c = SharedCounters::open_tagged(&path, None).expect("a tagged file of the older length");
+        // SAFETY: not used past `c`.
+        assert!(unsafe { c.captures().is_none() && c.born().is_none() }, "the tables are in files of their own");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), COUNTERS_FILE_LEN as u64, "not grown by a writer");
     }
 }

@@ -65,18 +65,16 @@ impl Store {
         let root_pid = std::fs::read(dir.join(session::HEADER_FILE))
             .ok()
             .and_then(|t| aether_journal_recorder::effects::serde_json_root_pid(&t));
-        Ok(Store {
-            dir: dir.to_path_buf(),
-            canon,
-            counters,
-            index: OnceLock::new(),
-            born: OnceLock::new(),
-            blobs,
-            journal,
-            settings,
-            root_pid,
-            mark,
-        })
+        // The tables inside the counters' mapping (a session made with them there), set now;
+        // those of an older session are mapped from their own files on first use.
+        let (index, born) = (OnceLock::new(), OnceLock::new());
+        // SAFETY: the tables point into `counters`' mapping, which this Store holds beside them
+        // and which is unmapped only when the Store, tables included, is dropped.
+        if let (Some(i), Some(b)) = unsafe { (counters.captures(), counters.born()) } {
+            let _ = index.set(Some(i));
+            let _ = born.set(Some(b));
+        }
+        Ok(Store { dir: dir.to_path_buf(), canon, counters, index, born, blobs, journal, settings, root_pid, mark })
     }
 
     /// The shared counters (passes, the lost-record count).

@@ -181,28 +181,36 @@ pub struct Store {
     born: LazyIndex,
 }
 
-/// A shared table of the session, mapped on first use, lock-free (the loser of a race leaks
-/// its mapping, never unmapped).
+/// A shared table of the session: inside the counters' mapping (a session made with its tables
+/// in the counters file), or else mapped from a file of its own on first use, lock-free (the
+/// loser of a race leaks its mapping, never unmapped).
 pub struct LazyIndex {
+    /// The table inside the counters' mapping, which the store holding both never unmaps
+    /// before it.
+    within: Option<SharedIndex>,
     index: Leaked<SharedIndex>,
     path: std::path::PathBuf,
     map: fn(&std::path::Path) -> Option<SharedIndex>,
 }
 
 impl LazyIndex {
-    fn new(path: std::path::PathBuf, map: fn(&std::path::Path) -> Option<SharedIndex>) -> LazyIndex {
-        LazyIndex { index: Leaked::new(), path, map }
+    fn new(
+        within: Option<SharedIndex>,
+        path: std::path::PathBuf,
+        map: fn(&std::path::Path) -> Option<SharedIndex>,
+    ) -> LazyIndex {
+        LazyIndex { within, index: Leaked::new(), path, map }
     }
 
     /// The table if this process has already mapped it: lock-free and without a system call,
     /// for work done outside the guard.
     pub fn mapped(&self) -> Option<&SharedIndex> {
-        self.index.get()
+        self.within.as_ref().or_else(|| self.index.get())
     }
 
     /// The table, mapped now if it was not; `None` if it cannot be.
     pub fn get(&self) -> Option<&SharedIndex> {
-        self.index.get_or_try_init(|| (self.map)(&self.path))
+        self.within.as_ref().or_else(|| self.index.get_or_try_init(|| (self.map)(&self.path)))
     }
 }
 
@@ -279,6 +287,10 @@ fn open_store(cfg: &Config) -> Option<Store> {
         }
     };
     let blobs = LazyBlobs { fd: Leaked::new(), path: dir.join(session::BLOBS_DIR), plainly, journal: journal.id() };
+    // SAFETY: the tables point into the counters' mapping, which the Store holds beside them
+    // and never unmaps while they can be used (a published Store is never dropped; one that
+    // lost the race to be published is dropped whole, its tables with it).
+    let (captures, born) = unsafe { (counters.captures(), counters.born()) };
     let prog = own_program();
     let owner_uid = journal.uid;
     Some(Store {
@@ -290,8 +302,8 @@ fn open_store(cfg: &Config) -> Option<Store> {
         prog,
         settings: cfg.settings.clone(),
         owner_uid,
-        index: LazyIndex::new(dir.join(session::CAPTURES_FILE), SharedIndex::map),
-        born: LazyIndex::new(dir.join(session::BORN_FILE), SharedIndex::map_born),
+        index: LazyIndex::new(captures, dir.join(session::CAPTURES_FILE), SharedIndex::map),
+        born: LazyIndex::new(born, dir.join(session::BORN_FILE), SharedIndex::map_born),
     })
 }
 

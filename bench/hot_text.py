@@ -11,10 +11,10 @@ process then faults in a few 64 KiB windows of the shim's code instead of one fo
 its hooks happen to sit in 1.1 MiB of it, and a forked child (whose code pages the kernel does
 not copy) pays those faults again.
 
-What a shell's forked child runs between its fork and its exec (the fork handler, the hooks the
-shell calls there, the exec hook and the exec's record) comes first, whatever the counts: in
-every `bash -c` of the loop, that path faults each 64 KiB window of it in again (2-3 us each),
-and spread by count over the hot code it took four windows.
+What a shell's forked child runs between its fork and its exec (the fork hook's child part, the
+hooks the shell calls there, the exec hook and the exec's record) comes first, whatever the
+counts: in every `bash -c` of the loop, that path faults each 64 KiB window of it in again (2-3
+us each), and spread by count over the hot code it took four windows.
 
 Names are written as patterns without rustc's hashes and crate disambiguators, so that the
 list survives rebuilds; a function it misses is only placed where the linker would have put it.
@@ -69,7 +69,7 @@ try:
                 cmd = line
         processes.update(seen)
         parts[pid, cmd].append((part, trigger, seen))
-    # A forked child's dumps: the one its fork handler's entry ended (its parent's history) is
+    # A forked child's dumps: the one its fork hook's child part ended (its parent's history) is
     # followed by what the child ran until its exec (or its end, for a subshell that runs no
     # program).
     for dumps in parts.values():

@@ -66,9 +66,13 @@ static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     let saved = errno();
     // No guard here: nothing below calls a hooked function (raw system calls, a scan of
-    // `environ`, pthread_atfork, the panic hook), and not touching the guard's thread-local
-    // flag, the signal mask or the heap is what keeps loading the library cheap (each page a
-    // process touches for the first time is a page fault).
+    // `environ`, the panic hook), and not touching the guard's thread-local flag, the signal
+    // mask or the heap is what keeps loading the library cheap (each page a process touches
+    // for the first time is a page fault).
+    //
+    // No `pthread_atfork` handlers either: registering them wrote libc's pages of handlers in
+    // every process (4-5.6 us of a `/bin/true` that never forks). The fork hooks do that work
+    // around the real call instead ([`before_fork`], [`after_fork_in_child`]).
     let _ = catch_unwind(|| {
         // Two raw system calls that cannot panic, first: their write maps the start-up data's
         // page writable, so the panic hook's read of it below is no second fault.
@@ -80,11 +84,6 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
         std::panic::set_hook(Box::new(|_| {}));
         state::capture_early_env();
         state::adopt_mark();
-        // SAFETY: registering handlers whose preparation opens the store (under the guard, with
-        // the shim's own allocator: before glibc takes its fork locks, like any hook), and whose
-        // child part only stores into atomics, which is safe in a freshly forked child. The
-        // handle is this library's own, as `pthread_atfork` passes it.
-        unsafe { __register_atfork(Some(before_fork), None, Some(after_fork_in_child), &raw const __dso_handle) };
     });
     // Everything else is built on first use: a process that changes nothing (most execs of a
     // build) pays for loading the library and the scan above, not for the configuration. The
@@ -104,35 +103,28 @@ unsafe extern "C" fn shim_init(argc: c_int, argv: *const *const c_char, _envp: *
     set_errno(saved);
 }
 
-unsafe extern "C" {
-    /// What `pthread_atfork` calls: glibc's `pthread_atfork` is not exported but linked into
-    /// each object from `libc_nonshared.a`, where it sits after all of the library's code, a
-    /// page (and a fault) of its own that every process would touch while starting.
-    fn __register_atfork(
-        prepare: Option<unsafe extern "C" fn()>,
-        parent: Option<unsafe extern "C" fn()>,
-        child: Option<unsafe extern "C" fn()>,
-        dso_handle: *const std::ffi::c_void,
-    ) -> c_int;
-    /// This object's handle (defined by the C runtime's `crtbeginS.o`): handlers registered
-    /// with it belong to this library.
-    static __dso_handle: std::ffi::c_void;
-}
-
-/// Before a `fork`: the child inherits this process's store rather than opening its own, and
-/// the real exec functions already looked up.
+/// Before a `fork` (the fork hooks, before the real call): the child inherits this process's
+/// store rather than opening its own, and the real exec functions already looked up. Under
+/// the guard, with errno kept; nothing in a `vfork` child or while this thread is inside the
+/// shim already.
 #[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
-extern "C" fn before_fork() {
+#[inline(never)]
+pub(crate) fn before_fork() {
     state::open_store_before_fork();
     hooks::resolve_before_fork();
 }
 
-/// In a forked child: it owns its copies of the store's descriptors now, its parent's
-/// journal segment is not its own, and datagram destinations are journaled once per *process*.
-/// Beside the constructor's code (`shim/startup.ld`): a fork child faults in every 64 KiB
-/// window of code it runs again, and the one of `_init` it runs anyway at exit.
+/// In a forked child (the fork hooks, after the real call returned 0 in it): it owns its
+/// copies of the store's descriptors now, its parent's journal segment is not its own, and
+/// datagram destinations are journaled once per *process*. Only stores into atomics and two
+/// raw system calls (its ids): no errno, no lock, nothing a freshly forked child of a
+/// threaded process cannot do. Beside the constructor's code (`shim/startup.ld`): a fork child
+/// faults in every 64 KiB window of code it runs again, and the one of `_init` it runs anyway
+/// at exit. Never inlined: one copy for the five hooks, and a name `bench/hot_text.py` finds
+/// a forked child by.
 #[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
-extern "C" fn after_fork_in_child() {
+#[inline(never)]
+pub(crate) fn after_fork_in_child() {
     state::adopt_store_after_fork();
     segment::forget_after_fork();
     ops::forget_destinations();

@@ -21,9 +21,9 @@
 //! a process's address space holds its current segment and few others.
 //!
 //! Which segment is current is kept in a page marked `MADV_WIPEONFORK`: a forked child,
-//! whether or not the fork ran our handler (`syscall(SYS_fork)`, `clone` without `CLONE_VM`),
-//! sees it zeroed and never copies into its parent's segment through its copy of the parent's
-//! memory, and no record pays a `getpid` to prove it. A child that shares its parent's memory
+//! whether or not a fork hook of ours saw it made (`syscall(SYS_fork)`, `clone` without
+//! `CLONE_VM`), sees it zeroed and never copies into its parent's segment through its copy of
+//! the parent's memory, and no record pays a `getpid` to prove it. A child that shares its parent's memory
 //! (`vfork`, `posix_spawn`) shares the segment and its atomic cursor too, which is sound.
 //!
 //! What this module cannot do: protect a process from `SIGBUS` if something outside the
@@ -287,7 +287,7 @@ fn make(session_dir: &[u8], seq: u64) -> Option<*mut Window> {
     }
 }
 
-/// In a forked child (fork handler): the kernel has already zeroed the slot; the child
+/// In a forked child (the fork hooks): the kernel has already zeroed the slot; the child
 /// starts over with the journal file and makes its own segment if it journals enough, even if
 /// the fork caught another thread making one.
 pub fn forget_after_fork() {

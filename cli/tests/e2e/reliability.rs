@@ -271,6 +271,39 @@ fn a_fork_while_another_thread_sets_the_shim_up_never_wedges_the_child() {
 }
 
 #[test]
+fn a_child_made_by_any_of_libcs_forks_journals_its_changes_under_its_own_pid() {
+    // The shim learns a child's pid in its fork hooks (fork, __fork, _Fork, daemon, forkpty),
+    // not in `pthread_atfork` handlers, which every process would pay to register. daemon and
+    // forkpty fork inside libc, past any hook of `fork`, and `_Fork` runs no fork handlers at
+    // all: each child here names the file it creates after its own pid, and that file's
+    // record must carry that pid, not its parent's.
+    for watch in BOTH {
+        for how in ["fork", "__fork", "_Fork", "daemon", "forkpty"] {
+            let s = scratch!(how);
+            let prog = compile(&s, "forkkinds");
+            let session = s.session("session");
+            let out = bounded(run_cmd_as(&s, &session, &[prog.as_os_str(), how.as_ref()], watch), 60);
+            assert!(out.status.success(), "{how} under {watch:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let log = s.log_json(&session);
+            let made: Vec<(String, u64)> = records_of_kind(&log, "change")
+                .iter()
+                .filter_map(|r| {
+                    let name = r["op"]["path"].as_str()?.rsplit('/').next()?.strip_prefix("made-by-")?.to_owned();
+                    Some((name, r["pid"].as_u64()?))
+                })
+                .collect();
+            // The program and the child (daemon's, not the helper it is called in).
+            assert_eq!(made.len(), 2, "{how} under {watch:?}: {made:?}");
+            for (name, pid) in &made {
+                assert_eq!(name, &pid.to_string(), "{how} under {watch:?}: a record of {name}'s file says pid {pid}");
+            }
+            let (code, r) = s.undo_json(&session);
+            assert_complete(code, &r);
+        }
+    }
+}
+
+#[test]
 fn eight_processes_of_four_threads_on_overlapping_files_are_undone_exactly() {
     let s = scratch!();
     let prog = compile(&s, "storm");

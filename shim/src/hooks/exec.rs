@@ -284,7 +284,7 @@ type SpawnFn = unsafe extern "C" fn(
     Spawn,
 ) -> c_int;
 
-/// Before a `fork` (the `pthread_atfork` preparation): looks up the real `execve` and
+/// Before a `fork` (the fork hooks' preparation): looks up the real `execve` and
 /// `execvp` if no call has yet, so that a forked child, which a shell makes only to exec,
 /// finds them in the memory it inherits. Looked up in the child, each is a `dlsym` in every
 /// child, walking the libraries' symbol tables on pages the fork did not map into it (a bash
@@ -298,6 +298,30 @@ pub fn resolve_before_fork() {
         table::execve::REAL.addr(table::execve::NAME);
         table::execvp::REAL.addr(table::execvp::NAME);
     });
+}
+
+/// fork, `__fork`, `_Fork`, daemon and forkpty (each returns 0 in the child it made, and
+/// forkpty's and daemon's children return from the call only through that): before the real
+/// call, with `prepare`, the store this process's children will inherit ([`crate::before_fork`]);
+/// after it, in the child, the child's own ids and a fresh start of what is per process
+/// ([`crate::after_fork_in_child`]).
+///
+/// Done here rather than in `pthread_atfork` handlers, which every process that loads the
+/// shim would pay to register (libc writes its handler pages) whether it forks or not. What
+/// this cannot do: run before the fork handlers other code registered, which run inside the
+/// real call. A file such a child handler changes is journaled all the same, with the parent's
+/// pid (as in a child of a raw `clone` or `syscall(SYS_fork)`, which no hook sees: its records
+/// carry its parent's pid, and its first datagram to a destination its parent sent to is not
+/// journaled again).
+pub fn fork_<R: Copy + PartialEq + Default>(_call: &'static str, real: impl FnOnce(Account) -> R, prepare: bool) -> R {
+    if prepare {
+        crate::before_fork();
+    }
+    let made = real(Account::AsIs);
+    if made == R::default() {
+        crate::after_fork_in_child();
+    }
+    made
 }
 
 /// posix_spawn and posix_spawnp: checked and fixed before, journaled after (with the child's

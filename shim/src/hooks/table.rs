@@ -194,6 +194,15 @@ libc_hooks! {
     fn fchdir(fd: c_int) -> c_int [kernel SYS_fchdir(fd)] => cwd_change();
     fn chroot(path: CPath) -> c_int [libc] => root_change();
 
+    // ----- forks: the parent opens its store before, the child adopts itself after (see
+    // `fork_`); `_Fork` runs no fork handlers, so it prepares nothing; never journaled -----
+    fn fork() -> pid_t [libc] => fork_(true);
+    fn __fork() -> pid_t [libc] => fork_(true);
+    #[allow(non_snake_case)]
+    fn _Fork() -> pid_t [libc] => fork_(false);
+    fn daemon(nochdir: c_int, noclose: c_int) -> c_int [libc] => fork_(true);
+    fn forkpty(amaster: *mut c_int, name: *mut c_char, termp: *const libc::termios, winp: *const libc::winsize) -> pid_t [libc] => fork_(true);
+
     // ----- reaping a child: when a parent whose vfork children journal their execs (Python's
     // subprocess, dash) opens the store they asked for (see state.rs); never journaled -----
     fn wait(status: *mut c_int) -> pid_t [libc] => reap();

@@ -11,9 +11,10 @@ use std::ffi::{OsStr, c_char};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-/// The pid that owns the store's descriptors: set when the store is opened and in every forked
-/// child (`pthread_atfork`). A `vfork` child shares the store's memory but not its descriptor
-/// table, and has another pid: it never replaces a descriptor, it opens a one-shot one.
+/// The pid that owns the store's descriptors: set by the constructor and in every child the
+/// fork hooks see made (`crate::after_fork_in_child`). A `vfork` child shares the store's
+/// memory but not its descriptor table, and has another pid: it never replaces a descriptor,
+/// it opens a one-shot one.
 /// Written by every process while starting: in the start-up data (`shim/startup.ld`).
 #[cfg_attr(not(test), unsafe(link_section = ".bss.aether_journal.startup"))]
 pub(super) static OWNER_PID: AtomicU32 = AtomicU32::new(0);
@@ -58,8 +59,9 @@ fn thread_pointer() -> usize {
 
 /// Records that this process owns the store's descriptors and caches its ids and its main
 /// thread's pointer. Called only where no memory is shared with another process: in the
-/// constructor (a fresh image) and in the `pthread_atfork` child handler (a real fork). Never
-/// from a hook, which may run in a `vfork` child sharing its parent's memory.
+/// constructor (a fresh image) and in the child of a real fork, after the fork hook's real call
+/// returned 0 there. Never from any other hook, which may run in a `vfork` child sharing its
+/// parent's memory.
 pub fn adopt_store_after_fork() {
     MAIN_THREAD.store(thread_pointer(), Ordering::Relaxed);
     OWNER_PID.store(rustix::process::getpid().as_raw_nonzero().get() as u32, Ordering::Relaxed);

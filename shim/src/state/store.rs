@@ -74,7 +74,7 @@ impl StoreFd {
             self.num.store(fresh.into_raw_fd(), Ordering::Release);
             Some(r)
         } else {
-            // A vfork child (or a clone without fork handlers): use it once, publish nothing.
+            // A vfork child (or a raw clone, which no fork hook saw): use it once, publish nothing.
             Some(f(fresh.as_fd()))
         }
     }
@@ -488,7 +488,7 @@ pub fn exec_store() -> Option<ExecStore> {
     if !cfg.enabled {
         return None;
     }
-    // The ids cached by the constructor (or the fork handler) are this process's own unless
+    // The ids cached by the constructor (or a fork hook) are this process's own unless
     // this is a vfork child, which shares its parent's memory and so sees the parent's pid
     // there. Only then must the store stay unpublished; anywhere else it is opened once and
     // kept, instead of once per exec (a shell that runs many commands, posix_spawn loops).
@@ -557,7 +557,7 @@ pub fn outside_a_hook(f: impl FnOnce()) {
     crate::guard::set_errno(saved);
 }
 
-/// Called before every `fork` (the `pthread_atfork` preparation): opens and publishes this
+/// Called before every `fork` (the fork hooks' preparation): opens and publishes this
 /// process's store if it has none yet, so that the child inherits it. A forked child usually
 /// execs and journals its exec, which without a store of its parent's costs it a store of its
 /// own (about 25 system calls): a shell running a list of commands opens one store instead of

@@ -15,6 +15,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=src/variadic.c");
     println!("cargo:rerun-if-changed=src/thread.c");
+    println!("cargo:rerun-if-changed=src/imports.c");
     // What starting touches, on as few pages as possible (see the script's comment).
     let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("startup.ld");
@@ -39,6 +40,9 @@ fn main() {
     let build = cc::Build::new();
     let compiler = build.get_compiler();
     build.clone().file("src/variadic.c").file("src/thread.c").warnings(true).compile("aether_journal_variadic");
+    // The functions looked up on first use (see the file's comment), without the compiler's
+    // own idea of their prototypes.
+    build.clone().file("src/imports.c").flag("-fno-builtin").warnings(true).compile("aether_journal_imports");
 
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let eh = Command::new(compiler.path())

@@ -794,15 +794,31 @@ fn loading_the_shim_looks_up_a_counted_number_of_libc_functions() {
     // its pid through rustix, not std, and the shim asks for its seccomp mode with a raw call:
     // 59 imports before, 54 then in a release build (63 and 58 in a debug one, whose
     // unoptimised std reaches more); `getauxval` since (the program's name without /proc).
-    // The limits leave room for two more, which another release of std may import (the
-    // workspace builds from Rust 1.88 on); the code before these changes (59 and 63) fails
-    // them.
+    // Then 54 (no fork handlers), and 25 (29 in a debug build) since the functions no process
+    // that changes nothing calls are looked up on first use instead (shim/src/imports.c:
+    // measured 4-6 us less of a spawn of /bin/true). The limits leave room for two more, which
+    // another release of std may import (the workspace builds from Rust 1.88 on); the code
+    // before that change (54 in a release build) fails them.
     let imports: Vec<String> = binutils_on_shim("nm", &["-D", "--undefined-only"])
         .lines()
         .filter_map(|l| l.split_whitespace().last().map(|s| s.split('@').next().unwrap_or(s).to_string()))
         .collect();
-    let limit = if cfg!(debug_assertions) { 61 } else { 57 };
+    let limit = if cfg!(debug_assertions) { 31 } else { 27 };
     assert!(imports.len() <= limit, "the shim imports {} symbols (limit {limit}): {imports:?}", imports.len());
+    // The functions looked up on first use are defined in the shim but never exported (hidden,
+    // and outside the version script rustc writes): exported, they would take the program's own
+    // calls of `getenv` or `read`.
+    let lazy = std::fs::read_to_string(repo_root().join("shim/src/imports.c")).expect("shim/src/imports.c");
+    let names: Vec<&str> =
+        lazy.lines().filter_map(|l| l.strip_prefix("LAZY(")?.split(", ").nth(1)).chain(["abort"]).collect();
+    assert!(names.len() > 20, "the names of shim/src/imports.c: {names:?}");
+    let exported = binutils_on_shim("nm", &["-D", "--defined-only"]);
+    let exported: Vec<&str> = exported
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|name| names.contains(&name.split('@').next().unwrap_or(name)))
+        .collect();
+    assert!(exported.is_empty(), "the shim exports its lazily looked-up {exported:?}");
 }
 
 #[test]

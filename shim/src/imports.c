@@ -1,0 +1,97 @@
+/* libc functions the shim calls rarely (most of them from Rust's standard library inside it),
+ * looked up on first use instead of by the loader in every process that loads the shim.
+ *
+ * Each function the shim imports is a symbol the dynamic loader looks up at load time in every
+ * process (the shim is linked with full RELRO, and Rust's standard library calls libc through
+ * the GOT, so none of it is lazy): a walk of each loaded object's hash tables, most of it in
+ * libc pages a small program never touched (measured: 51 imports cost a library of no code
+ * 12.7 us a spawn of /bin/true). A process that changes nothing calls none of the functions
+ * below. Each is defined here, hidden (never exported: the program's own calls never reach
+ * it), so the link binds the shim's calls to it directly and the loader has nothing to look
+ * up; on its first call it asks `dlsym(RTLD_NEXT)` for libc's definition, keeps it in an atomic
+ * pointer (a race looks it up twice and stores the same value), and calls it with the same
+ * arguments. errno is kept across the lookup, so the call's errno is libc's own.
+ *
+ * What stays imported, looked up at load: what every process's start-up or every hook's guard
+ * calls (memcpy, strlen, errno, the signal mask, the thread-local helpers, `environ`), the
+ * allocator's malloc family (dlsym itself may allocate), and `dlsym`.
+ *
+ * What this cannot do: make a missing function appear. Where libc has no such symbol (none of
+ * these is newer than glibc 2.35, which the shim needs anyway), the call fails with ENOSYS
+ * (`abort` then ends the process with a trap). */
+#include <errno.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* From <dlfcn.h>, which also declares `dladdr` (defined below with a plainer prototype). */
+extern void *dlsym(void *handle, const char *name);
+#define RTLD_NEXT ((void *)-1l)
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+static void *resolve(void **slot, const char *name) {
+    void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (p) return p;
+    int saved = errno;
+    p = dlsym(RTLD_NEXT, name);
+    errno = saved;
+    __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* NAME(PARAMS) returning RET, calling libc's NAME(ARGS); FAIL (with errno ENOSYS) if there is
+ * none. Prototypes are written with plain pointer types: no libc header declares these names
+ * here (-fno-builtin), so none can disagree. */
+#define LAZY(ret, name, params, args, fail)                                        \
+    HIDDEN ret name params {                                                       \
+        static void *slot;                                                         \
+        ret(*real) params = (ret(*) params)resolve(&slot, #name);                  \
+        if (!real) {                                                               \
+            errno = ENOSYS;                                                        \
+            return fail;                                                           \
+        }                                                                          \
+        return real args;                                                          \
+    }
+
+struct stat;
+struct pollfd;
+struct iovec;
+struct timespec;
+typedef struct Dl_info Dl_info_;
+
+LAZY(int, __xpg_strerror_r, (int e, char *buf, size_t n), (e, buf, n), ENOSYS)
+LAZY(int, clock_gettime, (int clock, struct timespec *t), (clock, t), -1)
+LAZY(int, dirfd, (void *dir), (dir), -1)
+LAZY(int, dl_iterate_phdr, (int (*cb)(void *, size_t, void *), void *data), (cb, data), 0)
+LAZY(int, dladdr, (const void *addr, void *info), (addr, info), 0)
+LAZY(void *, fdopen, (int fd, const char *mode), (fd, mode), NULL)
+LAZY(int, fileno, (void *stream), (stream), -1)
+LAZY(int, fstat64, (int fd, struct stat *st), (fd, st), -1)
+LAZY(unsigned long, getauxval, (unsigned long type), (type), 0)
+LAZY(char *, getcwd, (char *buf, size_t size), (buf, size), NULL)
+LAZY(char *, getenv, (const char *name), (name), NULL)
+LAZY(long, lseek64, (int fd, long off, int whence), (fd, off, whence), -1)
+LAZY(void *, mmap64, (void *addr, size_t len, int prot, int flags, int fd, long off),
+     (addr, len, prot, flags, fd, off), (void *)-1)
+LAZY(int, munmap, (void *addr, size_t len), (addr, len), -1)
+LAZY(void *, opendir, (const char *name), (name), NULL)
+LAZY(int, poll, (struct pollfd *fds, unsigned long n, int timeout), (fds, n, timeout), -1)
+LAZY(void *, readdir64, (void *dir), (dir), NULL)
+LAZY(ssize_t, readlink, (const char *path, char *buf, size_t size), (path, buf, size), -1)
+LAZY(char *, realpath, (const char *path, char *resolved), (path, resolved), NULL)
+LAZY(int, setenv, (const char *name, const char *value, int overwrite), (name, value, overwrite), -1)
+LAZY(int, stat64, (const char *path, struct stat *st), (path, st), -1)
+LAZY(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n), -1)
+LAZY(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n), -1)
+LAZY(ssize_t, writev, (int fd, const struct iovec *iov, int n), (fd, iov, n), -1)
+LAZY(int, pthread_key_create, (unsigned *key, void (*dtor)(void *)), (key, dtor), EAGAIN)
+LAZY(int, pthread_key_delete, (unsigned key), (key), EINVAL)
+LAZY(int, pthread_setspecific, (unsigned key, const void *value), (key, value), ENOMEM)
+LAZY(int, _dl_find_object, (void *pc, void *result), (pc, result), -1)
+
+HIDDEN _Noreturn void abort(void) {
+    static void *slot;
+    void (*real)(void) = (void (*)(void))resolve(&slot, "abort");
+    if (real) real();
+    __builtin_trap();
+}

@@ -486,6 +486,8 @@ def main():
         # one (a build before the supervisor does not; one after it offers `--no-supervise`).
         baseline_supervises = a.mode == "run" and "--no-supervise" in subprocess.run(
             [os.path.join(base, "aether-journal"), "run", "--help"], capture_output=True, text=True).stdout
+    # The baseline's shim, for the per-exec measures' rotations (EXEC).
+    base_shim = next((v.shim for v in variants if v.label == "baseline"), None)
     rows, results = [], {}
     for w in workloads(inp, a.dir, a.progs):
         if only and w.key not in only:
@@ -582,10 +584,13 @@ def main():
             print("EXEC: %d rotated cycles of %d-%s blocks from a server per library..." % (cycles, block, how),
                   file=sys.stderr)
             servers, sessions = {}, {}
-            kinds = ("bare", "floor", "least", "shim")
+            # With --baseline, the baseline's shim in the same rotation: its gap to this build
+            # is then paired block by block too, where figures of separate runs differ by more
+            # than the change being measured.
+            kinds = ("bare", "floor", "least", "shim") + (("baseline",) if base_shim else ())
             least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
             for kind in kinds:
-                env, sessions[kind] = runner.env(kind == "shim")
+                env, sessions[kind] = runner.env(kind in ("shim", "baseline"), base_shim if kind == "baseline" else None)
                 if kind == "floor":
                     env["LD_PRELOAD"] = a.floor
                 if kind == "least":
@@ -613,6 +618,8 @@ def main():
             if execs < (cycles + 1) * block:
                 raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
             rmtree(sessions["shim"])
+            if base_shim:
+                rmtree(sessions["baseline"])
             with open(os.path.join(least_dir, "journal"), "rb") as f:
                 least_execs = f.read().count(b"\n")
             if least_execs < (cycles + 1) * block:
@@ -628,6 +635,11 @@ def main():
             rows.append("| per exec, %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
                 what, spread(paired_least, "%.1f")))
             results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least}
+            if base_shim:
+                paired_base = [s - b for b, s in zip(blocks["baseline"], blocks["shim"])]
+                rows.append("| per exec, %s, paired blocks: this build's shim over the baseline's | | | %s us | | | | |" % (
+                    what, spread(paired_base, "%+.1f")))
+                results[key]["over_baseline_us"] = paired_base
         # Counted, not timed: the minor page faults of a spawn (parent and child).
         rows.append("| per exec, minor page faults (median): bare %.1f, do-nothing .so %.1f, shim %.1f | | | | | | | |" % tuple(
             statistics.median(faults[k]) for k in ("bare", "floor", "shim")))
@@ -637,19 +649,24 @@ def main():
         # microsecond or two. Not the verdict (the parent's exec record is not in it).
         cycles, block, reps = 100, 20, 3
         print("EXEC: the child's side, %d x %d rotated cycles of %d-spawn blocks..." % (reps, cycles, block), file=sys.stderr)
-        child = {"floor": [], "shim": []}
+        child = {"floor": [], "shim": [], "baseline": []}
         for _ in range(reps):
             env, session = runner.env(True)
             env.pop("LD_PRELOAD")
-            out = subprocess.run([os.path.join(a.progs, "spawn_rotate"), str(cycles), str(block), "-", a.floor, a.shim], env=env,
+            libs = ["-", a.floor, a.shim] + ([base_shim] if base_shim else [])
+            out = subprocess.run([os.path.join(a.progs, "spawn_rotate"), str(cycles), str(block)] + libs, env=env,
                                  cwd=a.dir, check=True, capture_output=True, text=True).stdout.split("\n")
-            over_bare = [float(line.split()[2]) for line in out[1:3]]
+            over_bare = [float(line.split()[2]) for line in out[1:len(libs)]]
             child["floor"].append(over_bare[0])
             child["shim"].append(over_bare[1] - over_bare[0])
+            if base_shim:
+                child["baseline"].append(over_bare[2] - over_bare[0])
             rmtree(session)
         rows.append("| per exec, the child's side alone (blocks of %d spawns, the library rotated block by block, %d x %d cycles): do-nothing .so over bare | | | +%s us | | | | |" % (
             block, reps, cycles, spread(child["floor"], "%.1f")))
         rows.append("| per exec, the child's side alone: the shim over the do-nothing .so | | | +%s us | | | | |" % spread(child["shim"], "%.1f"))
+        if base_shim:
+            rows.append("| per exec, the child's side alone: the baseline's shim over the do-nothing .so, same cycles | | | +%s us | | | | |" % spread(child["baseline"], "%.1f"))
         results["EXEC child"] = child
     if not only or "CMD" in only:
         # Per command a harness or a shell script starts: Python's subprocess and dash (the

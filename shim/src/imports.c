@@ -27,7 +27,11 @@
 extern void *dlsym(void *handle, const char *name);
 #define RTLD_NEXT ((void *)-1l)
 
-#define HIDDEN __attribute__((visibility("hidden")))
+/* In the constructor's window of code (shim/startup.ld), which every process has faulted in
+ * already: placed where the linker would put them (after all of `.text`), the few a
+ * journaling process calls cost it a 64 KiB window of code of their own, a page fault in each
+ * such process (measured: 40 more a turn of the agent loop than when they were imports). */
+#define HIDDEN __attribute__((visibility("hidden"), section(".text.startup.aether_journal.imports")))
 
 static void *resolve(void **slot, const char *name) {
     void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);

@@ -17,8 +17,8 @@
  * allocator's malloc family (dlsym itself may allocate), and `dlsym`.
  *
  * What this cannot do: make a missing function appear. Where libc has no such symbol (none of
- * these is newer than glibc 2.35, which the shim needs anyway), the call fails with ENOSYS
- * (`abort` then ends the process with a trap). */
+ * these is newer than glibc 2.35; the shim is built and tested with 2.36), the call fails with
+ * ENOSYS (`abort` then ends the process with a trap). */
 #include <errno.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -61,7 +61,6 @@ struct stat;
 struct pollfd;
 struct iovec;
 struct timespec;
-typedef struct Dl_info Dl_info_;
 
 LAZY(int, __xpg_strerror_r, (int e, char *buf, size_t n), (e, buf, n), ENOSYS)
 LAZY(int, clock_gettime, (int clock, struct timespec *t), (clock, t), -1)

@@ -118,10 +118,10 @@ pub(crate) fn before_fork() {
 /// copies of the store's descriptors now, its parent's journal segment is not its own, and
 /// datagram destinations are journaled once per *process*. Only stores into atomics and two
 /// raw system calls (its ids): no errno, no lock, nothing a freshly forked child of a
-/// threaded process cannot do. Beside the constructor's code (`shim/startup.ld`): a fork child
-/// faults in every 64 KiB window of code it runs again, and the one of `_init` it runs anyway
-/// at exit. Never inlined: one copy for the five hooks, and a name `bench/hot_text.py` finds
-/// a forked child by.
+/// threaded process cannot do. Beside the constructor's code and the fork hooks
+/// (`shim/startup.ld`): a fork child faults in every 64 KiB window of code it runs again, and
+/// returns from the real fork into that one. Never inlined: one copy for the five hooks, and a
+/// name `bench/hot_text.py` finds a forked child by.
 #[cfg_attr(not(test), unsafe(link_section = ".text.startup.aether_journal.fork"))]
 #[inline(never)]
 pub(crate) fn after_fork_in_child() {

@@ -23,8 +23,9 @@
 //! Which segment is current is kept in a page marked `MADV_WIPEONFORK`: a forked child,
 //! whether or not a fork hook of ours saw it made (`syscall(SYS_fork)`, `clone` without
 //! `CLONE_VM`), sees it zeroed and never copies into its parent's segment through its copy of
-//! the parent's memory, and no record pays a `getpid` to prove it. A child that shares its parent's memory
-//! (`vfork`, `posix_spawn`) shares the segment and its atomic cursor too, which is sound.
+//! the parent's memory, and no record pays a `getpid` to prove it. A child that shares its
+//! parent's memory (`vfork`, `posix_spawn`) shares the segment and its atomic cursor too,
+//! which is sound.
 //!
 //! What this module cannot do: protect a process from `SIGBUS` if something outside the
 //! session truncates its segment while it is mapped (the session's own processes are refused

@@ -14,7 +14,12 @@
  *
  * What stays imported, looked up at load: what every process's start-up or every hook's guard
  * calls (memcpy, strlen, errno, the signal mask, the thread-local helpers, `environ`), the
- * allocator's malloc family (dlsym itself may allocate), and `dlsym`.
+ * allocator's malloc family (dlsym itself may allocate), `dlsym`, and what most processes of
+ * the agent loop that journal or close a stream call (`getauxval` and `dladdr` when a store
+ * opens, `fileno` in the fclose hook, `dirfd` in closedir's, `clock_gettime`): looked up on
+ * first use, each cost a `dlsym` in about half of the loop's processes, more than a lookup at
+ * load in all of them (LD_DEBUG=bindings of 2 turns: 71 images; getauxval resolved in 41 of
+ * them, dladdr in 27, fileno in 21).
  *
  * What this cannot do: make a missing function appear. Where libc has no such symbol (none of
  * these is newer than glibc 2.35; the shim is built and tested with 2.36), the call fails with
@@ -30,7 +35,7 @@ extern void *dlsym(void *handle, const char *name);
 /* In the constructor's window of code (shim/startup.ld), which every process has faulted in
  * already: placed where the linker would put them (after all of `.text`), the few a
  * journaling process calls cost it a 64 KiB window of code of their own, a page fault in each
- * such process (measured: 40 more a turn of the agent loop than when they were imports). */
+ * such process (perf's page-fault records of 3 turns of the agent loop: 69 more). */
 #define HIDDEN __attribute__((visibility("hidden"), section(".text.startup.aether_journal.imports")))
 
 static void *resolve(void **slot, const char *name) {
@@ -63,14 +68,9 @@ struct iovec;
 struct timespec;
 
 LAZY(int, __xpg_strerror_r, (int e, char *buf, size_t n), (e, buf, n), ENOSYS)
-LAZY(int, clock_gettime, (int clock, struct timespec *t), (clock, t), -1)
-LAZY(int, dirfd, (void *dir), (dir), -1)
 LAZY(int, dl_iterate_phdr, (int (*cb)(void *, size_t, void *), void *data), (cb, data), 0)
-LAZY(int, dladdr, (const void *addr, void *info), (addr, info), 0)
 LAZY(void *, fdopen, (int fd, const char *mode), (fd, mode), NULL)
-LAZY(int, fileno, (void *stream), (stream), -1)
 LAZY(int, fstat64, (int fd, struct stat *st), (fd, st), -1)
-LAZY(unsigned long, getauxval, (unsigned long type), (type), 0)
 LAZY(char *, getcwd, (char *buf, size_t size), (buf, size), NULL)
 LAZY(char *, getenv, (const char *name), (name), NULL)
 LAZY(long, lseek64, (int fd, long off, int whence), (fd, off, whence), -1)

@@ -18,8 +18,8 @@
  * the agent loop that journal or close a stream call (`getauxval` and `dladdr` when a store
  * opens, `fileno` in the fclose hook, `dirfd` in closedir's, `clock_gettime`): looked up on
  * first use, each cost a `dlsym` in about half of the loop's processes, more than a lookup at
- * load in all of them (LD_DEBUG=bindings of 2 turns: 71 images; getauxval resolved in 41 of
- * them, dladdr in 27, fileno in 21).
+ * load in all of them (LD_DEBUG=bindings of 2 turns, about 70 images: getauxval resolved in
+ * 41 of them, dladdr in 27, fileno in 21).
  *
  * What this cannot do: make a missing function appear. Where libc has no such symbol (none of
  * these is newer than glibc 2.35; the shim is built and tested with 2.36), the call fails with
@@ -65,7 +65,6 @@ static void *resolve(void **slot, const char *name) {
 struct stat;
 struct pollfd;
 struct iovec;
-struct timespec;
 
 LAZY(int, __xpg_strerror_r, (int e, char *buf, size_t n), (e, buf, n), ENOSYS)
 LAZY(int, dl_iterate_phdr, (int (*cb)(void *, size_t, void *), void *data), (cb, data), 0)

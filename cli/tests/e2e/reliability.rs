@@ -276,9 +276,10 @@ fn a_child_made_by_any_of_libcs_forks_journals_its_changes_under_its_own_pid() {
     // not in `pthread_atfork` handlers, which every process would pay to register. daemon and
     // forkpty fork inside libc, past any hook of `fork`, and `_Fork` runs no fork handlers at
     // all: each child here names the file it creates after its own pid, and that file's
-    // record must carry that pid, not its parent's.
+    // record must carry that pid, not its parent's. The last: `_Fork` in a signal handler
+    // that interrupts a loop of changes.
     for watch in BOTH {
-        for how in ["fork", "__fork", "_Fork", "daemon", "forkpty"] {
+        for how in ["fork", "__fork", "_Fork", "daemon", "forkpty", "_Fork-in-handler"] {
             let s = scratch!(how);
             let prog = compile(&s, "forkkinds");
             let session = s.session("session");

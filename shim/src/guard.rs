@@ -58,13 +58,45 @@ fn must_mask() -> bool {
 /// then runs just after the shim's bookkeeping instead of in the middle of it, and is journaled
 /// like any other call.
 pub struct Guard {
-    old_mask: Option<libc::sigset_t>,
+    old_mask: Option<KernelSigset>,
 }
 
 /// Signals that report a fault in the running code: never held back (blocking them turns a
 /// fault into a silent kill).
 const SYNCHRONOUS: [libc::c_int; 6] =
     [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS];
+
+/// The kernel's signal set (signal `n` is bit `n - 1`), as `rt_sigprocmask` takes it: 64
+/// signals on the architectures the shim is built for. libc's `sigset_t` is 1,024 bits, of
+/// which its wrappers hand the kernel these first 64.
+type KernelSigset = u64;
+
+/// What a guard holds back: every signal but the synchronous ones and the two glibc keeps for
+/// itself (`SIGCANCEL`, 32, which cancels threads, and `SIGSETXID`, 33, by which `setuid` and
+/// its kin reach every thread), which glibc's `pthread_sigmask` never blocks either.
+const HELD_BACK: KernelSigset = {
+    let mut set = !0u64;
+    let mut rest: &[libc::c_int] = &SYNCHRONOUS;
+    while let [sig, tail @ ..] = rest {
+        set &= !(1 << (*sig - 1));
+        rest = tail;
+    }
+    set & !(1 << (32 - 1)) & !(1 << (33 - 1))
+};
+
+/// `rt_sigprocmask(how, set, old)` on the calling thread, as a raw system call: the guard's
+/// masking needs none of libc's signal functions, which every process would otherwise look up
+/// while loading the shim (three of its imports). Not a call a supervisor watches: unmarked.
+fn sigprocmask(how: libc::c_int, set: Option<&KernelSigset>, old: Option<&mut KernelSigset>) {
+    let set = set.map_or(0, |s| s as *const KernelSigset as usize);
+    let old = old.map_or(0, |o| o as *mut KernelSigset as usize);
+    // SAFETY: rt_sigprocmask reads one kernel sigset at `set` and writes one at `old` (each
+    // null or a live u64 of this frame's caller), with their size; it only changes the calling
+    // thread's mask. It cannot fail with these arguments.
+    unsafe {
+        crate::kernel::raw(libc::SYS_rt_sigprocmask, [how as usize, set, old, size_of::<KernelSigset>(), 0], 0);
+    }
+}
 
 impl Guard {
     /// Enters the guard, or returns `None` when this thread is already inside the shim.
@@ -82,16 +114,9 @@ impl Guard {
         }
         // Signals first, then the flag: a handler arriving in between must not find the flag
         // set by a hook that has not started its work yet.
-        // SAFETY: plain sigset manipulation on local values; pthread_sigmask only changes the
-        // calling thread's mask and is async-signal-safe.
-        let old_mask = mask.then(|| unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            for s in SYNCHRONOUS {
-                libc::sigdelset(&mut all, s);
-            }
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let old_mask = mask.then(|| {
+            let mut old: KernelSigset = 0;
+            sigprocmask(libc::SIG_BLOCK, Some(&HELD_BACK), Some(&mut old));
             old
         });
         let entered = BUSY.with(|b| !b.replace(true));
@@ -108,10 +133,9 @@ impl Guard {
 }
 
 /// Restores a signal mask a guard saved, if it saved one.
-fn restore_mask(old_mask: &Option<libc::sigset_t>) {
+fn restore_mask(old_mask: &Option<KernelSigset>) {
     if let Some(old) = old_mask {
-        // SAFETY: restores a mask saved by `enter_masking` on this same thread.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+        sigprocmask(libc::SIG_SETMASK, Some(old), None);
     }
 }
 
@@ -181,6 +205,47 @@ mod tests {
         assert!(!busy() && !usr1_blocked());
         let again = Guard::enter_masking(true);
         assert!(again.is_some(), "the next hook enters normally");
+    }
+
+    /// The calling thread's mask as the kernel holds it.
+    fn kernel_mask() -> KernelSigset {
+        let mut cur: KernelSigset = 0;
+        sigprocmask(libc::SIG_BLOCK, None, Some(&mut cur));
+        cur
+    }
+
+    fn has(set: KernelSigset, sig: libc::c_int) -> bool {
+        set & (1 << (sig - 1)) != 0
+    }
+
+    #[test]
+    fn a_guard_holds_back_asynchronous_signals_but_neither_the_synchronous_ones_nor_glibcs_own() {
+        let before = kernel_mask();
+        let g = Guard::enter_masking(true).expect("entry");
+        let held = kernel_mask();
+        for sig in [libc::SIGUSR1, libc::SIGTERM, libc::SIGCHLD, libc::SIGALRM, libc::SIGINT, 34, 64] {
+            assert!(has(held, sig), "signal {sig} is held back inside the shim");
+        }
+        for sig in SYNCHRONOUS.into_iter().chain([32, 33]) {
+            assert!(!has(held, sig), "signal {sig} is never held back");
+        }
+        drop(g);
+        assert_eq!(kernel_mask(), before, "the mask is the thread's own again");
+    }
+
+    #[test]
+    fn a_guard_gives_back_the_exact_mask_the_thread_had_signals_it_held_itself_included() {
+        // SAFETY: a local set, and the calling (test) thread's own mask.
+        unsafe {
+            let mut usr2: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr2);
+            libc::sigaddset(&mut usr2, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &usr2, std::ptr::null_mut());
+        }
+        let before = kernel_mask();
+        assert!(has(before, libc::SIGUSR2) && !has(before, libc::SIGUSR1));
+        drop(Guard::enter_masking(true).expect("entry"));
+        assert_eq!(kernel_mask(), before, "SIGUSR2 stays held, SIGUSR1 is let through again");
     }
 
     #[test]

@@ -92,6 +92,43 @@ pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
         .collect()
 }
 
+/// The entries of a null-terminated environment that [`fix_env`] looks up: `LD_PRELOAD` and
+/// the `AETHER_*` variables, in their order. Every other entry is read no further than the
+/// first byte that differs from both prefixes (an environment holds kilobytes of `PATH`,
+/// `LS_COLORS` and the like, which every exec measured whole before, and each lookup then
+/// scanned: about 3,000 instructions an exec).
+///
+/// # Safety
+/// `arr` must be null or a null-terminated array of NUL-terminated strings.
+unsafe fn looked_up_entries<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
+    if arr.is_null() {
+        return Vec::new();
+    }
+    (0..1_000_000)
+        // SAFETY: within a null-terminated array (caller's obligation); we stop at its null.
+        .map_while(|i| Some(unsafe { *arr.add(i) }).filter(|p| !p.is_null()))
+        // SAFETY: each entry is a NUL-terminated string (caller's obligation).
+        .filter(|&p| unsafe { crate::state::has_prefix(p, b"AETHER_") || crate::state::has_prefix(p, b"LD_PRELOAD=") })
+        // SAFETY: as above.
+        .map(|p| unsafe { CStr::from_ptr(p) }.to_bytes())
+        .collect()
+}
+
+/// [`fix_env`] for a null-terminated environment: decided on the entries it looks up alone
+/// ([`looked_up_entries`]: the same values, so the same decision), and only for a changed
+/// environment on all of them, which the new one copies.
+///
+/// # Safety
+/// As for [`c_strings`].
+unsafe fn fix_env_of(cfg: &Config, envp: *const *const c_char) -> EnvFix {
+    // SAFETY: forwarded obligation.
+    match fix_env(cfg, &unsafe { looked_up_entries(envp) }) {
+        // SAFETY: forwarded obligation.
+        EnvFix::Changed(_) => fix_env(cfg, &unsafe { c_strings(envp) }),
+        decided => decided,
+    }
+}
+
 enum EnvFix {
     Unchanged,
     /// The caller set `AETHER_JOURNAL=off` for the child on purpose.
@@ -327,8 +364,7 @@ pub fn prepare(
             EnvIn::Environ | EnvIn::Fixed => current_environ(),
         };
         // SAFETY: an envp (or environ) is a null-terminated array of C strings.
-        let entries = unsafe { c_strings(envp) };
-        match fix_env(cfg, &entries) {
+        match unsafe { fix_env_of(cfg, envp) } {
             EnvFix::Unchanged => {}
             EnvFix::Disabled => reason = reason.or(Some(UnobservedReason::ShimDisabled)),
             EnvFix::Nested => reason = reason.or(Some(nested_session(&argv_now, &cwd))),
@@ -437,7 +473,7 @@ fn fixed_env(cfg: &Config, env: EnvIn) -> Option<Vec<Vec<u8>>> {
         EnvIn::Fixed => return None,
     };
     // SAFETY: an envp (or environ) is a null-terminated array of C strings.
-    match fix_env(cfg, &unsafe { c_strings(envp) }) {
+    match unsafe { fix_env_of(cfg, envp) } {
         EnvFix::Changed(new) => Some(new),
         EnvFix::Unchanged | EnvFix::Disabled | EnvFix::Nested => None,
     }
@@ -598,6 +634,63 @@ mod tests {
         };
         assert!(env.contains(&b"AETHER_JOURNAL_DIR=/s".to_vec()));
         assert!(!env.contains(&b"AETHER_JOURNAL_DIR=../s".to_vec()));
+    }
+
+    /// A null-terminated environment of `entries`, with the strings it points into.
+    fn c_env(entries: &[&[u8]]) -> (Vec<CString>, Vec<*const c_char>) {
+        let owned: Vec<CString> = entries.iter().map(|e| CString::new(*e).expect("no NUL")).collect();
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        (owned, ptrs)
+    }
+
+    /// What a decision says, comparable (EnvFix holds no PartialEq).
+    fn said(fix: EnvFix) -> (&'static str, Vec<Vec<u8>>) {
+        match fix {
+            EnvFix::Unchanged => ("unchanged", Vec::new()),
+            EnvFix::Disabled => ("disabled", Vec::new()),
+            EnvFix::Nested => ("nested", Vec::new()),
+            EnvFix::Changed(env) => ("changed", env),
+        }
+    }
+
+    #[test]
+    fn an_environment_decided_on_its_preload_and_aether_entries_alone_is_decided_as_on_all_of_them() {
+        let long = [b"LS_COLORS=".as_slice(), &[b'x'; 4096]].concat();
+        let environments: [&[&[u8]]; 7] = [
+            &[b"PATH=/bin", &long, b"LD_PRELOADX=/no.so", b"AETHER=1", b"HOME=/root"],
+            &[
+                b"PATH=/bin",
+                b"LD_PRELOAD=/lib/libaether_journal.so",
+                b"AETHER_JOURNAL_DIR=/x",
+                b"AETHER_JOURNAL_MAX_FILE=9",
+            ],
+            &[b"LD_PRELOAD=/other.so", &long, b"AETHER_JOURNAL_DIR=/nested", b"LANG=C"],
+            &[b"A=1", b"AETHER_JOURNAL_DIR=", b"LD_PRELOAD=/lib/libaether_journal.so", b"L=2"],
+            &[b"AETHER_JOURNAL=off", b"PATH=/bin"],
+            &[b"AETHER_JOURNAL=off", b"AETHER_JOURNAL_NESTED=1"],
+            &[],
+        ];
+        for entries in environments {
+            let (_owned, envp) = c_env(entries);
+            // SAFETY: a null-terminated array of the NUL-terminated strings `_owned` holds.
+            let filtered = said(unsafe { fix_env_of(&cfg(), envp.as_ptr()) });
+            assert_eq!(filtered, said(fix_env(&cfg(), entries)), "for {entries:?}");
+        }
+        let (_owned, envp) =
+            c_env(&[b"PATH=/bin", b"LD_PRELOAD=/a.so", &long, b"LD_PRELOADX=1", b"AETHER_X=1", b"AETHER=2"]);
+        // SAFETY: as above.
+        let looked_up = unsafe { looked_up_entries(envp.as_ptr()) };
+        assert_eq!(
+            looked_up,
+            [b"LD_PRELOAD=/a.so".as_slice(), b"AETHER_X=1"],
+            "only the preload and AETHER_ entries, in order"
+        );
+        let (_owned, envp) = c_env(&[b"PATH=/bin", &long]);
+        // SAFETY: as above.
+        let (kind, env) = said(unsafe { fix_env_of(&cfg(), envp.as_ptr()) });
+        assert_eq!(kind, "changed");
+        assert!(env.contains(&long) && env.contains(&b"PATH=/bin".to_vec()), "a changed environment keeps every entry");
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn live_entries() -> impl Iterator<Item = &'static [u8]> {
 ///
 /// # Safety
 /// `p` points to a NUL-terminated string.
-unsafe fn has_prefix(p: *const std::ffi::c_char, prefix: &[u8]) -> bool {
+pub unsafe fn has_prefix(p: *const std::ffi::c_char, prefix: &[u8]) -> bool {
     prefix.iter().enumerate().all(|(i, &b)| {
         // SAFETY: every byte before `i` matched a byte of the prefix, so none was the NUL: `i`
         // is within the string or is its NUL.

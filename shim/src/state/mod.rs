@@ -12,7 +12,7 @@ mod store;
 
 pub use aether_journal_recorder::tables::{SharedCounters, map_shared};
 pub use config::{Config, config, configure_in_constructor, init_from_ctor};
-pub use env::{adopt_mark, capture_early_env, env_value};
+pub use env::{adopt_mark, capture_early_env, env_value, has_prefix};
 pub use identity::{adopt_store_after_fork, collect_argv, on_main_thread, owns_memory};
 pub use store::{
     ExecStore, Store, cwd_changed, cwd_changing, exec_store, names_changed, note_unjournaled, open_store_before_fork,

@@ -3,7 +3,7 @@
 //! line. Not an API: these change with the writers, whatever the library's version says.
 //! Readers use [`crate::session`] and [`crate::journal`]; the format is `docs/FORMAT.md`.
 
-use crate::journal::{finish_line, push_path_json, push_rfc3339_nanos, start_line};
+use crate::journal::{finish_line, push_bytes_json, push_path_json, push_rfc3339_nanos, start_line};
 use crate::record::{Before, Op, RECORD_VERSION};
 
 /// The words of the counters file (`u64`s, little-endian, after [`crate::session::COUNTERS_MAGIC`]).
@@ -148,7 +148,8 @@ pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
 /// of a record on the envelope's eight keys and values, each escaped and copied as its own
 /// string; here the envelope, whose keys are fixed and whose values need no escaping (numbers,
 /// a timestamp, the program name encoded once per process, a call name checked to be a plain
-/// identifier), is written directly, and serde_json encodes only the operation.
+/// identifier), is written directly, and serde_json encodes only the operation, but for the
+/// two commonest (a file created or claimed, an exec), written directly too.
 pub fn encode_fields(env: &Envelope<'_>, op: &Op) -> Vec<u8> {
     let mut line = start_line();
     line.extend_from_slice(b"{\"v\":");
@@ -184,6 +185,28 @@ pub fn encode_fields(env: &Envelope<'_>, op: &Op) -> Vec<u8> {
             } else {
                 b",\"before\":{\"state\":\"exclusive\"}}"
             });
+            ok
+        }
+        // One in every process a shell or a harness starts (serde_json spent about 1,500
+        // instructions on one, most of them on the arguments, each a string of its own).
+        Op::Exec(e) => {
+            line.extend_from_slice(b"{\"kind\":\"exec\",\"program\":");
+            let mut ok = push_path_json(&mut line, &e.program);
+            line.extend_from_slice(b",\"argv\":[");
+            for (i, arg) in e.argv.iter().enumerate() {
+                if i > 0 {
+                    line.push(b',');
+                }
+                ok &= push_bytes_json(&mut line, arg);
+            }
+            line.extend_from_slice(b"],\"cwd\":");
+            ok &= push_path_json(&mut line, &e.cwd);
+            line.extend_from_slice(b",\"child\":");
+            match e.child {
+                Some(child) => line.extend_from_slice(num.format(child).as_bytes()),
+                None => line.extend_from_slice(b"null"),
+            }
+            line.push(b'}');
             ok
         }
         _ => serde_json::to_writer(&mut line, op).is_ok(),

@@ -117,14 +117,19 @@ pub(crate) fn push_rfc3339_nanos(out: &mut Vec<u8>, t: std::time::SystemTime) {
 /// `"` or `\` (nearly every path) is copied between quotes as it is, anything else goes to
 /// serde_json (escapes, UTF-8 checks, the `b64` form of a non-UTF-8 name).
 pub(crate) fn push_path_json(out: &mut Vec<u8>, path: &crate::bpath::BPath) -> bool {
-    let bytes = path.as_bytes();
+    push_bytes_json(out, path.as_bytes())
+}
+
+/// [`push_path_json`] for bytes that are not a [`BPath`] (an argument of an exec record),
+/// written as [`crate::bpath::BytesAsPath`] writes them.
+pub(crate) fn push_bytes_json(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
     if bytes.iter().all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\') {
         out.push(b'"');
         out.extend_from_slice(bytes);
         out.push(b'"');
         true
     } else {
-        serde_json::to_writer(out, path).is_ok()
+        serde_json::to_writer(out, &crate::bpath::BytesAsPath(bytes)).is_ok()
     }
 }
 
@@ -1151,6 +1156,26 @@ mod tests {
             Op::Change { path: BPath::from("/t/x"), before: Before::Exclusive },
             meta,
             Op::CallFailed { of_seq: 4, errno: 17 },
+            Op::Exec(Box::new(crate::record::ExecOp {
+                program: BPath::from("/usr/bin/sed"),
+                argv: [b"sed".as_slice(), b"-i", b"s/a\"b\\c/\n\t/", b"caf\xc3\xa9", b"\xff\xfe", b""]
+                    .into_iter()
+                    .collect(),
+                cwd: BPath::new(b"/w/\xffdir".to_vec()),
+                child: None,
+            })),
+            Op::Exec(Box::new(crate::record::ExecOp {
+                program: BPath::from("/bin/true"),
+                argv: [b"/bin/true".as_slice()].into_iter().collect(),
+                cwd: BPath::from("/"),
+                child: Some(4_294_967_295),
+            })),
+            Op::Exec(Box::new(crate::record::ExecOp {
+                program: BPath::from("relative \"quoted\""),
+                argv: std::iter::empty::<&[u8]>().collect(),
+                cwd: BPath::from(""),
+                child: Some(0),
+            })),
         ];
         for (i, op) in ops.into_iter().enumerate() {
             for (prog, call) in

@@ -96,7 +96,7 @@ pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
 /// the `AETHER_*` variables, in their order. Every other entry is read no further than the
 /// first byte that differs from both prefixes (an environment holds kilobytes of `PATH`,
 /// `LS_COLORS` and the like, which every exec measured whole before, and each lookup then
-/// scanned: about 3,000 instructions an exec).
+/// scanned: about 1,700 instructions an exec more, with an environment of 35 entries).
 ///
 /// # Safety
 /// `arr` must be null or a null-terminated array of NUL-terminated strings.

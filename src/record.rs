@@ -832,15 +832,19 @@ pub struct Ident {
 }
 
 /// Whether `name` is one the capture code makes: a decimal id, optionally inside the shard
-/// directory named by the id's low byte in two hex digits (`2a/1066`). Nothing else: a name
-/// with `..`, a leading `/` or another directory in a tampered journal would send undo (or
-/// review) outside the store.
+/// directory named, in two hex digits, by the id's second byte (`04/1066`, see
+/// [`crate::capture::blob_name`]) or, in sessions of builds before that, by its low byte
+/// (`2a/1066`). Nothing else: a name with `..`, a leading `/` or another directory in a
+/// tampered journal would send undo (or review) outside the store.
 pub fn is_blob_name(name: &str) -> bool {
     let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    let named_by = |shard: &str, byte: u64| format!("{byte:02x}") == shard;
     match name.split_once('/') {
         None => digits(name),
         Some((shard, id)) => {
-            digits(id) && shard.len() == 2 && id.parse::<u64>().is_ok_and(|n| format!("{:02x}", n & 0xff) == shard)
+            digits(id)
+                && shard.len() == 2
+                && id.parse::<u64>().is_ok_and(|n| named_by(shard, (n >> 8) & 0xff) || named_by(shard, n & 0xff))
         }
     }
 }
@@ -1453,9 +1457,12 @@ mod tests {
 
     #[test]
     fn only_blob_names_the_store_makes_are_accepted() {
-        assert!(is_blob_name("2a/1066") && is_blob_name("00/256") && is_blob_name("ff/255"));
+        assert!(is_blob_name("04/1066") && is_blob_name("01/256") && is_blob_name("00/255"));
+        assert!(is_blob_name("2a/1066") && is_blob_name("00/256") && is_blob_name("ff/255"), "shards of older builds");
         assert!(is_blob_name("17"), "sessions made before sharding");
-        for bad in ["", "../x", "/etc/passwd", "2a/../../x", "2b/1066", "2a/", "/1", "a/b/1", "2A/1066", "1e3"] {
+        for bad in
+            ["", "../x", "/etc/passwd", "2a/../../x", "2b/1066", "05/1066", "2a/", "/1", "a/b/1", "2A/1066", "1e3"]
+        {
             assert!(!is_blob_name(bad), "{bad:?} accepted");
         }
         let json = r#"{"type":"file","blob":"../../../etc/shadow","size":1,"hash":null,"how":"link"}"#;

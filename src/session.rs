@@ -10,7 +10,7 @@
 //!   captures                 1 MiB, sparse: the capture index shared by the session's processes
 //!                            (which blob holds which state of a file; see the shim's index.rs)
 //!   blobs/                   mode 0700: captured prior contents, one file per capture, spread
-//!     2a/1066                over up to 256 shard directories named by the id's low byte
+//!     04/1066                over up to 256 shard directories named by the id's second byte
 //!   seal.json                what the tree looked like when `run` ended (see crate::seal)
 //!   state.json               present once the session was undone or kept
 //! ```

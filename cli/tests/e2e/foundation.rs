@@ -189,6 +189,25 @@ fn an_oversized_file_is_recorded_as_irreversible_and_the_undo_says_incomplete() 
 }
 
 #[test]
+fn a_young_sessions_captures_share_one_shard_directory_and_undo_finds_them() {
+    // Each shard directory is a mkdir (20-60 us on ext4): blobs named by consecutive ids go
+    // into one until 256 ids have been handed out.
+    let s = scratch!();
+    s.sh("mkdir d && for i in $(seq 40); do echo \"file $i\" > d/f$i; done");
+    let session = s.session("session");
+    s.run_ok(&session, &["sh", "-c", "rm d/f*"]);
+    let shards: Vec<_> = std::fs::read_dir(session.join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(shards, ["00"], "40 captures, one shard");
+    let blobs = std::fs::read_dir(session.join("blobs/00")).unwrap().count();
+    assert!(blobs >= 40, "every removed file captured: {blobs} blobs");
+    let (code, report) = s.undo_json(&session);
+    assert_eq!(code, 0, "{report:#}");
+    for i in 1..=40 {
+        assert_eq!(std::fs::read_to_string(s.tree().join(format!("d/f{i}"))).unwrap(), format!("file {i}\n"));
+    }
+}
+
+#[test]
 fn the_session_directory_and_its_blobs_are_private() {
     let s = scratch!();
     s.sh("echo secret > f");

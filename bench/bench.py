@@ -26,7 +26,10 @@ other, `Runner.lockstep`): on a shared machine whose speed drifts over seconds, 
 five seconds taken one after the other differ by a fifth, turns of 85 ms taken one after the
 other do not. Under `--mode run` its turns also run this build's shim alone (a bare
 LD_PRELOAD) and a seccomp filter that allows every call: what `run` adds to the shim, and how
-much of it any filter costs on this kernel, from the same turns. Every build's shim, CLI and
+much of it any filter costs on this kernel, from the same turns. Under `--mode preload` they
+also run the do-nothing library and this build's shim switched off (`AETHER_JOURNAL=off`:
+loaded, its hooks passing every call through): what any preload library costs the loop, what
+having the shim in every process adds, and what journaling adds to that. Every build's shim, CLI and
 the do-nothing library are run from copies made as installing them would (`install` in
 `main`), not from where the linker wrote them.
 
@@ -276,8 +279,10 @@ def timed(cmd, cwd, env, cpu=None, faults=None):
 
 class Variant:
     """How a workload is run: `bare`; `preload` (LD_PRELOAD=shim, as a bare preload session);
-    `run` (aether-journal run, supervisor included), each of one build (`label`); or `filter`
-    (under a seccomp filter that allows every call, nothing else: `shim` is the wrapper)."""
+    `run` (aether-journal run, supervisor included), each of one build (`label`); `filter`
+    (under a seccomp filter that allows every call, nothing else: `shim` is the wrapper);
+    `nothing` (LD_PRELOAD=shim, a library that journals nothing: no session); or `off` (the
+    shim preloaded but switched off by `AETHER_JOURNAL=off`: no session)."""
 
     def __init__(self, label, kind, shim=None, cli=None):
         self.label, self.kind, self.shim, self.cli = label, kind, shim, cli
@@ -316,6 +321,12 @@ class Runner:
         if variant.kind == "filter":
             env, session = self.env(False)
             return [variant.shim, "sh", "-c", cmd], env, None
+        if variant.kind in ("nothing", "off"):
+            env, session = self.env(False)
+            env["LD_PRELOAD"] = variant.shim
+            if variant.kind == "off":
+                env["AETHER_JOURNAL"] = "off"
+            return cmd, env, None
         env, session = self.env(True)
         for k in ("LD_PRELOAD", "AETHER_JOURNAL_DIR"):
             env.pop(k, None)
@@ -523,9 +534,14 @@ def main():
         # Under run, the same turns also run this build's shim alone (a bare LD_PRELOAD) and a
         # filter that allows every call (no shim, no supervisor): what run adds to the shim, and
         # how much of that any seccomp filter costs the loop's processes on this kernel.
+        # Under preload, the do-nothing library and this build switched off: what any preload
+        # library costs the loop, what the shim's presence adds, and what its journaling adds.
         parts = []
         if a.mode == "run":
             parts = [any_filter, Variant("this build, preload", "preload", a.shim, a.cli)]
+        else:
+            parts = [Variant("the do-nothing library", "nothing", a.floor),
+                     Variant("this build, switched off", "off", a.shim)]
         print("W12T: %d rounds of %s, turn by turn..." % (runs, ", ".join(v.label for v in variants + parts)), file=sys.stderr)
         got = runner.lockstep(loop, turns, runs, variants + parts, fresh_w12)
         results["W12T"] = {"target": 1.05, "mode": a.mode, **got}
@@ -535,10 +551,18 @@ def main():
             ratios = [x / y for x, y in zip(got[v.label]["wall"], bare)]
             rows.append("| %s (%s) | %s | %s | %s | | | | %s |" % (
                 label, v.label, spread(bare, "%.3f"), spread(got[v.label]["wall"], "%.3f"), spread(ratios, "%.3f"),
-                "the floor under run" if v.kind == "filter" else "run's shim alone"))
-        if parts:
-            run_over_preload = [x / y for x, y in zip(got["this build"]["wall"], got["this build, preload"]["wall"])]
-            rows.append("| W12T: run / preload, same turns | | | %s | | | | |" % spread(run_over_preload, "%.3f"))
+                {"filter": "the floor under run", "preload": "run's shim alone", "nothing": "the floor of any preload",
+                 "off": "the shim loaded, journaling nothing"}[v.kind]))
+
+        def over(num, den):
+            return spread([x / y for x, y in zip(got[num]["wall"], got[den]["wall"])], "%.3f")
+
+        if a.mode == "run":
+            rows.append("| W12T: run / preload, same turns | | | %s | | | | |" % over("this build", "this build, preload"))
+        else:
+            rows.append("| W12T: switched off / the do-nothing library; this build / switched off, same turns | | | %s; %s | | | | |"
+                        % (over("this build, switched off", "the do-nothing library"),
+                           over("this build", "this build, switched off")))
         if a.baseline:
             this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
             rows.append("| W12T: this build / baseline, same turns | | | %s | | | | |" % spread(this_vs_base, "%.3f"))

@@ -29,9 +29,9 @@ LD_PRELOAD) and a seccomp filter that allows every call: what `run` adds to the 
 much of it any filter costs on this kernel, from the same turns. Under `--mode preload` they
 also run the do-nothing library and this build's shim switched off (`AETHER_JOURNAL=off`:
 loaded, its hooks passing every call through): what any preload library costs the loop, what
-having the shim in every process adds, and what journaling adds to that. Every build's shim, CLI and
-the do-nothing library are run from copies made as installing them would (`install` in
-`main`), not from where the linker wrote them.
+having the shim in every process adds, and what journaling adds to that. Every build's shim,
+CLI and the do-nothing library are run from copies made as installing them would (`install`
+in `main`), not from where the linker wrote them.
 
 What it cannot do: make a shared two-core machine quiet. The spread columns say how noisy a run
 was; a ratio whose min-max straddles the target is not a pass, whatever its median says.
@@ -547,15 +547,16 @@ def main():
         results["W12T"] = {"target": 1.05, "mode": a.mode, **got}
         rows += verdict_rows(label, a.mode, variants, got, 1.05, "%.3f")
         bare = got["bare"]["wall"]
-        for v in parts:
-            ratios = [x / y for x, y in zip(got[v.label]["wall"], bare)]
-            rows.append("| %s (%s) | %s | %s | %s | | | | %s |" % (
-                label, v.label, spread(bare, "%.3f"), spread(got[v.label]["wall"], "%.3f"), spread(ratios, "%.3f"),
-                {"filter": "the floor under run", "preload": "run's shim alone", "nothing": "the floor of any preload",
-                 "off": "the shim loaded, journaling nothing"}[v.kind]))
 
         def over(num, den):
+            """The per-round ratios of variant `num`'s times to variant `den`'s, spread."""
             return spread([x / y for x, y in zip(got[num]["wall"], got[den]["wall"])], "%.3f")
+
+        for v in parts:
+            rows.append("| %s (%s) | %s | %s | %s | | | | %s |" % (
+                label, v.label, spread(bare, "%.3f"), spread(got[v.label]["wall"], "%.3f"), over(v.label, "bare"),
+                {"filter": "the floor under run", "preload": "run's shim alone", "nothing": "the floor of any preload",
+                 "off": "the shim loaded, journaling nothing"}[v.kind]))
 
         if a.mode == "run":
             rows.append("| W12T: run / preload, same turns | | | %s | | | | |" % over("this build", "this build, preload"))
@@ -564,8 +565,7 @@ def main():
                         % (over("this build, switched off", "the do-nothing library"),
                            over("this build", "this build, switched off")))
         if a.baseline:
-            this_vs_base = [x / y for x, y in zip(got["this build"]["wall"], got["baseline"]["wall"])]
-            rows.append("| W12T: this build / baseline, same turns | | | %s | | | | |" % spread(this_vs_base, "%.3f"))
+            rows.append("| W12T: this build / baseline, same turns | | | %s | | | | |" % over("this build", "baseline"))
         rows.append("| W12T: minor page faults, median: %s | | | | | | | |" % ", ".join(
             "%s %d" % (v.label, statistics.median(got[v.label]["faults"])) for v in variants + parts))
     if not only or "EXEC" in only:

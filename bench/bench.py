@@ -452,7 +452,7 @@ def main():
     ap.add_argument("--progs", required=True, help="directory with the compiled helper programs")
     ap.add_argument("--floor", help="a do-nothing preload library (default: PROGS/libnothing.so)")
     ap.add_argument("--runs", type=int, default=5, help="pairs per workload (default 5)")
-    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,W12T,EXEC,CMD,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO)")
+    ap.add_argument("--only", default="", help="comma-separated workload keys (W1,...,W12,W12T,EXEC,CMD,CHANGE,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO)")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--mode", choices=("preload", "run"), default="preload",
                     help="the shim alone (LD_PRELOAD) or aether-journal run with its supervisor")
@@ -727,6 +727,40 @@ def main():
             rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | <= +20 us | %s |" % (
                 spread(over_floor, "%.0f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES"))
             results["CMD " + label] = {"bare_us": times["bare"], "floor_us": times["floor"], "shim_us": times["shim"]}
+    if not only or "CHANGE" in only:
+        # What journaling costs a process, timed inside it (bench/progs/first_change.c): its
+        # first change, which opens its store, and each change after it. The agent loop's
+        # journaling processes make one change or a few each, so the first is most of what
+        # journaling costs W12 (bench/RESULTS.md). Against the shim switched off
+        # (AETHER_JOURNAL=off: loaded, passing every call through), alternating; the session
+        # is made beforehand by another process, as a harness's session is.
+        n, rounds = 50, max(21, a.runs)
+        print("CHANGE: %d rounds of a first creation, %d more and %d utime (shim, switched off)..." % (rounds, n, n), file=sys.stderr)
+        prog = os.path.join(a.progs, "first_change")
+        times = {"shim": [], "off": []}
+        for i in range(rounds):
+            for kind in rotated(i, ("shim", "off")):
+                env, session = runner.env(True)
+                work = os.path.join(a.dir, "change-work")
+                for d in ("warm", "timed"):
+                    rmtree(os.path.join(work, d))
+                    os.makedirs(os.path.join(work, d))
+                subprocess.run([prog, os.path.join(work, "warm"), "1"], env=env, check=True, capture_output=True)
+                if kind == "off":
+                    env["AETHER_JOURNAL"] = "off"
+                out = subprocess.run([prog, os.path.join(work, "timed"), str(n)], env=env, check=True, capture_output=True).stdout
+                times[kind].append([float(x) for x in out.split()])
+                # The warm-up's two creations, and with the shim the timed run's n + 1.
+                want = 2 + (n + 1 if kind == "shim" else 0)
+                got = journal_records(session, ("change",))
+                if got != want:
+                    raise SystemExit("bench: CHANGE (%s) journaled %d creations, not %d" % (kind, got, want))
+                rmtree(session)
+        for j, what in enumerate(("its first change (a creation; the store opened)", "each further creation", "each utime")):
+            off, shim = [t[j] for t in times["off"]], [t[j] for t in times["shim"]]
+            rows.append("| per change, timed inside the process (%d rounds): %s, the shim switched off; the shim; the shim over it, us | %s | %s | +%s us | | | | |" % (
+                rounds, what, spread(off, "%.1f"), spread(shim, "%.1f"), spread([s - o for o, s in zip(off, shim)], "%.1f")))
+        results["CHANGE"] = times
     if a.mode == "run" and (not only or "FILTER" in only):
         # The floor under run for work that makes no watched call: the read-only workloads
         # under a filter that allows every call, with no supervisor and no shim.

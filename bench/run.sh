@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The performance suite in one command:
 #
-#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W12,W12T,EXEC,CMD,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO]
+#   sudo bench/run.sh [--runs N] [--mode preload|run] [--baseline DIR] [--only W1,...,W12,W12T,EXEC,CMD,CHANGE,RSS,RT,SPAWN,SUPMEM,FILTER,UNDO]
 #                     [--json FILE]
 #
 # Builds the release shim and the helper programs, makes a fresh loop-mounted ext4 (with a
@@ -16,7 +16,7 @@ cargo build --release --quiet --manifest-path "$here/Cargo.toml"
 shim="$here/target/release/libaether_journal.so"
 progs="$here/target/bench-progs"
 mkdir -p "$progs"
-for p in open_close spawn_true spawn_rotate spawn_serve rss roundtrip allowall; do
+for p in open_close spawn_true spawn_rotate spawn_serve rss roundtrip allowall first_change; do
   cc -O2 -o "$progs/$p" "$here/bench/progs/$p.c"
 done
 # W9 and W10: a static Go program (CGO_ENABLED=0); W11 runs Bun from PATH.

@@ -357,6 +357,33 @@ fn strace_total_with(s: &Scratch, session: Option<&std::path::Path>, env: &[(&st
     total.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
 
+/// Minor page faults (the kernel's accounting, the median of 21 runs) that one way of running
+/// a program takes more than another, as the Python expression `difference` computes it from
+/// `median(env, argv)` (`argv(i)`: the command of run `i`), `bare` (this environment without
+/// the shim) and `shim` (with the release shim joining `session`), run in the scratch tree.
+fn median_faults_added(s: &Scratch, session: &std::path::Path, difference: &str) -> i64 {
+    let script = [
+        "import os, subprocess",
+        "def median(env, argv):",
+        "    r = []",
+        "    for i in range(21):",
+        "        p = subprocess.Popen(argv(i), env=env)",
+        "        r.append(os.wait4(p.pid, 0)[2].ru_minflt)",
+        "    return sorted(r)[10]",
+        "bare = {k: v for k, v in os.environ.items() if k not in ('LD_PRELOAD', 'AETHER_JOURNAL_DIR')}",
+        "shim = dict(bare, LD_PRELOAD=os.environ['SHIM'], AETHER_JOURNAL_DIR=os.environ['SESSION'])",
+        &format!("print({difference})"),
+    ]
+    .join("\n");
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", &script]).current_dir(s.tree());
+    isolate(&mut cmd, &s.root);
+    cmd.env("SHIM", release_shim()).env("SESSION", session);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 #[test]
 fn a_process_that_only_execs_pays_a_counted_number_of_system_calls_to_journal_it() {
     // `env /bin/true` joining an existing session: env opens the store and journals its exec of
@@ -392,33 +419,16 @@ fn a_process_that_changes_nothing_pays_a_counted_number_of_system_calls_and_page
     // starting touches, 12 before the constructor's scan of the environment, the data's first
     // page and three pages of relocated data were gathered or shed; a debug build pays about
     // 55); a change that makes every process touch more pays here.
-    let shim = release_shim();
     let s = scratch!();
     let session = s.session("session");
     s.run_ok(&session, &["sh", "-c", "echo x > made"]);
     let calls = strace_total(&s, Some(&session), &["/bin/true"]) - strace_total(&s, None, &["/bin/true"]);
     assert!(calls <= 11, "a process that changes nothing pays {calls} system calls for the shim (11 today)");
-    // Minor page faults, the median of 21 runs of each, from the kernel's accounting.
-    let faults = [
-        "import os, subprocess",
-        "def median(env):",
-        "    r = []",
-        "    for _ in range(21):",
-        "        p = subprocess.Popen(['/bin/true'], env=env)",
-        "        r.append(os.wait4(p.pid, 0)[2].ru_minflt)",
-        "    return sorted(r)[10]",
-        "bare = {k: v for k, v in os.environ.items() if k not in ('LD_PRELOAD', 'AETHER_JOURNAL_DIR')}",
-        "shim = dict(bare, LD_PRELOAD=os.environ['SHIM'], AETHER_JOURNAL_DIR=os.environ['SESSION'])",
-        "print(median(shim) - median(bare))",
-    ]
-    .join("\n");
-    let mut cmd = Command::new(python());
-    cmd.args(["-c", &faults]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("SHIM", shim).env("SESSION", &session);
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let added: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let added = median_faults_added(
+        &s,
+        &session,
+        "median(shim, lambda i: ['/bin/true']) - median(bare, lambda i: ['/bin/true'])",
+    );
     let limit = 10;
     assert!(
         added <= limit,
@@ -448,28 +458,13 @@ fn a_process_that_makes_one_change_pays_a_counted_number_of_system_calls_and_pag
     let calls_off = strace_total_with(&s, Some(&session), &off, &["touch", "new.txt"]);
     let added = calls - calls_off;
     assert!(added <= 20, "journaling one creation costs its process {added} system calls (20 today)");
-    // Minor page faults, the median of 21 runs of each (each a new file), from the kernel's
-    // accounting.
-    let faults = [
-        "import os, subprocess",
-        "def median(env, tag):",
-        "    r = []",
-        "    for i in range(21):",
-        "        p = subprocess.Popen(['touch', 'new-%s-%d' % (tag, i)], env=env)",
-        "        r.append(os.wait4(p.pid, 0)[2].ru_minflt)",
-        "    return sorted(r)[10]",
-        "shim = dict(os.environ, LD_PRELOAD=os.environ['SHIM'], AETHER_JOURNAL_DIR=os.environ['SESSION'])",
-        "off = dict(shim, AETHER_JOURNAL='off')",
-        "print(median(shim, 'on') - median(off, 'off'))",
-    ]
-    .join("\n");
-    let mut cmd = Command::new(python());
-    cmd.args(["-c", &faults]).current_dir(s.tree());
-    isolate(&mut cmd, &s.root);
-    cmd.env("SHIM", release_shim()).env("SESSION", &session);
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let added: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // Each run makes a new file.
+    let added = median_faults_added(
+        &s,
+        &session,
+        "median(shim, lambda i: ['touch', 'new-on-%d' % i]) \
+         - median(dict(shim, AETHER_JOURNAL='off'), lambda i: ['touch', 'new-off-%d' % i])",
+    );
     let limit = 10;
     assert!(added <= limit, "journaling one creation takes its process {added} more page faults (limit {limit})");
     // What was counted was journaled: the creations of the shim's runs, none of the others'.

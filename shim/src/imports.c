@@ -91,6 +91,20 @@ LAZY(int, pthread_key_delete, (unsigned key), (key), EINVAL)
 LAZY(int, pthread_setspecific, (unsigned key, const void *value), (key, value), ENOMEM)
 LAZY(int, _dl_find_object, (void *pc, void *result), (pc, result), -1)
 
+/* What the standard library's `weak!` calls reach (`statx` for `std::fs::metadata`, `gettid`
+ * for the panic message's thread) and what the statically linked unwinder calls while it
+ * unwinds (its lock, its once-only set-up, and `__pthread_key_create`, whose address alone
+ * tells it threads exist): weak imports, looked up at load all the same, for code that a
+ * process that changes nothing never runs. Defined here, they are never null, so the callers
+ * take the calls' own fallbacks (std's on ENOSYS) rather than their "no such function" ones. */
+LAZY(int, statx, (int dirfd, const char *path, int flags, unsigned mask, void *buf), (dirfd, path, flags, mask, buf),
+     -1)
+LAZY(int, gettid, (void), (), -1)
+LAZY(int, __pthread_key_create, (unsigned *key, void (*dtor)(void *)), (key, dtor), EAGAIN)
+LAZY(int, pthread_once, (int *once, void (*init)(void)), (once, init), EINVAL)
+LAZY(int, pthread_mutex_lock, (void *mutex), (mutex), EINVAL)
+LAZY(int, pthread_mutex_unlock, (void *mutex), (mutex), EINVAL)
+
 HIDDEN _Noreturn void abort(void) {
     static void *slot;
     void (*real)(void) = (void (*)(void))resolve(&slot, "abort");

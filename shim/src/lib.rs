@@ -56,8 +56,8 @@ static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 /// Every process pays for each page of this library it touches while starting: a page fault
 /// costs 1-3 us on the development machine, about as much as the rest of the constructor.
 /// `shim/startup.ld` therefore gathers what starting touches: this function (in
-/// `.text.startup`) beside the library's `_init`, in one 64 KiB window of code the kernel maps
-/// at once, and the statics written here (`.bss.aether_journal.startup`, with std's panic hook
+/// `.text.startup`) beside std's argument hook and the fork hooks, in one 64 KiB window of code
+/// the kernel maps at once, and the statics written here (`.bss.aether_journal.startup`, with std's panic hook
 /// and count) right after the initialised data, on the page the loader has already written.
 ///
 /// # Safety

@@ -56,9 +56,10 @@ static ALLOCATOR: alloc::ShimAlloc = alloc::ShimAlloc;
 /// Every process pays for each page of this library it touches while starting: a page fault
 /// costs 1-3 us on the development machine, about as much as the rest of the constructor.
 /// `shim/startup.ld` therefore gathers what starting touches: this function (in
-/// `.text.startup`) beside std's argument hook and the fork hooks, in one 64 KiB window of code
-/// the kernel maps at once, and the statics written here (`.bss.aether_journal.startup`, with std's panic hook
-/// and count) right after the initialised data, on the page the loader has already written.
+/// `.text.startup`) beside std's argument hook and the fork hooks, in one 64 KiB window of
+/// code the kernel maps at once, and the statics written here (`.bss.aether_journal.startup`,
+/// with std's panic hook and count) right after the initialised data, on the page the loader
+/// has already written.
 ///
 /// # Safety
 /// Called by the dynamic loader with the program's `argc`/`argv`.

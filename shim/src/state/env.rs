@@ -116,7 +116,7 @@ fn live_entries() -> impl Iterator<Item = &'static [u8]> {
 /// The length of the NUL-terminated string at `p`, counted here rather than by libc's
 /// `strlen` (which `CStr::from_ptr` calls): the constructor measures the `AETHER_*` entries in
 /// every process of a session, and libc's `strlen` was a page of libc's code that a small
-/// program does not otherwise touch, a page fault in about one process in five (perf's
+/// program does not always touch, a page fault in about one process in eight (perf's
 /// page-fault records of `/bin/true`). Each byte read goes through `black_box`, so that the
 /// compiler cannot turn the loop back into a call of `strlen`. The entries are short.
 ///

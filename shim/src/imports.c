@@ -12,8 +12,9 @@
  * pointer (a race looks it up twice and stores the same value), and calls it with the same
  * arguments. errno is kept across the lookup, so the call's errno is libc's own.
  *
- * What stays imported, looked up at load: what every process's start-up or every hook's guard
- * calls (memcpy, strlen, errno, the signal mask, the thread-local helpers, `environ`), the
+ * What stays imported, looked up at load: what every process's start-up, every hook's guard or
+ * every hook given a path calls (memcpy, errno, the thread-local helpers, `environ`; strlen,
+ * which the constructor no longer calls, see `c_len` in src/state/env.rs), the
  * allocator's malloc family (dlsym itself may allocate), `dlsym`, and what most processes of
  * the agent loop that journal or close a stream call (`getauxval` and `dladdr` when a store
  * opens, `fileno` in the fclose hook, `dirfd` in closedir's, `clock_gettime`): looked up on

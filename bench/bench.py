@@ -281,8 +281,9 @@ class Variant:
     """How a workload is run: `bare`; `preload` (LD_PRELOAD=shim, as a bare preload session);
     `run` (aether-journal run, supervisor included), each of one build (`label`); `filter`
     (under a seccomp filter that allows every call, nothing else: `shim` is the wrapper);
-    `nothing` (LD_PRELOAD=shim, a library that journals nothing: no session); or `off` (the
-    shim preloaded but switched off by `AETHER_JOURNAL=off`: no session)."""
+    `preload-filter` (`preload` under that filter: `cli` is the wrapper); `nothing`
+    (LD_PRELOAD=shim, a library that journals nothing: no session); or `off` (the shim preloaded
+    but switched off by `AETHER_JOURNAL=off`: no session)."""
 
     def __init__(self, label, kind, shim=None, cli=None):
         self.label, self.kind, self.shim, self.cli = label, kind, shim, cli
@@ -321,6 +322,9 @@ class Runner:
         if variant.kind == "filter":
             env, session = self.env(False)
             return [variant.shim, "sh", "-c", cmd], env, None
+        if variant.kind == "preload-filter":
+            env, session = self.env(True, variant.shim)
+            return [variant.cli, "sh", "-c", cmd], env, session
         if variant.kind in ("nothing", "off"):
             env, session = self.env(False)
             env["LD_PRELOAD"] = variant.shim
@@ -538,7 +542,8 @@ def main():
         # library costs the loop, what the shim's presence adds, and what its journaling adds.
         parts = []
         if a.mode == "run":
-            parts = [any_filter, Variant("this build, preload", "preload", a.shim, a.cli)]
+            parts = [any_filter, Variant("this build, preload", "preload", a.shim, a.cli),
+                     Variant("this build, preload, any filter", "preload-filter", a.shim, any_filter.shim)]
         else:
             parts = [Variant("the do-nothing library", "nothing", a.floor),
                      Variant("this build, switched off", "off", a.shim)]
@@ -555,11 +560,17 @@ def main():
         for v in parts:
             rows.append("| %s (%s) | %s | %s | %s | | | | %s |" % (
                 label, v.label, spread(bare, "%.3f"), spread(got[v.label]["wall"], "%.3f"), over(v.label, "bare"),
-                {"filter": "the floor under run", "preload": "run's shim alone", "nothing": "the floor of any preload",
+                {"filter": "the floor under run", "preload": "run's shim alone",
+                 "preload-filter": "run's shim alone under any filter", "nothing": "the floor of any preload",
                  "off": "the shim loaded, journaling nothing"}[v.kind]))
 
         if a.mode == "run":
             rows.append("| W12T: run / preload, same turns | | | %s | | | | |" % over("this build", "this build, preload"))
+            # What run adds beyond the filter's slower entry to every call: the real filter's
+            # program on the watched calls, the shim's supervised paths, the supervisor.
+            rows.append("| W12T: run / preload under any filter; preload under any filter / preload, same turns | | | %s; %s | | | | |"
+                        % (over("this build", "this build, preload, any filter"),
+                           over("this build, preload, any filter", "this build, preload")))
         else:
             rows.append("| W12T: switched off / the do-nothing library; this build / switched off, same turns | | | %s; %s | | | | |"
                         % (over("this build, switched off", "the do-nothing library"),

@@ -51,13 +51,18 @@ fn run_exec<R: Ret>(
     r
 }
 
-/// `execve` as a marked system call (libc's result convention).
+/// `execve` as a marked system call (libc's result convention). Never inlined, like
+/// [`marked_execveat`]: the last function a supervised exec runs before the kernel replaces
+/// the image, where bench/hot_text.py's profile dumps what the exec path ran (as it does at
+/// libc's `execve` without a supervisor).
+#[inline(never)]
 fn marked_execve(path: *const c_char, argv: Argv, env: Argv) -> c_int {
     // SAFETY: the caller's path and argv, and a null-terminated environment.
     unsafe { crate::kernel::libc_style(libc::SYS_execve, [path as usize, argv as usize, env as usize, 0, 0]) as c_int }
 }
 
 /// `execveat` as a marked system call.
+#[inline(never)]
 fn marked_execveat(dirfd: c_int, path: *const c_char, argv: Argv, env: Argv, flags: c_int) -> c_int {
     // SAFETY: as in marked_execve.
     unsafe {

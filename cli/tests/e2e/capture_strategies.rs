@@ -567,9 +567,9 @@ fn a_forked_childs_path_to_its_exec_lies_together_in_the_shipped_shims_code() {
     // is shipped. A function that joins the path belongs in this list, and the layout is then
     // generated again: `fix_env_of` and `push_bytes_json` joined it without either, and sat
     // 300 and 700 KiB away: two page faults more in each forked child. So did the supervised
-    // exec's check and marked call (profiled only under a bare preload, they sat 330 KiB
-    // away), and the record checksum's hash for a record of 129 to 240 bytes (placed by
-    // count, past the window's end): under `run`, five of the shim's pages faulted in each
+    // exec's check and marked call (profiled only under a bare preload, the check sat 270 KiB
+    // past the rest), and the record checksum's hash for a record of 129 to 240 bytes (placed
+    // by count, past the window's end): under `run`, five of the shim's pages faulted in each
     // child of a forking parent before its exec, three after.
     let nm = binutils_on(release_shim(), "nm", &["-n", "-C"]);
     let addr = |name: &str| shim_symbol_address(&nm, name);

@@ -7,11 +7,10 @@ Runs TURNS (default 2) turns of bench/agent_loop.sh in a copy of a small git rep
 callgrind twice, with the release shim preloaded and under `aether-journal run` (whose
 supervised exec path runs other code: the architecture check, the marked exec), collects every
 function of the shim that any process executed, and orders them by how many processes executed
-each. The linker script it
-writes puts them, in that order, right after the constructor's code (shim/startup.ld): a
-process then faults in a few 64 KiB windows of the shim's code instead of one for each place
-its hooks happen to sit in 1.1 MiB of it, and a forked child (whose code pages the kernel does
-not copy) pays those faults again.
+each. The linker script it writes puts them, in that order, right after the constructor's code
+(shim/startup.ld): a process then faults in a few 64 KiB windows of the shim's code instead of
+one for each place its hooks happen to sit in 1.1 MiB of it, and a forked child (whose code
+pages the kernel does not copy) pays those faults again.
 
 What a shell's forked child runs between its fork and its exec (the fork hook's child part, the
 hooks the shell calls there, the exec hook and the exec's record) comes first, whatever the
@@ -33,9 +32,9 @@ turns = sys.argv[1] if len(sys.argv) > 1 else "2"
 # that execs through `execvp` (`env`, the `#!/usr/bin/env` of version managers' shims), and
 # with them the code of that path.
 # Under a supervisor an exec hook makes the system call itself, marked: the profile is dumped
-# before the shim's function that makes it.
+# before the shim's function that makes it (`marked_execve`, `marked_execveat`).
 execs = ["execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "execveat",
-         "*marked_execve*", "*marked_execveat*"]
+         "*marked_execve*"]
 processes, forked = collections.Counter(), collections.Counter()
 
 
@@ -112,9 +111,9 @@ for l in subprocess.run(["nm", "-S", "--defined-only", shim], capture_output=Tru
 defined = set(sizes)
 # A record's checksum takes one of xxh3's functions by the record's length, and a forked
 # child's exec record is as long as its names: the one the profile's records took need not be
-# the one a real session's take (a forked child's record of `/bin/true` run from /var/tmp/r1
-# ran `xxh3_64_129to240`, which the profile had placed by count, a window further: a page
-# fault of its own in every such child). All of them go with the child's path.
+# the one a real session's take (a forked child's exec record of `/bin/true`, measured, took
+# `xxh3_64_129to240`, which the profile had placed by count, a window further: a page fault of
+# its own in every such child). All of them go with the child's path.
 hashed = max((c for n, c in forked.items() if "xxh3_64" in n), default=0)
 # The function a profile is dumped before runs after the dump, and the image is replaced
 # before the next: the marked exec is in no dump. It ends every supervised exec, whose check
@@ -123,7 +122,7 @@ marked = max((c for n, c in forked.items() if "check_architecture" in n), defaul
 for name in defined:
     if hashed and "xxh3_64" in name and "xxhash" in name:
         forked[name] = max(forked[name], hashed)
-    if marked and re.search(r"4exec1[35]marked_execve(at)?17h", name):
+    if marked and re.search(r"marked_execve(at)?17h", name):
         forked[name] = max(forked[name], marked)
 
 

@@ -571,8 +571,6 @@ fn a_forked_childs_path_to_its_exec_lies_together_in_the_shipped_shims_code() {
     // past the rest), and the record checksum's hash for a record of 129 to 240 bytes (placed
     // by count, past the window's end): under `run`, five of the shim's pages faulted in each
     // child of a forking parent before its exec, three after.
-    let nm = binutils_on(release_shim(), "nm", &["-n", "-C"]);
-    let addr = |name: &str| shim_symbol_address(&nm, name);
     let path = [
         // The fork hook, to which the real fork returns in the child.
         "fork",
@@ -598,13 +596,15 @@ fn a_forked_childs_path_to_its_exec_lies_together_in_the_shipped_shims_code() {
         "aether_journal::exec::check_architecture",
         "aether_journal::hooks::exec::marked_execve",
     ];
-    let at: Vec<u64> = path.iter().map(|name| addr(name)).collect();
+    assert_code_lies_within(&path, 64 << 10, "a forked child's path");
+}
+
+/// Checks that the shipped shim's functions `names` lie within `bound` bytes of each other.
+fn assert_code_lies_within(names: &[&str], bound: u64, what: &str) {
+    let nm = binutils_on(release_shim(), "nm", &["-n", "-C"]);
+    let at: Vec<u64> = names.iter().map(|name| shim_symbol_address(&nm, name)).collect();
     let (low, high) = (at.iter().min().unwrap(), at.iter().max().unwrap());
-    assert!(
-        high - low <= 64 << 10,
-        "a forked child's path spans {} KiB of the shim's code: {path:?} at {at:x?}",
-        (high - low) >> 10
-    );
+    assert!(high - low <= bound, "{what} spans {} KiB of the shim's code: {names:?} at {at:x?}", (high - low) >> 10);
 }
 
 #[test]
@@ -615,18 +615,10 @@ fn what_a_program_that_changes_nothing_runs_of_the_shim_lies_together_in_the_shi
     // function, those hooks sat in three windows of their own: an `ls` faulted five of the
     // shim's code windows, where it now faults the constructor's and at most two more
     // (bench/hot_text.py puts what such processes run right after the forked child's path).
-    // Measured: 9.0 page faults on the shim's pages for each `ls`, then 7.1; 248 a turn of the
-    // agent loop, then 199-208.
-    let nm = binutils_on(release_shim(), "nm", &["-n", "-C"]);
-    let addr = |name: &str| shim_symbol_address(&nm, name);
+    // Measured with the shim on the root file system: 9.0 page faults on the shim's pages for
+    // each `ls`, then 7.1; 245-249 a turn of the agent loop, then 199-215.
     let path = ["aether_journal_thread", "fopen", "fclose", "closedir", "openat"];
-    let at: Vec<u64> = path.iter().map(|name| addr(name)).collect();
-    let (low, high) = (at.iter().min().unwrap(), at.iter().max().unwrap());
-    assert!(
-        high - low <= 32 << 10,
-        "what a program that changes nothing runs spans {} KiB of the shim's code: {path:?} at {at:x?}",
-        (high - low) >> 10
-    );
+    assert_code_lies_within(&path, 32 << 10, "what a program that changes nothing runs");
 }
 
 #[test]

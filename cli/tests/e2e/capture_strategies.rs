@@ -804,9 +804,9 @@ fn the_constants_a_journaling_process_reads_first_lie_in_the_window_the_loader_r
 #[test]
 fn what_hooks_exit_and_a_fork_child_write_shares_the_constructor_s_two_data_pages() {
     // Every process writes some of these (a hook's pointer to libc's function on its first
-    // call, the store and segment state when it journals, the fork
-    // child's generation): left in `.bss` they were on five pages, each a page fault in a
-    // process and a copy in a fork child. shim/startup.ld puts them beside the constructor's.
+    // call, the store and segment state when it journals, the fork child's generation): left
+    // in `.bss` they were on five pages, each a page fault in a process and a copy in a fork
+    // child. shim/startup.ld puts them beside the constructor's.
     let nm = shim_symbols();
     let addr = |name: &str| shim_symbol_address(&nm, name);
     let page = addr("aether_journal::state::identity::OWNER_PID") >> 12;

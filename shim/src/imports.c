@@ -112,3 +112,16 @@ HIDDEN _Noreturn void abort(void) {
     if (real) real();
     __builtin_trap();
 }
+
+/* The statically linked unwinder (libgcc_eh.a, compiled with a PLT) calls `malloc`, `free`
+ * and `strlen` through PLT slots, which the loader binds at load (full RELRO) in a lookup of
+ * their own, besides the lookup that binds the GOT entry the rest of the shim calls them
+ * through: three lookups in every process for functions already looked up. Linked with
+ * `--wrap` (shim/build.rs), every call of the three in the shim reaches these instead, and
+ * they call libc's through that one GOT entry (this file is compiled with -fno-plt). */
+extern void *__real_malloc(size_t n);
+extern void __real_free(void *p);
+extern size_t __real_strlen(const char *s);
+HIDDEN void *__wrap_malloc(size_t n) { return __real_malloc(n); }
+HIDDEN void __wrap_free(void *p) { __real_free(p); }
+HIDDEN size_t __wrap_strlen(const char *s) { return __real_strlen(s); }

@@ -275,7 +275,8 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
 
 /// Prepares an exec: journals it (unless `record_exec` is false: posix_spawn journals after
 /// the call, with the child's pid), checks that the new program will load the shim, and fixes
-/// its environment. Returns the resolved program path with the plan.
+/// its environment. Returns the resolved program path (empty when the shim is switched off)
+/// with the plan.
 pub fn prepare(
     call: &str,
     program: Program,
@@ -287,12 +288,14 @@ pub fn prepare(
     free_left_behind();
     guarded(|| {
         let cfg = config();
+        // Switched off (`AETHER_JOURNAL=off`), an exec is only passed on: nothing uses the
+        // program's name, so no `getcwd` is made for it.
+        if !cfg.enabled {
+            return (Vec::new(), Plan::default());
+        }
         let cwd = journal_core::resolve::getcwd().unwrap_or_default();
         let program = resolve_program(program, &cwd);
         let mut plan = Plan::default();
-        if !cfg.enabled {
-            return (program, plan);
-        }
         if cfg.supervised {
             // The supervisor sees into every program of its architecture: the environment is
             // fixed so that the new program's own libc calls are journaled in-process, and an

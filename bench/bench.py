@@ -612,7 +612,11 @@ def main():
         # the do-nothing library's cost plus 20 us, side by side; beside it, what the least a
         # library journaling each exec does costs (bench/progs/least_journal.c). posix_spawn
         # (Python's subprocess, make, most harnesses), then fork + execve (a shell running a
-        # command), where the child's exec hook journals the exec.
+        # command), where the child's exec hook journals the exec. And each of the two
+        # libraries switched off (the shim with `AETHER_JOURNAL=off`, which every process it
+        # starts inherits; least_journal.c without its directory): what loading it and passing
+        # each call through costs. The shim switched off plus what the least library's
+        # journaling adds to it is the least a shim of this kind could cost.
         cycles, block = max(300, 30 * a.runs), 20
         for how, flags, what, key in (("spawn", [], "whole spawn", "EXEC paired"),
                                       ("fork", ["--fork"], "fork + execve", "EXEC paired fork")):
@@ -622,14 +626,17 @@ def main():
             # With --baseline, the baseline's shim in the same rotation: its gap to this build
             # is then paired block by block too, where figures of separate runs differ by more
             # than the change being measured.
-            kinds = ("bare", "floor", "least", "shim") + (("baseline",) if base_shim else ())
+            kinds = ("bare", "floor", "least off", "least", "off", "shim") + (("baseline",) if base_shim else ())
             least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
             for kind in kinds:
-                env, sessions[kind] = runner.env(kind in ("shim", "baseline"), base_shim if kind == "baseline" else None)
+                env, sessions[kind] = runner.env(kind in ("shim", "off", "baseline"), base_shim if kind == "baseline" else None)
+                if kind == "off":
+                    env["AETHER_JOURNAL"] = "off"
                 if kind == "floor":
                     env["LD_PRELOAD"] = a.floor
-                if kind == "least":
+                if kind in ("least", "least off"):
                     env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
+                if kind == "least":
                     env["LEAST_JOURNAL_DIR"] = least_dir
                 servers[kind] = subprocess.Popen([os.path.join(a.progs, "spawn_serve")] + flags, env=env, cwd=a.dir,
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -652,7 +659,10 @@ def main():
             execs = journal_records(sessions["shim"], ("exec",))
             if execs < (cycles + 1) * block:
                 raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
+            if journal_records(sessions["off"], ("exec",)):
+                raise SystemExit("bench: the shim switched off journaled the %s server's execs" % how)
             rmtree(sessions["shim"])
+            rmtree(sessions["off"])
             if base_shim:
                 rmtree(sessions["baseline"])
             with open(os.path.join(least_dir, "journal"), "rb") as f:
@@ -663,13 +673,23 @@ def main():
             paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
             paired_least = [x - f for f, x in zip(blocks["floor"], blocks["least"])]
             paired = [s - f for f, s in zip(blocks["floor"], blocks["shim"])]
+            paired_off = [x - f for f, x in zip(blocks["floor"], blocks["off"])]
+            least_journaling = [x - o for o, x in zip(blocks["least off"], blocks["least"])]
+            least_possible = [x + j for x, j in zip(paired_off, least_journaling)]
             rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
                 what, cycles, block, spread(paired_floor, "%.1f")))
             rows.append("| per exec, %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
                 what, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
             rows.append("| per exec, %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
                 what, spread(paired_least, "%.1f")))
-            results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least}
+            rows.append("| per exec, %s, paired blocks: the shim switched off (`AETHER_JOURNAL=off`: loaded, journaling nothing) over the do-nothing .so | | | +%s us | | | | |" % (
+                what, spread(paired_off, "%.1f")))
+            rows.append("| per exec, %s, paired blocks: the least library's journaling alone (over itself switched off) | | | +%s us | | | | |" % (
+                what, spread(least_journaling, "%.1f")))
+            rows.append("| per exec, %s, paired blocks: the least a shim of this kind could cost (switched off, plus that journaling) | | | +%s us | | | | |" % (
+                what, spread(least_possible, "%.1f")))
+            results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least,
+                            "off_over_floor_us": paired_off, "least_journaling_us": least_journaling}
             if base_shim:
                 paired_base = [s - b for b, s in zip(blocks["baseline"], blocks["shim"])]
                 rows.append("| per exec, %s, paired blocks: this build's shim over the baseline's | | | %s us | | | | |" % (
@@ -711,22 +731,29 @@ def main():
         py = "import subprocess, time\nt = time.perf_counter()\nfor i in range(%d): subprocess.run(['/bin/true'])\nprint(time.perf_counter() - t)\n" % n
         dash = "i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done" % n
         for label, argv in (("python3 subprocess.run loop", [sys.executable, "-c", py]), ("dash loop", ["dash", "-c", dash])):
-            print("CMD: %s, %d rounds of %d commands (bare, do-nothing .so, shim)..." % (label, rounds, n), file=sys.stderr)
-            # Bare, the do-nothing library (the floor) and the shim, rotated in order each round.
-            times = {"bare": [], "floor": [], "shim": []}
+            print("CMD: %s, %d rounds of %d commands (bare, do-nothing .so, shim, shim switched off)..." % (label, rounds, n),
+                  file=sys.stderr)
+            # Bare, the do-nothing library (the floor), the shim and the shim switched off
+            # (loaded, passing every call through), rotated in order each round.
+            kinds = ("bare", "floor", "shim", "off")
+            times = {kind: [] for kind in kinds}
             for i in range(rounds):
-                for kind in rotated(i):
-                    env, session = runner.env(kind == "shim")
+                for kind in rotated(i, kinds):
+                    env, session = runner.env(kind in ("shim", "off"))
                     if kind == "floor":
                         env["LD_PRELOAD"] = a.floor
+                    if kind == "off":
+                        env["AETHER_JOURNAL"] = "off"
                     t0 = time.perf_counter()
                     out = subprocess.run(argv, env=env, cwd=a.dir, check=True, capture_output=True).stdout
                     t = float(out.split()[0]) if argv[0] == sys.executable else time.perf_counter() - t0
                     times[kind].append(t / n * 1e6)
                     if session:
                         execs = journal_records(session, ("exec",))
-                        if execs < n:
+                        if kind == "shim" and execs < n:
                             raise SystemExit("bench: the %s journaled %d of %d commands" % (label, execs, n))
+                        if kind == "off" and execs:
+                            raise SystemExit("bench: the %s journaled %d commands switched off" % (label, execs))
                         rmtree(session)
             per = [s - b for b, s in zip(times["bare"], times["shim"])]
             floor = [f - b for b, f in zip(times["bare"], times["floor"])]
@@ -737,7 +764,10 @@ def main():
             # The target (issue 23) holds for this loop as for the bare spawn above.
             rows.append("| of which the shim itself costs (over the do-nothing .so) | | | +%s us | | | <= +20 us | %s |" % (
                 spread(over_floor, "%.0f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES"))
-            results["CMD " + label] = {"bare_us": times["bare"], "floor_us": times["floor"], "shim_us": times["shim"]}
+            off = [x - f for f, x in zip(times["floor"], times["off"])]
+            rows.append("| of which the shim switched off costs (over the do-nothing .so) | | | +%s us | | | | |" % spread(off, "%.0f"))
+            results["CMD " + label] = {"bare_us": times["bare"], "floor_us": times["floor"], "shim_us": times["shim"],
+                                       "off_us": times["off"]}
     if not only or "CHANGE" in only:
         # What journaling costs a process, timed inside it (bench/progs/first_change.c): its
         # first change, which opens its store, and each change after it. The agent loop's

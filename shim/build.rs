@@ -30,7 +30,7 @@ fn main() {
     // Each libc function the shim calls is looked up once, for the GOT entry every call goes
     // through: its C files are compiled with -fno-plt, and the unwinder's PLT calls of these
     // three reach wrappers that call through that entry (src/imports.c). A PLT slot is a
-    // second lookup at load (full RELRO) in every process: five of them, about 2,600
+    // second lookup at load (full RELRO) in every process: five of them, about 3,400
     // instructions of a /bin/true. For every target that links the C files, the unit tests'
     // too: the wrappers call `__real_*`, which only `--wrap` defines.
     println!("cargo:rustc-link-arg=-Wl,--wrap=malloc,--wrap=free,--wrap=strlen");

@@ -307,6 +307,32 @@ fn aether_journal_off_disables_the_shim() {
     assert!(!s.root.join("state/aether-journal").exists(), "no session was created");
 }
 
+#[test]
+fn a_shell_switched_off_runs_its_commands_without_a_system_call_for_their_records() {
+    // Switched off, an exec is passed on as it is: its hook made a `getcwd` for a record that
+    // was never written, once in every forked child of a shell. The shell switched off asks for
+    // its working directory as often as the bare shell does.
+    let s = scratch!();
+    let getcwds = |preload: bool| {
+        let trace = s.root.join(format!("getcwd-{preload}.strace"));
+        let mut cmd = Command::new("strace");
+        cmd.args(["-f", "-e", "trace=getcwd", "-o"]).arg(&trace);
+        if preload {
+            cmd.arg("-E").arg(format!("LD_PRELOAD={}", artifacts().shim.display()));
+            cmd.args(["-E", "AETHER_JOURNAL=off"]);
+        }
+        cmd.args(["sh", "-c", "/bin/true; /bin/true"]).current_dir(s.tree());
+        isolate(&mut cmd, &s.root);
+        assert!(cmd.output().expect("strace (.ci/run installs it)").status.success());
+        let calls = std::fs::read_to_string(&trace).unwrap();
+        (calls.matches("getcwd(").count(), calls)
+    };
+    let (bare, _) = getcwds(false);
+    let (off, calls) = getcwds(true);
+    assert_eq!(off, bare, "a shell switched off asked for its working directory {off} times, bare {bare}:\n{calls}");
+    assert!(!s.root.join("state/aether-journal").exists(), "no session was created");
+}
+
 /// Runs the same script with and without the shim and returns both outputs.
 fn with_and_without_shim(s: &Scratch, argv: &[&str], setup: &str) -> (std::process::Output, std::process::Output) {
     let go = |shim: bool| {

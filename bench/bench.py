@@ -234,6 +234,37 @@ def rotated(i, kinds=("bare", "floor", "shim")):
     return kinds[k:] + kinds[:k]
 
 
+def paired_blocks(servers, kinds, cycles, ask, what):
+    """Blocks from long-lived servers, one per variant (`servers`, by kind), taken in turn:
+    after one block each outside the figures (a server's start), `cycles` cycles of one block
+    of each kind, in an order rotating every cycle; `ask(kind)` asks its server for a block and
+    returns the block's figure. Then closes every server's input and checks it exited 0
+    (`what` names the servers in the error). Returns each kind's figures, in cycle order."""
+    for kind in kinds:
+        ask(kind)
+    blocks = {kind: [] for kind in kinds}
+    for i in range(cycles):
+        for kind in rotated(i, kinds):
+            blocks[kind].append(ask(kind))
+    for kind, server in servers.items():
+        server.stdin.close()
+        if server.wait() != 0:
+            raise SystemExit("bench: %s (%s) failed" % (what, kind))
+    return blocks
+
+
+def per_exec_target_row(what, over_floor):
+    """The row of issue 23's per-exec target for `what` (the do-nothing library's cost plus 20
+    us), on the median of the shim's paired figures over that library."""
+    return "| %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
+        what, spread(over_floor, "%.1f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES")
+
+
+def blocks_over(blocks, kind, base):
+    """Cycle by cycle, how much `kind`'s block of `paired_blocks` took over `base`'s."""
+    return [x - b for b, x in zip(blocks[base], blocks[kind])]
+
+
 def journal_records(session, kinds=("change", "rename", "meta")):
     """How many records the session holds that change files (exec records do not count; or of
     `kinds`): in the journal file and in every per-process segment (NUL bytes there are
@@ -646,16 +677,7 @@ def main():
                 servers[kind].stdin.flush()
                 return float(servers[kind].stdout.readline())
 
-            for kind in servers:
-                ask(kind)  # each server's start and first spawns, outside the figures
-            blocks = {kind: [] for kind in kinds}
-            for i in range(cycles):
-                for kind in rotated(i, kinds):
-                    blocks[kind].append(ask(kind))
-            for kind, server in servers.items():
-                server.stdin.close()
-                if server.wait() != 0:
-                    raise SystemExit("bench: spawn_serve %s(%s) failed" % (" ".join(flags), kind))
+            blocks = paired_blocks(servers, kinds, cycles, ask, " ".join(["spawn_serve"] + flags))
             execs = journal_records(sessions["shim"], ("exec",))
             if execs < (cycles + 1) * block:
                 raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
@@ -670,16 +692,15 @@ def main():
             if least_execs < (cycles + 1) * block:
                 raise SystemExit("bench: least_journal's %s server journaled %d of %d execs" % (how, least_execs, (cycles + 1) * block))
             rmtree(least_dir)
-            paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
-            paired_least = [x - f for f, x in zip(blocks["floor"], blocks["least"])]
-            paired = [s - f for f, s in zip(blocks["floor"], blocks["shim"])]
-            paired_off = [x - f for f, x in zip(blocks["floor"], blocks["off"])]
-            least_journaling = [x - o for o, x in zip(blocks["least off"], blocks["least"])]
+            paired_floor = blocks_over(blocks, "floor", "bare")
+            paired_least = blocks_over(blocks, "least", "floor")
+            paired = blocks_over(blocks, "shim", "floor")
+            paired_off = blocks_over(blocks, "off", "floor")
+            least_journaling = blocks_over(blocks, "least", "least off")
             least_possible = [x + j for x, j in zip(paired_off, least_journaling)]
             rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
                 what, cycles, block, spread(paired_floor, "%.1f")))
-            rows.append("| per exec, %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
-                what, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
+            rows.append(per_exec_target_row("per exec, " + what, paired))
             rows.append("| per exec, %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
                 what, spread(paired_least, "%.1f")))
             rows.append("| per exec, %s, paired blocks: the shim switched off (`AETHER_JOURNAL=off`: loaded, journaling nothing) over the do-nothing .so | | | +%s us | | | | |" % (
@@ -691,7 +712,7 @@ def main():
             results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least,
                             "off_over_floor_us": paired_off, "least_journaling_us": least_journaling}
             if base_shim:
-                paired_base = [s - b for b, s in zip(blocks["baseline"], blocks["shim"])]
+                paired_base = blocks_over(blocks, "shim", "baseline")
                 rows.append("| per exec, %s, paired blocks: this build's shim over the baseline's | | | %s us | | | | |" % (
                     what, spread(paired_base, "%+.1f")))
                 results[key]["over_baseline_us"] = paired_base
@@ -798,16 +819,7 @@ def main():
                 line = servers[kind].stdout.readline()
                 return float(line) if inside else (time.perf_counter() - t) / block * 1e6
 
-            for kind in kinds:
-                ask(kind)  # each loop's start and first commands, outside the figures
-            blocks = {kind: [] for kind in kinds}
-            for i in range(cycles):
-                for kind in rotated(i, kinds):
-                    blocks[kind].append(ask(kind))
-            for kind, server in servers.items():
-                server.stdin.close()
-                if server.wait() != 0:
-                    raise SystemExit("bench: the %s (%s) failed" % (label, kind))
+            blocks = paired_blocks(servers, kinds, cycles, ask, "the " + label)
             execs = journal_records(sessions["shim"], ("exec",))
             if execs < (cycles + 1) * block:
                 raise SystemExit("bench: the %s journaled %d of %d commands" % (label, execs, (cycles + 1) * block))
@@ -815,13 +827,12 @@ def main():
                 raise SystemExit("bench: the %s journaled commands switched off" % label)
             for kind in ("shim", "off"):
                 rmtree(sessions[kind])
-            paired = [x - f for f, x in zip(blocks["floor"], blocks["shim"])]
-            paired_off = [x - f for f, x in zip(blocks["floor"], blocks["off"])]
-            paired_floor = [f - b for b, f in zip(blocks["bare"], blocks["floor"])]
+            paired = blocks_over(blocks, "shim", "floor")
+            paired_off = blocks_over(blocks, "off", "floor")
+            paired_floor = blocks_over(blocks, "floor", "bare")
             rows.append("| per command from a %s, paired blocks (%d cycles of %d from a loop per variant): do-nothing .so over bare | | | +%s us | | | | |" % (
                 label, cycles, block, spread(paired_floor, "%.1f")))
-            rows.append("| per command from a %s, paired blocks: the shim over the do-nothing .so | | | +%s us | | | <= +20 us | %s |" % (
-                label, spread(paired, "%.1f"), "meets" if statistics.median(paired) <= 20 else "MISSES"))
+            rows.append(per_exec_target_row("per command from a " + label, paired))
             rows.append("| per command from a %s, paired blocks: the shim switched off over the do-nothing .so | | | +%s us | | | | |" % (
                 label, spread(paired_off, "%.1f")))
             results["CMD paired " + label] = {"floor_us": paired_floor, "over_floor_us": paired, "off_over_floor_us": paired_off}

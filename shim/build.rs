@@ -53,24 +53,14 @@ fn main() {
     let hot = script.with_file_name("hot_text.ld");
     println!("cargo:rerun-if-changed={}", hot.display());
     println!("cargo:rustc-link-arg-cdylib=-Wl,-T,{}", hot.display());
-    let build = cc::Build::new();
+    // Every C file calls libc through the GOT (-fno-plt: see `--wrap` above).
+    let mut build = cc::Build::new();
+    build.flag("-fno-plt").warnings(true);
     let compiler = build.get_compiler();
-    build
-        .clone()
-        .file("src/variadic.c")
-        .file("src/thread.c")
-        .flag("-fno-plt")
-        .warnings(true)
-        .compile("aether_journal_variadic");
+    build.clone().file("src/variadic.c").file("src/thread.c").compile("aether_journal_variadic");
     // The functions looked up on first use (see the file's comment), without the compiler's
     // own idea of their prototypes.
-    build
-        .clone()
-        .file("src/imports.c")
-        .flag("-fno-builtin")
-        .flag("-fno-plt")
-        .warnings(true)
-        .compile("aether_journal_imports");
+    build.clone().file("src/imports.c").flag("-fno-builtin").compile("aether_journal_imports");
 
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let eh = Command::new(compiler.path())

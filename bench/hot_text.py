@@ -140,11 +140,21 @@ matched, instances = collections.Counter(), collections.Counter()  # pattern -> 
 for name in defined:
     matched[pattern(name)] += sizes[name]
     instances[pattern(name)] += 1
-# A pattern matching many large instances of a generic (each hook's `open_mutating`, every
-# closure's `call_once`: 40 and 14 KiB) would bring them all into the forked child's windows,
-# where it runs one of them: those keep their place by count.
-first = sorted(((n, c) for n, c in forked.items() if instances[pattern(n)] == 1 or matched[pattern(n)] <= 4096),
-               key=lambda kv: (-kv[1], kv[0]))
+
+
+def most_run_first(counts, placeable=lambda name: True):
+    """The (function, count) pairs of `counts` that `placeable` lets through, most run first."""
+    return sorted(((n, c) for n, c in counts.items() if placeable(n)), key=lambda kv: (-kv[1], kv[0]))
+
+
+def small_pattern(name):
+    """A pattern matching many large instances of a generic (each hook's `open_mutating`, every
+    closure's `call_once`: 40 and 14 KiB) would bring them all into the forked child's windows,
+    where it runs one of them: those keep their place by count."""
+    return instances[pattern(name)] == 1 or matched[pattern(name)] <= 4096
+
+
+first = most_run_first(forked, small_pattern)
 # Then what the quiet images run, right after the forked child's path: those that run a few KiB
 # of the shim at most (`ls`, `cat`, `grep`, a third of the loop's programs: the constructor and
 # the early returns of the hooks their libraries call, libselinux's `fopen` and `fclose`). Such
@@ -154,9 +164,8 @@ quiet = collections.Counter()
 for ran in images:
     if sum(sizes[name] for name in ran) <= 16 << 10:
         quiet.update(ran)
-then = sorted(((n, c) for n, c in quiet.items() if instances[pattern(n)] == 1 or matched[pattern(n)] <= 4096),
-              key=lambda kv: (-kv[1], kv[0]))
-rest = sorted(processes.items(), key=lambda kv: (-kv[1], kv[0]))
+then = most_run_first(quiet, small_pattern)
+rest = most_run_first(processes)
 for name, _ in first + then + rest:
     if name in defined and not name.startswith(("_init", "_fini")) and pattern(name) not in patterns:
         patterns.append(pattern(name))

@@ -139,6 +139,22 @@ pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
     serde_json::to_vec(prog).unwrap_or_else(|_| b"\"\"".to_vec())
 }
 
+/// An exec record's operation by its parts, borrowed: what [`Op::Exec`] holds, for a writer
+/// that has them at hand (the shim's exec hooks: the program's name, its `argv` as the C array
+/// the caller passed, the working directory) and need not build the owned record, an
+/// allocation for each part and one for the arguments together, to journal it.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecParts<'a, A> {
+    /// See [`crate::record::ExecOp::program`].
+    pub program: &'a [u8],
+    /// See [`crate::record::ExecOp::argv`]: each argument, in order.
+    pub argv: A,
+    /// See [`crate::record::ExecOp::cwd`].
+    pub cwd: &'a [u8],
+    /// See [`crate::record::ExecOp::child`].
+    pub child: Option<u32>,
+}
+
 /// Encodes a record given as its fields as one journal line: exactly the bytes
 /// [`crate::journal::encode_line`] makes of the same [`crate::record::Record`] (tested), for
 /// about half the instructions.
@@ -151,6 +167,38 @@ pub fn prog_json(prog: &crate::bpath::BPath) -> Vec<u8> {
 /// identifier), is written directly, and serde_json encodes only the operation, but for the
 /// two commonest (a file created or claimed, an exec), written directly too.
 pub fn encode_fields(env: &Envelope<'_>, op: &Op) -> Vec<u8> {
+    let mut line = start_envelope(env);
+    let written = match op {
+        // The commonest record of all (every file a build or an unpack creates).
+        Op::Change { path, before: b @ (Before::Absent | Before::Exclusive) } => {
+            line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
+            let ok = push_path_json(&mut line, path);
+            line.extend_from_slice(if matches!(b, Before::Absent) {
+                b",\"before\":{\"state\":\"absent\"}}"
+            } else {
+                b",\"before\":{\"state\":\"exclusive\"}}"
+            });
+            ok
+        }
+        Op::Exec(e) => push_exec(
+            &mut line,
+            ExecParts { program: e.program.as_bytes(), argv: e.argv.iter(), cwd: e.cwd.as_bytes(), child: e.child },
+        ),
+        _ => serde_json::to_writer(&mut line, op).is_ok(),
+    };
+    end_line(line, written)
+}
+
+/// [`encode_fields`] of an [`Op::Exec`] given by its parts: the same bytes (tested), without
+/// the owned record.
+pub fn encode_exec_fields<'a>(env: &Envelope<'_>, exec: ExecParts<'_, impl Iterator<Item = &'a [u8]>>) -> Vec<u8> {
+    let mut line = start_envelope(env);
+    let written = push_exec(&mut line, exec);
+    end_line(line, written)
+}
+
+/// A line's start, its envelope, up to the operation's value.
+fn start_envelope(env: &Envelope<'_>) -> Vec<u8> {
     let mut line = start_line();
     line.extend_from_slice(b"{\"v\":");
     let mut num = itoa::Buffer::new();
@@ -175,45 +223,38 @@ pub fn encode_fields(env: &Envelope<'_>, op: &Op) -> Vec<u8> {
         line.extend_from_slice(b"\"\"");
     }
     line.extend_from_slice(b",\"op\":");
-    let written = match op {
-        // The commonest record of all (every file a build or an unpack creates).
-        Op::Change { path, before: b @ (Before::Absent | Before::Exclusive) } => {
-            line.extend_from_slice(b"{\"kind\":\"change\",\"path\":");
-            let ok = push_path_json(&mut line, path);
-            line.extend_from_slice(if matches!(b, Before::Absent) {
-                b",\"before\":{\"state\":\"absent\"}}"
-            } else {
-                b",\"before\":{\"state\":\"exclusive\"}}"
-            });
-            ok
-        }
-        // One in every process a shell or a harness starts (serde_json spent about 1,500
-        // instructions on one, most of them on the arguments, each a string of its own).
-        Op::Exec(e) => {
-            line.extend_from_slice(b"{\"kind\":\"exec\",\"program\":");
-            let mut ok = push_path_json(&mut line, &e.program);
-            line.extend_from_slice(b",\"argv\":[");
-            for (i, arg) in e.argv.iter().enumerate() {
-                if i > 0 {
-                    line.push(b',');
-                }
-                ok &= push_bytes_json(&mut line, arg);
-            }
-            line.extend_from_slice(b"],\"cwd\":");
-            ok &= push_path_json(&mut line, &e.cwd);
-            line.extend_from_slice(b",\"child\":");
-            match e.child {
-                Some(child) => line.extend_from_slice(num.format(child).as_bytes()),
-                None => line.extend_from_slice(b"null"),
-            }
-            line.push(b'}');
-            ok
-        }
-        _ => serde_json::to_writer(&mut line, op).is_ok(),
-    };
+    line
+}
+
+/// Ends a line [`start_envelope`] began, its operation written (`null` if it could not be).
+fn end_line(mut line: Vec<u8>, written: bool) -> Vec<u8> {
     if !written {
         line.extend_from_slice(b"null");
     }
     line.push(b'}');
     finish_line(line)
+}
+
+/// Writes an exec's operation, as serde_json writes an [`Op::Exec`]. One in every process a
+/// shell or a harness starts (serde_json spent about 1,500 instructions on one, most of them
+/// on the arguments, each a string of its own).
+fn push_exec<'a>(line: &mut Vec<u8>, exec: ExecParts<'_, impl Iterator<Item = &'a [u8]>>) -> bool {
+    line.extend_from_slice(b"{\"kind\":\"exec\",\"program\":");
+    let mut ok = push_bytes_json(line, exec.program);
+    line.extend_from_slice(b",\"argv\":[");
+    for (i, arg) in exec.argv.enumerate() {
+        if i > 0 {
+            line.push(b',');
+        }
+        ok &= push_bytes_json(line, arg);
+    }
+    line.extend_from_slice(b"],\"cwd\":");
+    ok &= push_bytes_json(line, exec.cwd);
+    line.extend_from_slice(b",\"child\":");
+    match exec.child {
+        Some(child) => line.extend_from_slice(itoa::Buffer::new().format(child).as_bytes()),
+        None => line.extend_from_slice(b"null"),
+    }
+    line.push(b'}');
+    ok
 }

@@ -1033,7 +1033,7 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Record, Problem> {
 mod tests {
     use super::*;
     use crate::bpath::BPath;
-    use crate::internal::{Envelope, encode_fields, prog_json};
+    use crate::internal::{Envelope, ExecParts, encode_exec_fields, encode_fields, prog_json};
     use crate::record::{Before, Op, Version};
 
     fn rec(seq: u64) -> Record {
@@ -1189,6 +1189,23 @@ mod tests {
                 r.ppid = 0;
                 let line = fields_of(&r, t, &prog_json(r.prog()));
                 assert_eq!(String::from_utf8_lossy(&line), String::from_utf8_lossy(&encode_line(&r)));
+                if let Op::Exec(e) = &r.op {
+                    let env = Envelope {
+                        seq: r.seq,
+                        time: t,
+                        pid: r.pid,
+                        ppid: r.ppid,
+                        prog_json: &prog_json(r.prog()),
+                        call,
+                    };
+                    let parts = ExecParts {
+                        program: e.program.as_bytes(),
+                        argv: e.argv.iter(),
+                        cwd: e.cwd.as_bytes(),
+                        child: e.child,
+                    };
+                    assert_eq!(encode_exec_fields(&env, parts), line, "an exec given by its parts");
+                }
                 assert_eq!(parse_journal(&line).records, vec![r]);
             }
         }

@@ -13,13 +13,15 @@
 //! environment argument; when theirs has lost the shim, the command is journaled as
 //! unobserved instead.
 
+use std::borrow::Cow;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use journal_core::BPath;
 use journal_core::config::{ENV_DIR, Policy};
 use journal_core::exec_check::{self, Creds};
-use journal_core::record::{ExecOp, Op, UnobservedReason};
+use journal_core::internal::ExecParts;
+use journal_core::record::{Op, UnobservedReason};
 
 use crate::guard::{Guard, errno, set_errno};
 use crate::hooks::CPath;
@@ -73,23 +75,39 @@ pub struct Plan {
     pub spawn_passed: bool,
 }
 
+/// The entries of a null-terminated array, up to its null (a runaway array without one is cut
+/// at a million entries).
+///
+/// # Safety
+/// `arr` must be null or a null-terminated array.
+unsafe fn entries(arr: *const *const c_char) -> impl Iterator<Item = *const c_char> + Clone {
+    let len = if arr.is_null() { 0 } else { 1_000_000 };
+    // SAFETY: within a null-terminated array (caller's obligation); we stop at its null.
+    (0..len).map_while(move |i| Some(unsafe { *arr.add(i) }).filter(|p| !p.is_null()))
+}
+
 /// Reads a null-terminated array of C strings.
 ///
 /// # Safety
 /// `arr` must be null or a null-terminated array of NUL-terminated strings.
 pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
-    if arr.is_null() {
-        return Vec::new();
-    }
     // Counted first, so that the list is one allocation: an environment of thousands of
     // entries would otherwise leave a trail of outgrown copies in the hook's arena.
-    // SAFETY: within a null-terminated array (caller's obligation).
-    let len = (0..1_000_000).find(|&i| unsafe { *arr.add(i) }.is_null()).unwrap_or(1_000_000);
-    (0..len)
-        // SAFETY: each of the first `len` entries is a NUL-terminated string (caller's
-        // obligation).
-        .map(|i| unsafe { CStr::from_ptr(*arr.add(i)) }.to_bytes())
-        .collect()
+    // SAFETY: forwarded obligation.
+    let mut list = Vec::with_capacity(unsafe { entries(arr) }.count());
+    // SAFETY: forwarded obligation; each entry is a NUL-terminated string.
+    list.extend(unsafe { entries(arr) }.map(|p| unsafe { CStr::from_ptr(p) }.to_bytes()));
+    list
+}
+
+/// The strings of a null-terminated array of C strings, each read as it is reached: for an
+/// exec record, encoded straight from the caller's `argv` without a list of them.
+///
+/// # Safety
+/// As for [`c_strings`].
+unsafe fn c_string_iter<'a>(arr: *const *const c_char) -> impl Iterator<Item = &'a [u8]> {
+    // SAFETY: forwarded obligation; each entry is a NUL-terminated string.
+    unsafe { entries(arr) }.map(|p| unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
 /// The entries of a null-terminated environment that [`fix_env`] looks up: `LD_PRELOAD` and
@@ -101,12 +119,8 @@ pub unsafe fn c_strings<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
 /// # Safety
 /// `arr` must be null or a null-terminated array of NUL-terminated strings.
 unsafe fn looked_up_entries<'a>(arr: *const *const c_char) -> Vec<&'a [u8]> {
-    if arr.is_null() {
-        return Vec::new();
-    }
-    (0..1_000_000)
-        // SAFETY: within a null-terminated array (caller's obligation); we stop at its null.
-        .map_while(|i| Some(unsafe { *arr.add(i) }).filter(|p| !p.is_null()))
+    // SAFETY: forwarded obligation.
+    unsafe { entries(arr) }
         // SAFETY: each entry is a NUL-terminated string (caller's obligation).
         .filter(|&p| unsafe { crate::state::has_prefix(p, b"AETHER_") || crate::state::has_prefix(p, b"LD_PRELOAD=") })
         // SAFETY: as above.
@@ -152,7 +166,10 @@ fn fix_env(cfg: &Config, entries: &[&[u8]]) -> EnvFix {
     }
     let mut add: Vec<Vec<u8>> = Vec::new();
     let preload = value_of(b"LD_PRELOAD");
-    let has_shim = preload.is_some_and(|p| p.split(|&b| b == b':' || b == b' ').any(|e| e == cfg.shim_path.as_slice()));
+    // Nearly always the shim alone (what `run` and this function set): one comparison, not a
+    // split byte by byte.
+    let shim = cfg.shim_path.as_slice();
+    let has_shim = preload.is_some_and(|p| p == shim || p.split(|&b| b == b':' || b == b' ').any(|e| e == shim));
     let mut replace_preload = None;
     if !has_shim && !cfg.shim_path.is_empty() {
         let mut v = b"LD_PRELOAD=".to_vec();
@@ -311,14 +328,8 @@ pub fn prepare(
             }
             let Some(store) = exec_store() else { return (program, plan) };
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().collect();
-            let op = Op::Exec(Box::new(ExecOp {
-                program: BPath::new(program.clone()),
-                argv: args,
-                cwd: BPath::new(cwd),
-                child: None,
-            }));
-            store.record_fresh(call, op);
+            let argv = unsafe { c_string_iter(argv) };
+            store.record_exec_fresh(call, ExecParts { program: &program, argv, cwd: &cwd, child: None });
             check_architecture(&store, call, &program, &mut plan);
             store.counters.note_exec();
             plan.marked = true;
@@ -333,25 +344,18 @@ pub fn prepare(
         // record that cannot be written is counted as lost.
         if record_exec {
             // SAFETY: exec's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().collect();
-            store.record_fresh(
-                call,
-                Op::Exec(Box::new(ExecOp {
-                    program: BPath::new(program.clone()),
-                    argv: args,
-                    cwd: BPath::new(cwd.clone()),
-                    child: None,
-                })),
-            );
+            let argv = unsafe { c_string_iter(argv) };
+            store.record_exec_fresh(call, ExecParts { program: &program, argv, cwd: &cwd, child: None });
         }
+        // Read only for a check the memo does not spare, or a nested session's record.
         // SAFETY: exec's contract: argv is a null-terminated array of C strings.
-        let argv_now = unsafe { c_strings(argv) };
+        let argv_now = || unsafe { c_strings(argv) };
         // A program this process checked before and that has not changed since is observable
         // without reading it again (crate::execmemo).
         let mut reason = if crate::execmemo::still_vouched(&program, &store.counters) {
             None
         } else {
-            let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now, Creds::current());
+            let (verdict, vouched) = exec_check::check_exec_vouched(&program, &argv_now(), Creds::current());
             if let Some(v) = vouched {
                 // For the session always; in this process's own table where its memory
                 // outlives the exec: a spawning parent's, a `vfork` child's (its parent's). A
@@ -370,7 +374,7 @@ pub fn prepare(
         match unsafe { fix_env_of(cfg, envp) } {
             EnvFix::Unchanged => {}
             EnvFix::Disabled => reason = reason.or(Some(UnobservedReason::ShimDisabled)),
-            EnvFix::Nested => reason = reason.or(Some(nested_session(&argv_now, &cwd))),
+            EnvFix::Nested => reason = reason.or(Some(nested_session(&argv_now(), &cwd))),
             EnvFix::Changed(_) if matches!(env, EnvIn::Fixed) => {
                 reason = reason.or(Some(UnobservedReason::ShimNotLoaded {
                     why: format!("{call}() runs its command with an environment that lost LD_PRELOAD"),
@@ -556,27 +560,21 @@ pub fn spawned(
             return;
         }
         if let Some(store) = exec_store() {
-            // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
-            let args = unsafe { c_strings(argv) }.into_iter().collect();
-            let mut cwd = plan.cwd.clone();
-            let mut program = program.to_vec();
+            let mut cwd = Cow::Borrowed(plan.cwd.as_slice());
+            let mut program = Cow::Borrowed(program);
             if actions {
                 let link = format!("/proc/{child}/cwd");
                 if let Ok(there) = rustix::fs::readlink(link.as_str(), Vec::new()) {
                     let there = there.into_bytes();
-                    if let Some(rel) = relative.filter(|_| there != cwd) {
-                        program = journal_core::bpath::join(&there, rel);
+                    if let Some(rel) = relative.filter(|_| there != *cwd) {
+                        program = Cow::Owned(journal_core::bpath::join(&there, rel));
                     }
-                    cwd = there;
+                    cwd = Cow::Owned(there);
                 }
             }
-            let op = Op::Exec(Box::new(ExecOp {
-                program: BPath::new(program),
-                argv: args,
-                cwd: BPath::new(cwd),
-                child: Some(child),
-            }));
-            store.record_fresh(call, op);
+            // SAFETY: posix_spawn's contract: argv is a null-terminated array of C strings.
+            let argv = unsafe { c_string_iter(argv) };
+            store.record_exec_fresh(call, ExecParts { program: &program, argv, cwd: &cwd, child: Some(child) });
         }
     });
 }

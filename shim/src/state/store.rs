@@ -14,7 +14,7 @@ use aether_journal_recorder::tables::SharedCounters;
 use journal_core::BPath;
 use journal_core::capture::Counters;
 use journal_core::config::Settings;
-use journal_core::internal::Envelope;
+use journal_core::internal::{Envelope, ExecParts, encode_exec_fields};
 use journal_core::record::Op;
 use journal_core::session::StoreStat;
 use journal_core::session::{self, COUNTERS_FILE};
@@ -584,25 +584,36 @@ impl Store {
     /// [`Store::record`] with the process ids asked of the kernel: for exec hooks, which may
     /// run in a vfork child (whose memory, cached ids included, is its parent's).
     pub fn record_fresh(&self, call: &str, op: Op) -> u64 {
-        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-        // The cached parent is right whenever the cached pid is (not a vfork child).
-        let ppid = if pid == OWNER_PID.load(Ordering::Relaxed) {
-            OWNER_PPID.load(Ordering::Relaxed)
-        } else {
-            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
-        };
+        let (pid, ppid) = fresh_ids();
         self.record_as(call, op, pid, ppid)
+    }
+
+    /// [`Store::record_fresh`] of an exec given by its parts: the same line, without building
+    /// the owned record (an allocation for each part, one for the arguments together, and
+    /// their copies).
+    pub fn record_exec_fresh<'a>(&self, call: &str, exec: ExecParts<'_, impl Iterator<Item = &'a [u8]>>) -> u64 {
+        let (pid, ppid) = fresh_ids();
+        let seq = self.counters.next_id();
+        let env = Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call };
+        self.append_line(seq, &encode_exec_fields(&env, exec));
+        seq
     }
 
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
         let seq = self.counters.next_id();
         let env = Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call };
-        let line = journal_core::internal::encode_fields(&env, &op);
-        if !self.settings.sync && crate::segment::append(&self.session_canon, seq, &line) {
-            return seq;
+        self.append_line(seq, &journal_core::internal::encode_fields(&env, &op));
+        seq
+    }
+
+    /// Appends record `seq`'s encoded line: to this process's segment, else to the journal
+    /// file; one that cannot be written is counted as lost.
+    fn append_line(&self, seq: u64, line: &[u8]) {
+        if !self.settings.sync && crate::segment::append(&self.session_canon, seq, line) {
+            return;
         }
         let written = self.journal.with(|fd| {
-            let ok = journal_core::capture::write_all(fd, &line).is_ok();
+            let ok = journal_core::capture::write_all(fd, line).is_ok();
             if ok && self.settings.sync {
                 let _ = rustix::fs::fsync(fd);
             }
@@ -613,8 +624,19 @@ impl Store {
         } else if self.settings.sync {
             let _ = self.blobs.with_if_open(|fd| rustix::fs::fsync(fd));
         }
-        seq
     }
+}
+
+/// This process's id and its parent's, asked of the kernel: in a vfork child the cached ones
+/// are its parent's. The cached parent is right whenever the cached pid is.
+fn fresh_ids() -> (u32, u32) {
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let ppid = if pid == OWNER_PID.load(Ordering::Relaxed) {
+        OWNER_PPID.load(Ordering::Relaxed)
+    } else {
+        rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
+    };
+    (pid, ppid)
 }
 
 impl Store {

@@ -260,6 +260,39 @@ def per_exec_target_row(what, over_floor):
         what, spread(over_floor, "%.1f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES")
 
 
+def least_rows(what, blocks):
+    """The rows of what a shim of this kind could cost at the least, from `paired_blocks` that
+    ran the shim switched off ("off"), the least library journaling ("least") and switched off
+    ("least off") beside the do-nothing library ("floor"): each of those over the floor, the
+    least library's journaling alone, and the shim switched off plus that journaling. Returns
+    the rows and the figures by name."""
+    figures = {"least_over_floor_us": blocks_over(blocks, "least", "floor"),
+               "off_over_floor_us": blocks_over(blocks, "off", "floor"),
+               "least_journaling_us": blocks_over(blocks, "least", "least off")}
+    least_possible = [x + j for x, j in zip(figures["off_over_floor_us"], figures["least_journaling_us"])]
+    rows = [
+        "| %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
+            what, spread(figures["least_over_floor_us"], "%.1f")),
+        "| %s, paired blocks: the shim switched off (`AETHER_JOURNAL=off`: loaded, journaling nothing) over the do-nothing .so | | | +%s us | | | | |" % (
+            what, spread(figures["off_over_floor_us"], "%.1f")),
+        "| %s, paired blocks: the least library's journaling alone (over itself switched off) | | | +%s us | | | | |" % (
+            what, spread(figures["least_journaling_us"], "%.1f")),
+        "| %s, paired blocks: the least a shim of this kind could cost (switched off, plus that journaling) | | | +%s us | | | | |" % (
+            what, spread(least_possible, "%.1f")),
+    ]
+    return rows, figures
+
+
+def least_records(least_dir, expected, what):
+    """Checks that the least library journaled at least `expected` execs in `least_dir` (`what`
+    names its runs in the error), and removes the directory."""
+    with open(os.path.join(least_dir, "journal"), "rb") as f:
+        journaled = f.read().count(b"\n")
+    if journaled < expected:
+        raise SystemExit("bench: least_journal's %s journaled %d of %d execs" % (what, journaled, expected))
+    rmtree(least_dir)
+
+
 def blocks_over(blocks, kind, base):
     """Cycle by cycle, how much `kind`'s block of `paired_blocks` took over `base`'s."""
     return [x - b for b, x in zip(blocks[base], blocks[kind])]
@@ -687,30 +720,15 @@ def main():
             rmtree(sessions["off"])
             if base_shim:
                 rmtree(sessions["baseline"])
-            with open(os.path.join(least_dir, "journal"), "rb") as f:
-                least_execs = f.read().count(b"\n")
-            if least_execs < (cycles + 1) * block:
-                raise SystemExit("bench: least_journal's %s server journaled %d of %d execs" % (how, least_execs, (cycles + 1) * block))
-            rmtree(least_dir)
+            least_records(least_dir, (cycles + 1) * block, how + " server")
             paired_floor = blocks_over(blocks, "floor", "bare")
-            paired_least = blocks_over(blocks, "least", "floor")
             paired = blocks_over(blocks, "shim", "floor")
-            paired_off = blocks_over(blocks, "off", "floor")
-            least_journaling = blocks_over(blocks, "least", "least off")
-            least_possible = [x + j for x, j in zip(paired_off, least_journaling)]
             rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
                 what, cycles, block, spread(paired_floor, "%.1f")))
             rows.append(per_exec_target_row("per exec, " + what, paired))
-            rows.append("| per exec, %s, paired blocks: the least a library journaling each exec does (bench/progs/least_journal.c: raw system calls, one record, no check) over the do-nothing .so | | | +%s us | | | | |" % (
-                what, spread(paired_least, "%.1f")))
-            rows.append("| per exec, %s, paired blocks: the shim switched off (`AETHER_JOURNAL=off`: loaded, journaling nothing) over the do-nothing .so | | | +%s us | | | | |" % (
-                what, spread(paired_off, "%.1f")))
-            rows.append("| per exec, %s, paired blocks: the least library's journaling alone (over itself switched off) | | | +%s us | | | | |" % (
-                what, spread(least_journaling, "%.1f")))
-            rows.append("| per exec, %s, paired blocks: the least a shim of this kind could cost (switched off, plus that journaling) | | | +%s us | | | | |" % (
-                what, spread(least_possible, "%.1f")))
-            results[key] = {"floor_us": paired_floor, "over_floor_us": paired, "least_over_floor_us": paired_least,
-                            "off_over_floor_us": paired_off, "least_journaling_us": least_journaling}
+            more_rows, figures = least_rows("per exec, " + what, blocks)
+            rows.extend(more_rows)
+            results[key] = dict(floor_us=paired_floor, over_floor_us=paired, **figures)
             if base_shim:
                 paired_base = blocks_over(blocks, "shim", "baseline")
                 rows.append("| per exec, %s, paired blocks: this build's shim over the baseline's | | | %s us | | | | |" % (
@@ -792,7 +810,9 @@ def main():
         # The same loops paired block by block, as EXEC's spawns are: a long-lived loop per
         # variant, each asked in turn for a block of commands (Python's timed inside it, dash's
         # from here around the request, the same round trip for every variant). The target
-        # (issue 23) holds for these loops as for the bare spawn above.
+        # (issue 23) holds for these loops as for the bare spawn above. Beside them, as in EXEC,
+        # the least library journaling and switched off: what the least a shim of this kind
+        # could cost these loops.
         cycles, block = max(150, 20 * a.runs), 20
         serve_py = ("import subprocess, sys, time\nfor line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n"
                     "    for i in range(n): subprocess.run(['/bin/true'])\n    print((time.perf_counter() - t) / n * 1e6, flush=True)\n")
@@ -801,14 +821,19 @@ def main():
                                     ("dash loop", ["dash", "-c", serve_dash], False)):
             print("CMD: %s, %d rotated cycles of %d-command blocks from a loop per variant..." % (label, cycles, block),
                   file=sys.stderr)
-            kinds = ("bare", "floor", "shim", "off")
+            kinds = ("bare", "floor", "least off", "least", "shim", "off")
             servers, sessions = {}, {}
+            least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
             for kind in kinds:
                 env, sessions[kind] = runner.env(kind in ("shim", "off"))
                 if kind == "floor":
                     env["LD_PRELOAD"] = a.floor
                 if kind == "off":
                     env["AETHER_JOURNAL"] = "off"
+                if kind in ("least", "least off"):
+                    env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
+                if kind == "least":
+                    env["LEAST_JOURNAL_DIR"] = least_dir
                 servers[kind] = subprocess.Popen(argv, env=env, cwd=a.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                  text=True)
 
@@ -827,15 +852,17 @@ def main():
                 raise SystemExit("bench: the %s journaled commands switched off" % label)
             for kind in ("shim", "off"):
                 rmtree(sessions[kind])
+            # Each loop's first command runs before its first wait, which opens the least
+            # library's journal.
+            least_records(least_dir, (cycles + 1) * block - 1, label)
             paired = blocks_over(blocks, "shim", "floor")
-            paired_off = blocks_over(blocks, "off", "floor")
             paired_floor = blocks_over(blocks, "floor", "bare")
             rows.append("| per command from a %s, paired blocks (%d cycles of %d from a loop per variant): do-nothing .so over bare | | | +%s us | | | | |" % (
                 label, cycles, block, spread(paired_floor, "%.1f")))
             rows.append(per_exec_target_row("per command from a " + label, paired))
-            rows.append("| per command from a %s, paired blocks: the shim switched off over the do-nothing .so | | | +%s us | | | | |" % (
-                label, spread(paired_off, "%.1f")))
-            results["CMD paired " + label] = {"floor_us": paired_floor, "over_floor_us": paired, "off_over_floor_us": paired_off}
+            more_rows, figures = least_rows("per command from a " + label, blocks)
+            rows.extend(more_rows)
+            results["CMD paired " + label] = dict(floor_us=paired_floor, over_floor_us=paired, **figures)
     if not only or "CHANGE" in only:
         # What journaling costs a process, timed inside it (bench/progs/first_change.c): its
         # first change, which opens its store, and each change after it. The agent loop's

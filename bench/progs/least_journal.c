@@ -8,6 +8,12 @@
  * - fork + execve: the forked child's execve does the same before the exec. The parent opens
  *   the journal and maps the counters before it forks (pthread_atfork), as the shim does, so
  *   the child inherits both.
+ * - vfork + exec (Python's subprocess, dash): the child's execve (or execv, Python's with the
+ *   caller's environment) does the same. A parent that only starts commands this way runs none
+ *   of the hooks above itself, nor a fork handler: it opens the journal at its first wait, as
+ *   the shim opens its store, so that every child after the first inherits it (the first runs
+ *   unjournaled). A child that closed it (Python's close_fds) opens the journal again for its
+ *   record, as the least it can do.
  *
  * Every call in the hooks is a raw system call and every byte is formatted by hand on the
  * stack: a forked child pays a page fault for each page of code or data it touches first, and
@@ -26,11 +32,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static int journal = -1;
+static char journal_path[4096];
 static volatile unsigned long *counters;
 static int (*real_posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                                const posix_spawnattr_t *, char *const[], char *const[]);
@@ -77,8 +86,8 @@ static void open_store(void) {
     close(c);
     if (m == MAP_FAILED) return;
     counters = m;
-    snprintf(p, sizeof p, "%s/journal", dir);
-    journal = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    snprintf(journal_path, sizeof journal_path, "%s/journal", dir);
+    journal = open(journal_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 }
 
 __attribute__((constructor)) static void start(void) { pthread_atfork(open_store, NULL, NULL); }
@@ -115,7 +124,10 @@ static void journal_exec(const char *call, const char *path, char *const argv[],
     o = put(o, "\",\"child\":");
     o = num(o, child);
     o = put(o, "}}\n");
-    raw(SYS_write, journal, (long)line, o - line, 0);
+    if (raw(SYS_write, journal, (long)line, o - line, 0) == -EBADF) {
+        long fd = raw(SYS_openat, AT_FDCWD, (long)journal_path, O_WRONLY | O_APPEND | O_CLOEXEC, 0);
+        if (fd >= 0) raw(SYS_write, fd, (long)line, o - line, 0);
+    }
 }
 
 int execve(const char *path, char *const argv[], char *const envp[]) {
@@ -136,4 +148,30 @@ int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *
     int r = real_posix_spawn(pid, path, actions, attr, argv, envp);
     if (r == 0) journal_exec("posix_spawn", path, argv, *pid);
     return r;
+}
+
+int execv(const char *path, char *const argv[]) {
+    extern char **environ;
+    return execve(path, argv, environ);
+}
+
+pid_t wait3(int *status, int options, struct rusage *usage) {
+    static pid_t (*real)(int *, int, struct rusage *);
+    if (!real) real = dlsym(RTLD_NEXT, "wait3");
+    open_store();
+    return real(status, options, usage);
+}
+
+pid_t waitpid(pid_t pid, int *status, int options) {
+    static pid_t (*real)(pid_t, int *, int);
+    if (!real) real = dlsym(RTLD_NEXT, "waitpid");
+    open_store();
+    return real(pid, status, options);
+}
+
+pid_t wait4(pid_t pid, int *status, int options, struct rusage *usage) {
+    static pid_t (*real)(pid_t, int *, int, struct rusage *);
+    if (!real) real = dlsym(RTLD_NEXT, "wait4");
+    open_store();
+    return real(pid, status, options, usage);
 }

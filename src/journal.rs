@@ -123,7 +123,7 @@ pub(crate) fn push_path_json(out: &mut Vec<u8>, path: &crate::bpath::BPath) -> b
 /// [`push_path_json`] for bytes that are not a [`BPath`] (an argument of an exec record),
 /// written as [`crate::bpath::BytesAsPath`] writes them.
 pub(crate) fn push_bytes_json(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
-    if bytes.iter().all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\') {
+    if plain_json(bytes) {
         out.push(b'"');
         out.extend_from_slice(bytes);
         out.push(b'"');
@@ -131,6 +131,30 @@ pub(crate) fn push_bytes_json(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
     } else {
         serde_json::to_writer(out, &crate::bpath::BytesAsPath(bytes)).is_ok()
     }
+}
+
+/// Whether `bytes` go into JSON between quotes as they are: printable ASCII without a quote or
+/// a backslash. Eight bytes at a time, a word's bytes tested together (one at or above 0x80,
+/// one below 0x20, one quote, one backslash), then the rest one by one: every record's path and
+/// every argument of an exec record goes through here, at about ten instructions a byte when
+/// tested one at a time.
+fn plain_json(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Whether a byte of `w`, each below 0x80, is below `n` (at most 0x20 here): its
+    // subtraction wraps into its high bit, which no byte's own can reach. Exact for "any": a
+    // borrow passed on only reaches the bytes above one that is below `n`.
+    let any_below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & HIGH != 0;
+    let any_is = |w: u64, b: u8| any_below(w ^ (ONES * u64::from(b)), 1);
+    let plain_byte = |b: u8| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\';
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
+        if w & HIGH != 0 || any_below(w, 0x20) || any_is(w, b'"') || any_is(w, b'\\') {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&b| plain_byte(b))
 }
 
 /// Encodes a record as one journal line (with its trailing LF).
@@ -1112,6 +1136,28 @@ mod tests {
         let mut uncounted = contents(&[7, 7, 9]);
         uncounted.set_aside_unaccounted(None);
         assert_eq!(seqs(&uncounted), [9]);
+    }
+
+    #[test]
+    fn a_name_is_plain_json_exactly_when_each_of_its_bytes_is() {
+        let plain_byte = |b: u8| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\';
+        for len in 1..20 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut name = vec![b'a'; len];
+                    name[at] = b;
+                    assert_eq!(plain_json(&name), plain_byte(b), "byte {b:#x} at {at} of {len}");
+                    // Beside a byte just above the control characters: a borrow from one
+                    // byte's subtraction must not mark its neighbour.
+                    if len > 1 {
+                        name[(at + 1) % len] = 0x20;
+                        assert_eq!(plain_json(&name), plain_byte(b), "byte {b:#x} at {at} of {len}, beside 0x20");
+                    }
+                }
+            }
+        }
+        assert!(plain_json(b""));
+        assert!(plain_json(b"/usr/lib/x86_64-linux-gnu/libc.so.6 ~!#$%&'()*+,-.:;<=>?@[]^_`{|}"));
     }
 
     #[test]

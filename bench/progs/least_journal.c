@@ -3,26 +3,29 @@
  * left for everything else the shim does. Not a journal anyone could undo from.
  *
  * - posix_spawn: the parent stats the program, spawns, then takes an id from a shared counter
- *   page and appends one record (time, pids, program, argv[0], working directory) with one
- *   write(2). The child runs none of this library's code (glibc's child calls execve itself).
+ *   page and copies one record (time, pids, program, argv[0], working directory) into a shared
+ *   mapping of the session's `segment` file, at an offset taken from the same page, as the
+ *   shim copies its records into its segments: no system call (write(2) to `journal` once the
+ *   segment is full). The child runs none of this library's code (glibc's child calls execve
+ *   itself).
  * - fork + execve: the forked child's execve does the same before the exec. The parent opens
- *   the journal and maps the counters before it forks (pthread_atfork), as the shim does, so
- *   the child inherits both.
+ *   its store (the journal, the counters, the segment) before it forks (pthread_atfork), as the
+ *   shim does, so the child inherits it.
  * - vfork + exec (Python's subprocess, dash): the child's execve (or execv, Python's with the
  *   caller's environment) does the same. A parent that only starts commands this way runs none
  *   of the hooks above itself, nor a fork handler: it opens the journal at its first wait, as
  *   the shim opens its store, so that every child after the first inherits it (the first runs
- *   unjournaled). A child that closed it (Python's close_fds) opens the journal again for its
- *   record, as the least it can do.
+ *   unjournaled). A child that closed the journal (Python's close_fds) still has the mapping;
+ *   should it need the file, it opens it again for its record.
  *
  * Every call in the hooks is a raw system call and every byte is formatted by hand on the
  * stack: a forked child pays a page fault for each page of code or data it touches first, and
  * a libc function it had not called yet is one more. The session directory is
- * LEAST_JOURNAL_DIR (no journaling without it); `journal` and `counters` are made there.
+ * LEAST_JOURNAL_DIR (no journaling without it); `journal`, `counters` and `segment` are made
+ * there.
  *
  * What it cannot do: anything the shim does besides writing the record: check the program,
- * resolve names, keep the environment, journal a change, or survive a program that closes
- * its descriptors. */
+ * resolve names, keep the environment, journal a change, or order its records. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -40,6 +43,10 @@
 
 static int journal = -1;
 static char journal_path[4096];
+/* The segment's mapping (volatile: copied into byte by byte, never by a libc call a forked
+ * child would fault in), its offset counter the counters page's third word. */
+#define SEGMENT_SIZE (64L << 20)
+static volatile char *segment;
 static volatile unsigned long *counters;
 static int (*real_posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                                const posix_spawnattr_t *, char *const[], char *const[]);
@@ -88,6 +95,15 @@ static void open_store(void) {
     counters = m;
     snprintf(journal_path, sizeof journal_path, "%s/journal", dir);
     journal = open(journal_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    snprintf(p, sizeof p, "%s/segment", dir);
+    int s = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s < 0) return;
+    /* Blocks allocated up front, as the shim's segments are: a copy never meets a full disk. */
+    if (fallocate(s, 0, 0, SEGMENT_SIZE) == 0) {
+        void *g = mmap(NULL, SEGMENT_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, s, 0);
+        if (g != MAP_FAILED) segment = g;
+    }
+    close(s);
 }
 
 __attribute__((constructor)) static void start(void) { pthread_atfork(open_store, NULL, NULL); }
@@ -124,9 +140,17 @@ static void journal_exec(const char *call, const char *path, char *const argv[],
     o = put(o, "\",\"child\":");
     o = num(o, child);
     o = put(o, "}}\n");
-    if (raw(SYS_write, journal, (long)line, o - line, 0) == -EBADF) {
+    long len = o - line;
+    if (segment) {
+        unsigned long at = __atomic_fetch_add(&counters[2], len, __ATOMIC_SEQ_CST);
+        if (at + len <= SEGMENT_SIZE) {
+            for (long i = 0; i < len; i++) segment[at + i] = line[i];
+            return;
+        }
+    }
+    if (raw(SYS_write, journal, (long)line, len, 0) == -EBADF) {
         long fd = raw(SYS_openat, AT_FDCWD, (long)journal_path, O_WRONLY | O_APPEND | O_CLOEXEC, 0);
-        if (fd >= 0) raw(SYS_write, fd, (long)line, o - line, 0);
+        if (fd >= 0) raw(SYS_write, fd, (long)line, len, 0);
     }
 }
 

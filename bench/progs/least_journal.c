@@ -8,9 +8,12 @@
  *   shim copies its records into its segments: no system call (write(2) to `journal` once the
  *   segment is full). The child runs none of this library's code (glibc's child calls execve
  *   itself).
- * - fork + execve: the forked child's execve does the same before the exec. The parent opens
- *   its store (the journal, the counters, the segment) before it forks (pthread_atfork), as the
- *   shim does, so the child inherits it.
+ * - fork + execve: the forked child's execve does the same before the exec, but writes its
+ *   record with write(2), as the shim's forked child does: fork copies no page table entry of
+ *   a shared file mapping, so a copy into the segment would fault its page in again, and an
+ *   ext4 write fault dirties the file's times. The parent opens its store (the journal, the
+ *   counters, the segment) before it forks (pthread_atfork), as the shim does, so the child
+ *   inherits it.
  * - vfork + exec (Python's subprocess, dash): the child's execve (or execv, Python's with the
  *   caller's environment) does the same. A parent that only starts commands this way runs none
  *   of the hooks above itself, nor a fork handler: it opens the journal at its first wait, as
@@ -47,6 +50,8 @@ static char journal_path[4096];
  * child would fault in), its offset counter the counters page's third word. */
 #define SEGMENT_SIZE (64L << 20)
 static volatile char *segment;
+/* Set in a forked child (not a vfork child, which runs in its parent's memory). */
+static int forked;
 static volatile unsigned long *counters;
 static int (*real_posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                                const posix_spawnattr_t *, char *const[], char *const[]);
@@ -106,7 +111,9 @@ static void open_store(void) {
     close(s);
 }
 
-__attribute__((constructor)) static void start(void) { pthread_atfork(open_store, NULL, NULL); }
+static void in_forked_child(void) { forked = 1; }
+
+__attribute__((constructor)) static void start(void) { pthread_atfork(open_store, NULL, in_forked_child); }
 
 /* Appends the exec record of `path` (child: its pid, or 0 for the caller's own exec). */
 static void journal_exec(const char *call, const char *path, char *const argv[], long child) {
@@ -141,7 +148,7 @@ static void journal_exec(const char *call, const char *path, char *const argv[],
     o = num(o, child);
     o = put(o, "}}\n");
     long len = o - line;
-    if (segment) {
+    if (segment && !forked) {
         unsigned long at = __atomic_fetch_add(&counters[2], len, __ATOMIC_SEQ_CST);
         if (at + len <= SEGMENT_SIZE) {
             for (long i = 0; i < len; i++) segment[at + i] = line[i];

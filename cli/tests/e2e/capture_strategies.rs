@@ -585,8 +585,9 @@ fn a_forked_childs_path_to_its_exec_lies_together_in_the_shipped_shims_code() {
         "aether_journal::exec::fix_env_of",
         "aether_journal::exec::fix_env",
         "aether_journal::guard::Guard::enter",
-        "aether_journal::state::store::Store::record_as",
-        "aether_journal::internal::encode_fields",
+        "aether_journal::state::store::Store::append_line",
+        "aether_journal::internal::start_envelope",
+        "aether_journal::internal::end_line",
         "aether_journal::journal::push_bytes_json",
         // The record's checksum: which of these runs depends on the record's length.
         "xxhash_rust::xxh3::xxh3_64_129to240",

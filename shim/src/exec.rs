@@ -80,7 +80,7 @@ pub struct Plan {
 ///
 /// # Safety
 /// `arr` must be null or a null-terminated array.
-unsafe fn entries(arr: *const *const c_char) -> impl Iterator<Item = *const c_char> + Clone {
+unsafe fn entries(arr: *const *const c_char) -> impl Iterator<Item = *const c_char> {
     let len = if arr.is_null() { 0 } else { 1_000_000 };
     // SAFETY: within a null-terminated array (caller's obligation); we stop at its null.
     (0..len).map_while(move |i| Some(unsafe { *arr.add(i) }).filter(|p| !p.is_null()))

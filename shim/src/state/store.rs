@@ -593,16 +593,18 @@ impl Store {
     /// their copies).
     pub fn record_exec_fresh<'a>(&self, call: &str, exec: ExecParts<'_, impl Iterator<Item = &'a [u8]>>) -> u64 {
         let (pid, ppid) = fresh_ids();
-        let seq = self.counters.next_id();
-        let env = Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call };
-        self.append_line(seq, &encode_exec_fields(&env, exec));
-        seq
+        self.record_with(call, pid, ppid, |env| encode_exec_fields(env, exec))
     }
 
     fn record_as(&self, call: &str, op: Op, pid: u32, ppid: u32) -> u64 {
+        self.record_with(call, pid, ppid, |env| journal_core::internal::encode_fields(env, &op))
+    }
+
+    /// Takes the next id, and appends the line `encode` makes of the envelope.
+    fn record_with(&self, call: &str, pid: u32, ppid: u32, encode: impl FnOnce(&Envelope<'_>) -> Vec<u8>) -> u64 {
         let seq = self.counters.next_id();
         let env = Envelope { seq, time: crate::kernel::wall_clock(), pid, ppid, prog_json: &self.prog_json, call };
-        self.append_line(seq, &journal_core::internal::encode_fields(&env, &op));
+        self.append_line(seq, &encode(&env));
         seq
     }
 

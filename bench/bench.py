@@ -283,6 +283,23 @@ def least_rows(what, blocks):
     return rows, figures
 
 
+def variant_env(runner, a, kind, least_dir, base_shim=None):
+    """The environment of a variant of the paired blocks, and its session (None unless the
+    shim's): bare, the do-nothing library ("floor"), the least library journaling into
+    `least_dir` ("least") or switched off ("least off"), the shim, the shim switched off
+    ("off"), or the baseline's shim."""
+    env, session = runner.env(kind in ("shim", "off", "baseline"), base_shim if kind == "baseline" else None)
+    if kind == "off":
+        env["AETHER_JOURNAL"] = "off"
+    if kind == "floor":
+        env["LD_PRELOAD"] = a.floor
+    if kind in ("least", "least off"):
+        env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
+    if kind == "least":
+        env["LEAST_JOURNAL_DIR"] = least_dir
+    return env, session
+
+
 def least_records(least_dir, expected, what):
     """Checks that the least library journaled at least `expected` execs in `least_dir` (`what`
     names its runs in the error), and removes the directory."""
@@ -696,15 +713,7 @@ def main():
             kinds = ("bare", "floor", "least off", "least", "off", "shim") + (("baseline",) if base_shim else ())
             least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
             for kind in kinds:
-                env, sessions[kind] = runner.env(kind in ("shim", "off", "baseline"), base_shim if kind == "baseline" else None)
-                if kind == "off":
-                    env["AETHER_JOURNAL"] = "off"
-                if kind == "floor":
-                    env["LD_PRELOAD"] = a.floor
-                if kind in ("least", "least off"):
-                    env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
-                if kind == "least":
-                    env["LEAST_JOURNAL_DIR"] = least_dir
+                env, sessions[kind] = variant_env(runner, a, kind, least_dir, base_shim)
                 servers[kind] = subprocess.Popen([os.path.join(a.progs, "spawn_serve")] + flags, env=env, cwd=a.dir,
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -828,15 +837,7 @@ def main():
             servers, sessions = {}, {}
             least_dir = tempfile.mkdtemp(prefix="least-journal-", dir=a.dir)
             for kind in kinds:
-                env, sessions[kind] = runner.env(kind in ("shim", "off"))
-                if kind == "floor":
-                    env["LD_PRELOAD"] = a.floor
-                if kind == "off":
-                    env["AETHER_JOURNAL"] = "off"
-                if kind in ("least", "least off"):
-                    env["LD_PRELOAD"] = os.path.join(a.progs, "libleast_journal.so")
-                if kind == "least":
-                    env["LEAST_JOURNAL_DIR"] = least_dir
+                env, sessions[kind] = variant_env(runner, a, kind, least_dir)
                 servers[kind] = subprocess.Popen(argv, env=env, cwd=a.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                  text=True)
 

@@ -260,6 +260,19 @@ def per_exec_target_row(what, over_floor):
         what, spread(over_floor, "%.1f"), "meets" if statistics.median(over_floor) <= 20 else "MISSES")
 
 
+def paired_rows(what, heading, blocks):
+    """The rows of `paired_blocks` that ran bare, the do-nothing library ("floor"), the shim
+    and the variants `least_rows` reads: the do-nothing library over bare (the row headed
+    `heading`), the shim over it against the per-exec target, and `least_rows`. Returns the
+    rows and the figures by name."""
+    floor = blocks_over(blocks, "floor", "bare")
+    shim = blocks_over(blocks, "shim", "floor")
+    rows = ["| %s: do-nothing .so over bare | | | +%s us | | | | |" % (heading, spread(floor, "%.1f")),
+            per_exec_target_row(what, shim)]
+    more_rows, figures = least_rows(what, blocks)
+    return rows + more_rows, dict(floor_us=floor, over_floor_us=shim, **figures)
+
+
 def least_rows(what, blocks):
     """The rows of what a shim of this kind could cost at the least, from `paired_blocks` that
     ran the shim switched off ("off"), the least library journaling ("least") and switched off
@@ -733,14 +746,10 @@ def main():
             if base_shim:
                 rmtree(sessions["baseline"])
             least_records(least_dir, (cycles + 1) * block, how + " server")
-            paired_floor = blocks_over(blocks, "floor", "bare")
-            paired = blocks_over(blocks, "shim", "floor")
-            rows.append("| per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library): do-nothing .so over bare | | | +%s us | | | | |" % (
-                what, cycles, block, spread(paired_floor, "%.1f")))
-            rows.append(per_exec_target_row("per exec, " + what, paired))
-            more_rows, figures = least_rows("per exec, " + what, blocks)
+            heading = "per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library)" % (
+                what, cycles, block)
+            more_rows, results[key] = paired_rows("per exec, " + what, heading, blocks)
             rows.extend(more_rows)
-            results[key] = dict(floor_us=paired_floor, over_floor_us=paired, **figures)
             if base_shim:
                 paired_base = blocks_over(blocks, "shim", "baseline")
                 rows.append("| per exec, %s, paired blocks: this build's shim over the baseline's | | | %s us | | | | |" % (
@@ -859,14 +868,9 @@ def main():
             # Each loop's first command runs before its first wait, which opens the least
             # library's journal.
             least_records(least_dir, (cycles + 1) * block - 1, label)
-            paired = blocks_over(blocks, "shim", "floor")
-            paired_floor = blocks_over(blocks, "floor", "bare")
-            rows.append("| per command from a %s, paired blocks (%d cycles of %d from a loop per variant): do-nothing .so over bare | | | +%s us | | | | |" % (
-                label, cycles, block, spread(paired_floor, "%.1f")))
-            rows.append(per_exec_target_row("per command from a " + label, paired))
-            more_rows, figures = least_rows("per command from a " + label, blocks)
+            heading = "per command from a %s, paired blocks (%d cycles of %d from a loop per variant)" % (label, cycles, block)
+            more_rows, results["CMD paired " + label] = paired_rows("per command from a " + label, heading, blocks)
             rows.extend(more_rows)
-            results["CMD paired " + label] = dict(floor_us=paired_floor, over_floor_us=paired, **figures)
     if not only or "CHANGE" in only:
         # What journaling costs a process, timed inside it (bench/progs/first_change.c): its
         # first change, which opens its store, and each change after it. The agent loop's

@@ -313,6 +313,20 @@ def variant_env(runner, a, kind, least_dir, base_shim=None):
     return env, session
 
 
+def paired_sessions_checked(sessions, expected, what):
+    """Checks that the shim's session of `paired_blocks` journaled at least `expected` execs and
+    the shim switched off none (`what` names the runs in the error), and removes every
+    session."""
+    execs = journal_records(sessions["shim"], ("exec",))
+    if execs < expected:
+        raise SystemExit("bench: the shim's %s journaled %d of %d execs" % (what, execs, expected))
+    if journal_records(sessions["off"], ("exec",)):
+        raise SystemExit("bench: the shim switched off journaled the %s's execs" % what)
+    for session in sessions.values():
+        if session:
+            rmtree(session)
+
+
 def least_records(least_dir, expected, what):
     """Checks that the least library journaled at least `expected` execs in `least_dir` (`what`
     names its runs in the error), and removes the directory."""
@@ -688,9 +702,7 @@ def main():
         faults = {"bare": [], "floor": [], "shim": []}
         for i in range(rounds):
             for kind in rotated(i):
-                env, session = runner.env(kind == "shim")
-                if kind == "floor":
-                    env["LD_PRELOAD"] = a.floor
+                env, session = variant_env(runner, a, kind, None)
                 f = []
                 times[kind].append(timed(cmd, a.dir, env, faults=f) / n * 1e6)
                 faults[kind].append(f[0] / n)
@@ -736,15 +748,7 @@ def main():
                 return float(servers[kind].stdout.readline())
 
             blocks = paired_blocks(servers, kinds, cycles, ask, " ".join(["spawn_serve"] + flags))
-            execs = journal_records(sessions["shim"], ("exec",))
-            if execs < (cycles + 1) * block:
-                raise SystemExit("bench: the shim's %s server journaled %d of %d execs" % (how, execs, (cycles + 1) * block))
-            if journal_records(sessions["off"], ("exec",)):
-                raise SystemExit("bench: the shim switched off journaled the %s server's execs" % how)
-            rmtree(sessions["shim"])
-            rmtree(sessions["off"])
-            if base_shim:
-                rmtree(sessions["baseline"])
+            paired_sessions_checked(sessions, (cycles + 1) * block, how + " server")
             least_records(least_dir, (cycles + 1) * block, how + " server")
             heading = "per exec, %s from a preloaded parent, paired blocks (%d cycles of %d from a server per library)" % (
                 what, cycles, block)
@@ -799,11 +803,7 @@ def main():
             times = {kind: [] for kind in kinds}
             for i in range(rounds):
                 for kind in rotated(i, kinds):
-                    env, session = runner.env(kind in ("shim", "off"))
-                    if kind == "floor":
-                        env["LD_PRELOAD"] = a.floor
-                    if kind == "off":
-                        env["AETHER_JOURNAL"] = "off"
+                    env, session = variant_env(runner, a, kind, None)
                     t0 = time.perf_counter()
                     out = subprocess.run(argv, env=env, cwd=a.dir, check=True, capture_output=True).stdout
                     t = float(out.split()[0]) if argv[0] == sys.executable else time.perf_counter() - t0
@@ -858,13 +858,7 @@ def main():
                 return float(line) if inside else (time.perf_counter() - t) / block * 1e6
 
             blocks = paired_blocks(servers, kinds, cycles, ask, "the " + label)
-            execs = journal_records(sessions["shim"], ("exec",))
-            if execs < (cycles + 1) * block:
-                raise SystemExit("bench: the %s journaled %d of %d commands" % (label, execs, (cycles + 1) * block))
-            if journal_records(sessions["off"], ("exec",)):
-                raise SystemExit("bench: the %s journaled commands switched off" % label)
-            for kind in ("shim", "off"):
-                rmtree(sessions[kind])
+            paired_sessions_checked(sessions, (cycles + 1) * block, label)
             # Each loop's first command runs before its first wait, which opens the least
             # library's journal.
             least_records(least_dir, (cycles + 1) * block - 1, label)
